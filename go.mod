@@ -11,6 +11,7 @@ require (
 )
 
 require (
+	github.com/dlclark/regexp2/v2 v2.13.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 )
