@@ -1,0 +1,199 @@
+// Package compute defines the backend-neutral tensor operations that model
+// architectures are written against. A Backend (compute/cpu, compute/cuda)
+// owns the memory of its tensors and implements every operation on batches of
+// rows: prefill and decode are the same calls with different row counts.
+//
+// Conventions: activations are float32 matrices of shape [rows, cols] stored
+// row-major; weights keep the dtype they were stored in and have the shape
+// [out, in], so MatMul computes x·Wᵀ. Positions of the rows being processed
+// live in an I32 tensor on the backend, so that a captured decode step can be
+// replayed with new positions.
+package compute
+
+import "fmt"
+
+// DType is the storage type of a tensor's elements.
+type DType uint8
+
+// Storage types.
+const (
+	F32 DType = iota
+	F16
+	BF16
+	I32
+)
+
+var dtypeNames = [...]string{F32: "f32", F16: "f16", BF16: "bf16", I32: "i32"}
+
+func (d DType) String() string {
+	if int(d) < len(dtypeNames) {
+		return dtypeNames[d]
+	}
+	return fmt.Sprintf("dtype(%d)", d)
+}
+
+// Size returns the size of one element in bytes.
+func (d DType) Size() int {
+	switch d {
+	case F16, BF16:
+		return 2
+	default:
+		return 4
+	}
+}
+
+// Tensor is a dense tensor owned by a backend. Buf holds the backend's
+// storage and is opaque to architecture code.
+type Tensor struct {
+	DType DType
+	Shape []int
+	Buf   any
+}
+
+// Len returns the number of elements.
+func (t *Tensor) Len() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Rows returns the product of all dimensions but the last.
+func (t *Tensor) Rows() int {
+	if len(t.Shape) == 0 {
+		return 1
+	}
+	return t.Len() / t.Shape[len(t.Shape)-1]
+}
+
+// Cols returns the last dimension.
+func (t *Tensor) Cols() int {
+	if len(t.Shape) == 0 {
+		return 1
+	}
+	return t.Shape[len(t.Shape)-1]
+}
+
+// Activation names an elementwise nonlinearity.
+type Activation uint8
+
+// Activations.
+const (
+	SiLU Activation = iota
+	GELUTanh
+	GELU
+	ReLU
+)
+
+// ParseActivation maps a Hugging Face hidden_act name to an Activation.
+func ParseActivation(name string) (Activation, error) {
+	switch name {
+	case "silu", "swish":
+		return SiLU, nil
+	case "gelu_pytorch_tanh", "gelu_new", "gelu_fast", "gelu_tanh":
+		return GELUTanh, nil
+	case "gelu":
+		return GELU, nil
+	case "relu":
+		return ReLU, nil
+	}
+	return 0, fmt.Errorf("unsupported activation %q", name)
+}
+
+// Rope describes rotary position embedding for one attention layer type.
+type Rope struct {
+	// Dims is the number of leading dimensions of each head that rotate
+	// (HeadDim for full rotary, less for partial rotary). Even.
+	Dims int
+	// InvFreq holds Dims/2 inverse frequencies.
+	InvFreq []float32
+	// Scale multiplies cos and sin (YaRN's attention factor); 1 otherwise.
+	Scale float32
+	// Interleaved rotates adjacent pairs (x0,x1),(x2,x3)… instead of the
+	// Hugging Face half split (x_i, x_{i+Dims/2}).
+	Interleaved bool
+}
+
+// Attention describes one attention call.
+type Attention struct {
+	Heads, KVHeads, HeadDim int
+	// Scale multiplies q·k before the soft cap and softmax.
+	Scale float32
+	// SoftCap, when positive, applies cap·tanh(s/cap) to the scores.
+	SoftCap float32
+	// Window, when positive, lets a query at position p see keys at
+	// positions p-Window+1 … p only.
+	Window int
+	// Sinks, when set, holds one learned logit per head that joins the
+	// softmax denominator (gpt-oss).
+	Sinks *Tensor
+}
+
+// KVCache holds the keys and values of one attention layer for one sequence.
+// A cache with Ring set keeps only the last Capacity positions (a sliding
+// window layer); otherwise it holds positions 0 … Capacity-1.
+type KVCache struct {
+	K, V     *Tensor // [Capacity, KVHeads*HeadDim]
+	Capacity int
+	Ring     bool
+}
+
+// Backend executes tensor operations. Operations may be asynchronous; Read
+// synchronises. A backend is used by one goroutine at a time.
+type Backend interface {
+	// Name identifies the backend and device, for example "cpu (2 threads, avx512)".
+	Name() string
+
+	// Weight makes stored data (often a slice of a memory-mapped file) a
+	// tensor on the backend, without widening it. The data must outlive the
+	// tensor.
+	Weight(dtype DType, shape []int, data []byte) (*Tensor, error)
+	// Alloc returns a zeroed tensor of the given type and shape.
+	Alloc(dtype DType, shape ...int) *Tensor
+	// Free releases a tensor from Alloc.
+	Free(t *Tensor)
+	// Upload copies host float32 values into an F32 tensor.
+	Upload(dst *Tensor, src []float32)
+	// UploadInts copies host int32 values into an I32 tensor.
+	UploadInts(dst *Tensor, src []int32)
+	// Read copies an F32 tensor (the first len(dst) elements) to the host.
+	Read(dst []float32, src *Tensor)
+	// View returns rows [from, to) of a tensor without copying.
+	View(t *Tensor, from, to int) *Tensor
+
+	// Embed gathers rows of table (any float dtype) for the token ids.
+	Embed(dst, table, ids *Tensor)
+	// MatMul computes dst[n, m] = x[n, k] · w[m, k]ᵀ.
+	MatMul(dst, x, w *Tensor)
+	// Add computes dst = a + b; b may be one row broadcast over a's rows.
+	Add(dst, a, b *Tensor)
+	// Mul computes dst = a ⊙ b; b may be one row broadcast over a's rows.
+	Mul(dst, a, b *Tensor)
+	// Scale computes dst = x · s.
+	Scale(dst, x *Tensor, s float32)
+	// RMSNorm normalises each group of len(w) values of every row:
+	// x / sqrt(mean(x²) + eps) · (w + offset). A weight shorter than the row
+	// normalises each head separately (q/k norms). w may be nil (no weight).
+	RMSNorm(dst, x, w *Tensor, eps, offset float32)
+	// LayerNorm computes (x - mean) / sqrt(var + eps) · w + b per row; b may be nil.
+	LayerNorm(dst, x, w, b *Tensor, eps float32)
+	// Activate applies an activation elementwise.
+	Activate(dst, x *Tensor, act Activation)
+	// GLU computes dst = act(gate) ⊙ up.
+	GLU(dst, gate, up *Tensor, act Activation)
+	// SoftCap computes dst = cap · tanh(x / cap).
+	SoftCap(dst, x *Tensor, cap float32)
+	// Columns copies columns [from, to) of every row of x into dst.
+	Columns(dst, x *Tensor, from int)
+	// RoPE rotates each head of x (rows at positions pos) in place.
+	RoPE(x, pos *Tensor, heads int, r *Rope)
+	// Attend computes attention of q [n, Heads*HeadDim] at positions pos
+	// over the cache and the new keys k and values v [n, KVHeads*HeadDim]
+	// (causal), writes the result to dst [n, Heads*HeadDim], then stores k and
+	// v in the cache. Positions are consecutive; pos[0] equals the number of
+	// positions already in the cache.
+	Attend(dst, q, k, v *Tensor, cache *KVCache, pos *Tensor, a *Attention)
+	// NewKVCache allocates a cache of capacity positions of width kvDim.
+	NewKVCache(capacity, kvDim int, ring bool) *KVCache
+}

@@ -1,0 +1,455 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"lem/compute"
+	"lem/internal/half"
+)
+
+// Backend is the CPU implementation of compute.Backend. Float32 tensors are
+// []float32, stored weights are []byte in their dtype, I32 tensors are []int32.
+type Backend struct {
+	threads int
+}
+
+// New returns a CPU backend using the given number of threads (0: all cores).
+func New(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	return &Backend{threads: threads}
+}
+
+var _ compute.Backend = (*Backend)(nil)
+
+// Name implements compute.Backend.
+func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
+
+// Threads returns the number of worker threads.
+func (b *Backend) Threads() int { return b.threads }
+
+func f32(t *compute.Tensor) []float32 { return t.Buf.([]float32) }
+
+// Weight implements compute.Backend. The data is used in place.
+func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*compute.Tensor, error) {
+	t := &compute.Tensor{DType: dtype, Shape: append([]int(nil), shape...)}
+	if want := t.Len() * dtype.Size(); len(data) != want {
+		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
+	}
+	switch dtype {
+	case compute.F32:
+		t.Buf = bytesToF32(data)
+	case compute.BF16, compute.F16:
+		t.Buf = data
+	default:
+		return nil, fmt.Errorf("weight dtype %s not supported on the CPU", dtype)
+	}
+	return t, nil
+}
+
+// bytesToF32 decodes little-endian float32 values (copying, since mapped
+// data need not be aligned).
+func bytesToF32(data []byte) []float32 {
+	out := make([]float32, len(data)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+	}
+	return out
+}
+
+// Alloc implements compute.Backend.
+func (b *Backend) Alloc(dtype compute.DType, shape ...int) *compute.Tensor {
+	t := &compute.Tensor{DType: dtype, Shape: append([]int(nil), shape...)}
+	switch dtype {
+	case compute.F32:
+		t.Buf = make([]float32, t.Len())
+	case compute.I32:
+		t.Buf = make([]int32, t.Len())
+	default:
+		t.Buf = make([]byte, t.Len()*dtype.Size())
+	}
+	return t
+}
+
+// Free implements compute.Backend; the garbage collector reclaims CPU memory.
+func (b *Backend) Free(t *compute.Tensor) { t.Buf = nil }
+
+// Upload implements compute.Backend.
+func (b *Backend) Upload(dst *compute.Tensor, src []float32) { copy(f32(dst), src) }
+
+// UploadInts implements compute.Backend.
+func (b *Backend) UploadInts(dst *compute.Tensor, src []int32) { copy(dst.Buf.([]int32), src) }
+
+// Read implements compute.Backend.
+func (b *Backend) Read(dst []float32, src *compute.Tensor) { copy(dst, f32(src)) }
+
+// View implements compute.Backend.
+func (b *Backend) View(t *compute.Tensor, from, to int) *compute.Tensor {
+	cols := t.Cols()
+	shape := append([]int{to - from}, t.Shape[1:]...)
+	v := &compute.Tensor{DType: t.DType, Shape: shape}
+	switch buf := t.Buf.(type) {
+	case []float32:
+		v.Buf = buf[from*cols : to*cols]
+	case []int32:
+		v.Buf = buf[from*cols : to*cols]
+	case []byte:
+		es := t.DType.Size()
+		v.Buf = buf[from*cols*es : to*cols*es]
+	}
+	return v
+}
+
+// row decodes row r of a weight or activation tensor into dst.
+func row(dst []float32, t *compute.Tensor, r int) {
+	n := t.Cols()
+	switch buf := t.Buf.(type) {
+	case []float32:
+		copy(dst, buf[r*n:(r+1)*n])
+	case []byte:
+		src := buf[r*n*2 : (r+1)*n*2]
+		if t.DType == compute.BF16 {
+			half.BF16sToF32s(dst[:n], src)
+		} else {
+			half.F16sToF32s(dst[:n], src)
+		}
+	}
+}
+
+// Embed implements compute.Backend.
+func (b *Backend) Embed(dst, table, ids *compute.Tensor) {
+	d := f32(dst)
+	cols := table.Cols()
+	for i, id := range ids.Buf.([]int32) {
+		row(d[i*cols:(i+1)*cols], table, int(id))
+	}
+}
+
+// parallel runs fn over [0, n) split into contiguous ranges, one per thread.
+func (b *Backend) parallel(n int, fn func(lo, hi int)) {
+	t := min(b.threads, n)
+	if t <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range t {
+		lo, hi := i*n/t, (i+1)*n/t
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// MatMul implements compute.Backend.
+func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
+	n, k, m := x.Rows(), x.Cols(), w.Rows()
+	if w.Cols() != k {
+		panic(fmt.Sprintf("matmul: x has %d columns, w has %d", k, w.Cols()))
+	}
+	xs, d := f32(x), f32(dst)
+	b.parallel(m, func(lo, hi int) {
+		wr := make([]float32, k)
+		for j := lo; j < hi; j++ {
+			row(wr, w, j)
+			for i := range n {
+				d[i*m+j] = dot(xs[i*k:(i+1)*k], wr)
+			}
+		}
+	})
+}
+
+func dot(a, b []float32) float32 {
+	var s float32
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// broadcast applies op to a and b, repeating b's single row when it has one.
+func broadcast(dst, a, bt *compute.Tensor, op func(x, y float32) float32) {
+	d, as, bs := f32(dst), f32(a), f32(bt)
+	if len(bs) == len(as) {
+		for i := range as {
+			d[i] = op(as[i], bs[i])
+		}
+		return
+	}
+	c := len(bs)
+	for i := range as {
+		d[i] = op(as[i], bs[i%c])
+	}
+}
+
+// Add implements compute.Backend.
+func (b *Backend) Add(dst, x, y *compute.Tensor) {
+	broadcast(dst, x, b.asF32(y), func(p, q float32) float32 { return p + q })
+}
+
+// Mul implements compute.Backend.
+func (b *Backend) Mul(dst, x, y *compute.Tensor) {
+	broadcast(dst, x, b.asF32(y), func(p, q float32) float32 { return p * q })
+}
+
+// asF32 returns t as an F32 tensor, widening stored weights (small vectors
+// such as biases and norm weights).
+func (b *Backend) asF32(t *compute.Tensor) *compute.Tensor {
+	if t.DType == compute.F32 {
+		return t
+	}
+	out := &compute.Tensor{DType: compute.F32, Shape: t.Shape, Buf: make([]float32, t.Len())}
+	buf := out.Buf.([]float32)
+	for r := range t.Rows() {
+		row(buf[r*t.Cols():(r+1)*t.Cols()], t, r)
+	}
+	return out
+}
+
+// Scale implements compute.Backend.
+func (b *Backend) Scale(dst, x *compute.Tensor, s float32) {
+	d, xs := f32(dst), f32(x)
+	for i := range xs {
+		d[i] = xs[i] * s
+	}
+}
+
+// RMSNorm implements compute.Backend.
+func (b *Backend) RMSNorm(dst, x, w *compute.Tensor, eps, offset float32) {
+	d, xs := f32(dst), f32(x)
+	g := x.Cols()
+	var ws []float32
+	if w != nil {
+		ws = f32(b.asF32(w))
+		g = len(ws)
+	}
+	for lo := 0; lo < len(xs); lo += g {
+		v := xs[lo : lo+g]
+		var ss float64
+		for _, e := range v {
+			ss += float64(e) * float64(e)
+		}
+		inv := float32(1 / math.Sqrt(ss/float64(g)+float64(eps)))
+		o := d[lo : lo+g]
+		for i, e := range v {
+			if ws != nil {
+				o[i] = e * inv * (ws[i] + offset)
+			} else {
+				o[i] = e * inv
+			}
+		}
+	}
+}
+
+// LayerNorm implements compute.Backend.
+func (b *Backend) LayerNorm(dst, x, w, bias *compute.Tensor, eps float32) {
+	d, xs := f32(dst), f32(x)
+	ws := f32(b.asF32(w))
+	var bs []float32
+	if bias != nil {
+		bs = f32(b.asF32(bias))
+	}
+	g := x.Cols()
+	for lo := 0; lo < len(xs); lo += g {
+		v := xs[lo : lo+g]
+		var mean, vr float64
+		for _, e := range v {
+			mean += float64(e)
+		}
+		mean /= float64(g)
+		for _, e := range v {
+			vr += (float64(e) - mean) * (float64(e) - mean)
+		}
+		inv := 1 / math.Sqrt(vr/float64(g)+float64(eps))
+		for i, e := range v {
+			o := float32((float64(e)-mean)*inv) * ws[i]
+			if bs != nil {
+				o += bs[i]
+			}
+			d[lo+i] = o
+		}
+	}
+}
+
+func activate(x float32, act compute.Activation) float32 {
+	switch act {
+	case compute.SiLU:
+		return x / (1 + float32(math.Exp(float64(-x))))
+	case compute.GELUTanh:
+		const c = 0.7978845608028654 // sqrt(2/pi)
+		xf := float64(x)
+		return float32(0.5 * xf * (1 + math.Tanh(c*(xf+0.044715*xf*xf*xf))))
+	case compute.GELU:
+		return float32(0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2)))
+	case compute.ReLU:
+		return max(x, 0)
+	}
+	panic("unknown activation")
+}
+
+// Activate implements compute.Backend.
+func (b *Backend) Activate(dst, x *compute.Tensor, act compute.Activation) {
+	d, xs := f32(dst), f32(x)
+	for i, e := range xs {
+		d[i] = activate(e, act)
+	}
+}
+
+// GLU implements compute.Backend.
+func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
+	d, g, u := f32(dst), f32(gate), f32(up)
+	for i := range g {
+		d[i] = activate(g[i], act) * u[i]
+	}
+}
+
+// SoftCap implements compute.Backend.
+func (b *Backend) SoftCap(dst, x *compute.Tensor, c float32) {
+	d, xs := f32(dst), f32(x)
+	for i, e := range xs {
+		d[i] = c * float32(math.Tanh(float64(e/c)))
+	}
+}
+
+// Columns implements compute.Backend.
+func (b *Backend) Columns(dst, x *compute.Tensor, from int) {
+	d, xs := f32(dst), f32(x)
+	dc, xc := dst.Cols(), x.Cols()
+	for r := range x.Rows() {
+		copy(d[r*dc:(r+1)*dc], xs[r*xc+from:r*xc+from+dc])
+	}
+}
+
+// RoPE implements compute.Backend.
+func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
+	xs := f32(x)
+	ps := pos.Buf.([]int32)
+	cols := x.Cols()
+	hd := cols / heads
+	half := r.Dims / 2
+	cos := make([]float32, half)
+	sin := make([]float32, half)
+	for i, p := range ps {
+		for j, f := range r.InvFreq {
+			a := float32(p) * f
+			cos[j] = float32(math.Cos(float64(a))) * r.Scale
+			sin[j] = float32(math.Sin(float64(a))) * r.Scale
+		}
+		for h := range heads {
+			v := xs[i*cols+h*hd : i*cols+h*hd+r.Dims]
+			for j := range half {
+				var a, c *float32
+				if r.Interleaved {
+					a, c = &v[2*j], &v[2*j+1]
+				} else {
+					a, c = &v[j], &v[j+half]
+				}
+				x0, x1 := *a, *c
+				*a = x0*cos[j] - x1*sin[j]
+				*c = x1*cos[j] + x0*sin[j]
+			}
+		}
+	}
+}
+
+// NewKVCache implements compute.Backend.
+func (b *Backend) NewKVCache(capacity, kvDim int, ring bool) *compute.KVCache {
+	return &compute.KVCache{
+		K:        b.Alloc(compute.F32, capacity, kvDim),
+		V:        b.Alloc(compute.F32, capacity, kvDim),
+		Capacity: capacity,
+		Ring:     ring,
+	}
+}
+
+// Attend implements compute.Backend.
+func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) {
+	ps := pos.Buf.([]int32)
+	n := len(ps)
+	start := int(ps[0])
+	hd := a.HeadDim
+	qc, kc := a.Heads*hd, a.KVHeads*hd
+	qs, ks, vs, out := f32(q), f32(k), f32(v), f32(dst)
+	cks, cvs := f32(cache.K), f32(cache.V)
+	group := a.Heads / a.KVHeads
+	var sinks []float32
+	if a.Sinks != nil {
+		sinks = f32(b.asF32(a.Sinks))
+	}
+	keyRow := func(j int) (kr, vr []float32) {
+		if j >= start {
+			o := (j - start) * kc
+			return ks[o : o+kc], vs[o : o+kc]
+		}
+		slot := j
+		if cache.Ring {
+			slot = j % cache.Capacity
+		}
+		return cks[slot*kc : (slot+1)*kc], cvs[slot*kc : (slot+1)*kc]
+	}
+	b.parallel(n*a.Heads, func(lo, hi int) {
+		scores := make([]float32, start+n)
+		for t := lo; t < hi; t++ {
+			i, h := t/a.Heads, t%a.Heads
+			p := start + i
+			first := 0
+			if a.Window > 0 {
+				first = max(0, p-a.Window+1)
+			}
+			qv := qs[i*qc+h*hd : i*qc+(h+1)*hd]
+			ko := (h / group) * hd
+			mx := float32(math.Inf(-1))
+			for j := first; j <= p; j++ {
+				kr, _ := keyRow(j)
+				s := dot(qv, kr[ko:ko+hd]) * a.Scale
+				if a.SoftCap > 0 {
+					s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
+				}
+				scores[j] = s
+				mx = max(mx, s)
+			}
+			if sinks != nil {
+				mx = max(mx, sinks[h])
+			}
+			var sum float32
+			for j := first; j <= p; j++ {
+				e := float32(math.Exp(float64(scores[j] - mx)))
+				scores[j] = e
+				sum += e
+			}
+			if sinks != nil {
+				sum += float32(math.Exp(float64(sinks[h] - mx)))
+			}
+			o := out[i*qc+h*hd : i*qc+(h+1)*hd]
+			clear(o)
+			for j := first; j <= p; j++ {
+				_, vr := keyRow(j)
+				w := scores[j] / sum
+				for e, x := range vr[ko : ko+hd] {
+					o[e] += w * x
+				}
+			}
+		}
+	})
+	// Store the new keys and values.
+	for i := range n {
+		p := start + i
+		slot := p
+		if cache.Ring {
+			if p < start+n-cache.Capacity {
+				continue
+			}
+			slot = p % cache.Capacity
+		}
+		copy(cks[slot*kc:(slot+1)*kc], ks[i*kc:(i+1)*kc])
+		copy(cvs[slot*kc:(slot+1)*kc], vs[i*kc:(i+1)*kc])
+	}
+}

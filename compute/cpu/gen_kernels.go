@@ -1,0 +1,382 @@
+//go:build ignore
+
+// gen_kernels writes matmul_amd64.s and matmul_amd64.go: the AVX2 and
+// AVX-512 micro-kernels of MatMul. Run it with go generate.
+//
+// Every kernel computes an R×C block of dot products: R activation rows
+// (packed float32, see packX) times C weight rows (bf16, f16 or f32 bytes),
+// over a.k elements, and stores the sums in a.out[t*8+r]. Row pointers come
+// from the kargs struct, so the caller can repeat a pointer to pad a block at
+// the edge of the matrix. The vector register file holds R×C accumulators.
+//
+// bf16 is widened without shuffles: a vector of 2n bf16 values read as n
+// 32-bit lanes gives the even elements by a left shift of 16 and the odd
+// elements by masking off the low 16 bits. packX stores each block of
+// activations as its even elements followed by its odd elements to match.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"go/format"
+	"log"
+	"os"
+	"strings"
+)
+
+// kargs offsets; TestKargsLayout checks them against the Go struct.
+const (
+	offX   = 0
+	offW   = 64
+	offK   = 128
+	offOut = 136
+)
+
+type isa struct {
+	name  string // Go name part: AVX2 or AVX512
+	reg   string // vector register prefix
+	nreg  int
+	blk   int // elements per step
+	masks bool
+}
+
+var (
+	avx2   = isa{"AVX2", "Y", 16, 16, false}
+	avx512 = isa{"AVX512", "Z", 32, 32, true}
+)
+
+type dtype struct {
+	name string
+	es   int // element size in bytes
+}
+
+var (
+	bf16 = dtype{"BF16", 2}
+	f16  = dtype{"F16", 2}
+	f32  = dtype{"F32", 4}
+)
+
+type kernel struct {
+	isa  isa
+	dt   dtype
+	r, c int
+	xmem bool // read activations as FMA memory operands instead of registers
+	pf   int  // prefetch distance in weight bytes, 0 for none
+}
+
+func (k kernel) name() string {
+	m := ""
+	if k.xmem {
+		m = "m"
+	}
+	if k.pf > 0 {
+		m += fmt.Sprintf("p%d", k.pf)
+	}
+	return fmt.Sprintf("k%s%sR%dC%d%s", k.isa.name, k.dt.name, k.r, k.c, m)
+}
+
+// gprs the kernels may use: not SP, BP (frame pointer) or R15 (GOT base in
+// dynamically linked code).
+var gprs = []string{"BX", "SI", "R8", "R9", "R10", "R11", "R12", "R13", "R14", "DI"}
+
+type gen struct {
+	b bytes.Buffer
+}
+
+func (g *gen) p(format string, args ...any) {
+	fmt.Fprintf(&g.b, "\t"+format+"\n", args...)
+}
+
+func (g *gen) label(l string) { fmt.Fprintf(&g.b, "%s:\n", l) }
+
+func (g *gen) kernel(k kernel) {
+	I := k.isa
+	if k.r+k.c > len(gprs) {
+		log.Fatalf("%s: too many row pointers", k.name())
+	}
+	nacc := k.r * k.c
+	// Register plan: accumulators first, then activations, weights, mask.
+	mask := I.nreg - 1
+	wreg := I.nreg - 2
+	xbase := nacc
+	nx := k.r
+	if k.xmem {
+		nx = 0
+	}
+	if nacc+nx+2 > I.nreg {
+		log.Fatalf("%s: needs %d vector registers", k.name(), nacc+nx+2)
+	}
+	v := func(i int) string { return fmt.Sprintf("%s%d", I.reg, i) }
+	acc := func(t, r int) string { return v(t*k.c + r) }
+	xp := func(t int) string { return gprs[t] }
+	wp := func(r int) string { return gprs[k.r+r] }
+	xscale := 4 / k.dt.es    // activation bytes per weight byte
+	wstep := I.blk * k.dt.es // weight bytes per step
+	half := I.blk / 2        // elements per half step
+	xhalf := half * 4        // activation bytes per half step
+	name := k.name()
+
+	fmt.Fprintf(&g.b, "\n// func %s(a *kargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
+	g.p("MOVQ a+0(FP), DI")
+	g.p("MOVQ %d(DI), CX", offK)
+	for t := 0; t < k.r; t++ {
+		g.p("MOVQ %d(DI), %s", offX+8*t, xp(t))
+	}
+	for r := 0; r < k.c; r++ {
+		g.p("MOVQ %d(DI), %s", offW+8*r, wp(r))
+	}
+	if k.dt == bf16 {
+		g.p("MOVL $0xffff0000, AX")
+		if I.masks {
+			g.p("VPBROADCASTD AX, %s", v(mask))
+		} else {
+			g.p("VMOVD AX, X%d", mask)
+			g.p("VPBROADCASTD X%d, %s", mask, v(mask))
+		}
+	}
+	for i := 0; i < nacc; i++ {
+		if I.masks {
+			g.p("VPXORD %s, %s, %s", v(i), v(i), v(i))
+		} else {
+			g.p("VXORPS %s, %s, %s", v(i), v(i), v(i))
+		}
+	}
+	// DX = elements left for the masked tail, CX = end of the main loop in
+	// weight bytes.
+	g.p("MOVQ CX, DX")
+	g.p("ANDQ $%d, DX", I.blk-1)
+	g.p("SUBQ DX, CX")
+	if k.dt.es == 2 {
+		g.p("SHLQ $1, CX")
+	} else {
+		g.p("SHLQ $2, CX")
+	}
+	g.p("XORQ AX, AX")
+	g.p("CMPQ AX, CX")
+	g.p("JAE %s_tail", name)
+	g.label(name + "_loop")
+	g.step(k, v, acc, xp, wp, xscale, half, xhalf, xbase, wreg, mask, false)
+	if k.pf > 0 {
+		for r := 0; r < k.c; r++ {
+			for off := 0; off < wstep; off += 64 {
+				g.p("PREFETCHT0 %d(%s)(AX*1)", k.pf+off, wp(r))
+			}
+		}
+	}
+	g.p("ADDQ $%d, AX", wstep)
+	g.p("CMPQ AX, CX")
+	g.p("JB %s_loop", name)
+	g.label(name + "_tail")
+	if I.masks {
+		g.p("TESTQ DX, DX")
+		g.p("JZ %s_reduce", name)
+		g.p("MOVQ DX, CX")
+		g.p("MOVL $1, DX")
+		g.p("SHLL CX, DX")
+		g.p("DECL DX")
+		g.p("KMOVD DX, K1")
+		g.p("KSHIFTRD $16, K1, K2")
+		g.step(k, v, acc, xp, wp, xscale, half, xhalf, xbase, wreg, mask, true)
+		g.label(name + "_reduce")
+	}
+	g.reduce(k, v, acc, xbase)
+	g.p("VZEROUPPER")
+	g.p("RET")
+}
+
+// step emits one block of I.blk elements: two halves, each loading the
+// activations of R rows and then, per weight row, widening it and issuing R
+// FMAs. With tail set, weight loads are masked by K1 (elements) and K2.
+func (g *gen) step(k kernel, v func(int) string, acc func(int, int) string,
+	xp, wp func(int) string, xscale, half, xhalf, xbase, wreg, mask int, tail bool) {
+	I := k.isa
+	W := v(wreg)
+	wmem := func(r, off int) string {
+		if off == 0 {
+			return fmt.Sprintf("(%s)(AX*1)", wp(r))
+		}
+		return fmt.Sprintf("%d(%s)(AX*1)", off, wp(r))
+	}
+	xmem := func(t, off int) string {
+		if off == 0 {
+			return fmt.Sprintf("(%s)(AX*%d)", xp(t), xscale)
+		}
+		return fmt.Sprintf("%d(%s)(AX*%d)", off, xp(t), xscale)
+	}
+	lowHalf := strings.Replace(W, I.reg, "Y", 1)
+	if I.reg == "Y" {
+		lowHalf = strings.Replace(W, "Y", "X", 1)
+	}
+	for h := 0; h < 2; h++ {
+		if !k.xmem {
+			for t := 0; t < k.r; t++ {
+				g.p("VMOVUPS %s, %s", xmem(t, h*xhalf), v(xbase+t))
+			}
+		}
+		for r := 0; r < k.c; r++ {
+			switch {
+			case k.dt == bf16 && !tail:
+				if h == 0 {
+					if I.masks {
+						g.p("VPSLLD $16, %s, %s", wmem(r, 0), W)
+					} else {
+						g.p("VMOVDQU %s, %s", wmem(r, 0), W)
+						g.p("VPSLLD $16, %s, %s", W, W)
+					}
+				} else {
+					if I.masks {
+						g.p("VPANDD %s, %s, %s", wmem(r, 0), v(mask), W)
+					} else {
+						g.p("VPAND %s, %s, %s", wmem(r, 0), v(mask), W)
+					}
+				}
+			case k.dt == bf16 && tail:
+				g.p("VMOVDQU16.Z %s, K1, %s", wmem(r, 0), W)
+				if h == 0 {
+					g.p("VPSLLD $16, %s, %s", W, W)
+				} else {
+					g.p("VPANDD %s, %s, %s", W, v(mask), W)
+				}
+			case k.dt == f16 && !tail:
+				g.p("VCVTPH2PS %s, %s", wmem(r, h*half*2), W)
+			case k.dt == f16 && tail:
+				g.p("VMOVDQU16.Z %s, K%d, %s", wmem(r, h*half*2), h+1, lowHalf)
+				g.p("VCVTPH2PS %s, %s", lowHalf, W)
+			case k.dt == f32 && !tail:
+				g.p("VMOVUPS %s, %s", wmem(r, h*half*4), W)
+			case k.dt == f32 && tail:
+				g.p("VMOVUPS.Z %s, K%d, %s", wmem(r, h*half*4), h+1, W)
+			}
+			for t := 0; t < k.r; t++ {
+				if k.xmem {
+					g.p("VFMADD231PS %s, %s, %s", xmem(t, h*xhalf), W, acc(t, r))
+				} else {
+					g.p("VFMADD231PS %s, %s, %s", v(xbase+t), W, acc(t, r))
+				}
+			}
+		}
+	}
+}
+
+// reduce sums each accumulator's lanes and stores the C sums of token t at
+// a.out[t*8:]. Groups of four accumulators are transposed with unpack
+// instructions and added, one 128-bit store per group.
+func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xbase int) {
+	I := k.isa
+	x := func(s string) string { return "X" + s[1:] }
+	y := func(s string) string { return "Y" + s[1:] }
+	// Temporaries: registers past the accumulators.
+	t0, t1, t2 := v(xbase), v(xbase+1), v(xbase+2)
+	if k.xmem || k.r < 3 {
+		t0, t1, t2 = v(I.nreg-4), v(I.nreg-3), v(I.nreg-2)
+	}
+	g.p("MOVQ a+0(FP), DI")
+	for t := 0; t < k.r; t++ {
+		for r := 0; r < k.c; r++ {
+			a := acc(t, r)
+			if I.masks {
+				g.p("VEXTRACTF64X4 $1, %s, %s", a, y(t0))
+				g.p("VADDPS %s, %s, %s", y(t0), y(a), y(a))
+				g.p("VEXTRACTF32X4 $1, %s, %s", y(a), x(t0))
+			} else {
+				g.p("VEXTRACTF128 $1, %s, %s", a, x(t0))
+			}
+			g.p("VADDPS %s, %s, %s", x(t0), x(a), x(a))
+		}
+		for r0 := 0; r0 < k.c; r0 += 4 {
+			var s [4]string
+			for i := range s {
+				s[i] = x(acc(t, min(r0+i, k.c-1)))
+			}
+			g.p("VUNPCKLPS %s, %s, %s", s[1], s[0], x(t0))
+			g.p("VUNPCKHPS %s, %s, %s", s[1], s[0], x(t1))
+			g.p("VADDPS %s, %s, %s", x(t1), x(t0), x(t0))
+			g.p("VUNPCKLPS %s, %s, %s", s[3], s[2], x(t1))
+			g.p("VUNPCKHPS %s, %s, %s", s[3], s[2], x(t2))
+			g.p("VADDPS %s, %s, %s", x(t2), x(t1), x(t1))
+			g.p("VUNPCKLPD %s, %s, %s", x(t1), x(t0), x(t2))
+			g.p("VUNPCKHPD %s, %s, %s", x(t1), x(t0), x(t0))
+			g.p("VADDPS %s, %s, %s", x(t2), x(t0), x(t0))
+			g.p("VMOVUPS %s, %d(DI)", x(t0), offOut+4*(t*8+r0))
+		}
+	}
+}
+
+// The kernels MatMul uses: one for blocks of tokens (GEMM) and one for a
+// single token (GEMV), per instruction set and weight type.
+type config struct {
+	isa        isa
+	gemm, gemv kernel
+}
+
+func configs() []config {
+	var cs []config
+	for _, dt := range []dtype{bf16, f16, f32} {
+		cs = append(cs, config{avx512,
+			kernel{avx512, dt, 4, 6, false, 0},
+			kernel{avx512, dt, 1, 8, false, 0}})
+	}
+	for _, dt := range []dtype{bf16, f16, f32} {
+		cs = append(cs, config{avx2,
+			kernel{avx2, dt, 3, 4, true, 0},
+			kernel{avx2, dt, 1, 8, false, 0}})
+	}
+	return cs
+}
+
+// extra kernels generated for benchmarking other block shapes.
+var extra = []kernel{
+	{avx512, bf16, 4, 5, false, 0},
+	{avx512, bf16, 6, 4, true, 0},
+	{avx512, bf16, 1, 4, false, 0},
+	{avx512, bf16, 1, 8, false, 512},
+	{avx512, bf16, 1, 8, false, 1024},
+	{avx512, bf16, 1, 4, false, 1024},
+	{avx2, bf16, 2, 5, false, 0},
+	{avx2, bf16, 1, 4, false, 0},
+}
+
+func main() {
+	var s gen
+	s.b.WriteString("// Code generated by gen_kernels.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\n#include \"textflag.h\"\n")
+	var decl bytes.Buffer
+	decl.WriteString("// Code generated by gen_kernels.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\npackage cpu\n\nimport \"lem/compute\"\n\n")
+	seen := map[string]bool{}
+	add := func(k kernel) {
+		if seen[k.name()] {
+			return
+		}
+		seen[k.name()] = true
+		s.kernel(k)
+		fmt.Fprintf(&decl, "//go:noescape\nfunc %s(a *kargs)\n\n", k.name())
+	}
+	cs := configs()
+	for _, c := range cs {
+		add(c.gemm)
+		add(c.gemv)
+	}
+	for _, k := range extra {
+		add(k)
+	}
+	decl.WriteString("// asmKernels lists the generated kernels per instruction set and weight type.\nvar asmKernels = []kernelSet{\n")
+	for _, c := range cs {
+		fmt.Fprintf(&decl, "\t{level: level%s, dtype: compute.%s, blk: %d, masked: %v, gemm: %s, gemmR: %d, gemmC: %d, gemv: %s, gemvC: %d},\n",
+			c.isa.name, c.gemm.dt.name, c.isa.blk, c.isa.masks, c.gemm.name(), c.gemm.r, c.gemm.c, c.gemv.name(), c.gemv.c)
+	}
+	decl.WriteString("}\n\n// extraKernels are other block shapes, for benchmarks.\nvar extraKernels = []kernelSet{\n")
+	for _, k := range extra {
+		fmt.Fprintf(&decl, "\t{level: level%s, dtype: compute.%s, blk: %d, masked: %v, gemm: %s, gemmR: %d, gemmC: %d},\n",
+			k.isa.name, k.dt.name, k.isa.blk, k.isa.masks, k.name(), k.r, k.c)
+	}
+	decl.WriteString("}\n")
+	src, err := format.Source(decl.Bytes())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile("matmul_amd64.s", s.b.Bytes(), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile("matmul_amd64.go", src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package cpu
+
+// detectLevel returns levelGeneric: this build has no assembly kernels.
+func detectLevel() level { return levelGeneric }
+
+var asmKernels []kernelSet

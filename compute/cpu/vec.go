@@ -1,0 +1,212 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"lem/compute"
+)
+
+// The vector kernels below work on one row at a time. With AVX2 available
+// the assembly handles the largest multiple of 8 elements and Go the rest.
+
+// vecAsm reports whether the AVX2 vector kernels may run on n elements,
+// and returns how many of them they handle.
+func vecAsm(n int) (int, bool) {
+	if active < levelAVX2 || n < 8 {
+		return 0, false
+	}
+	return n &^ 7, true
+}
+
+func checkLen(op string, n int, lens ...int) {
+	for _, l := range lens {
+		if l < n {
+			panic(fmt.Sprintf("cpu: %s of %d values with a slice of %d", op, n, l))
+		}
+	}
+}
+
+// Dot returns a·b over len(a) elements; b must be at least as long.
+func Dot(a, b []float32) float32 {
+	n := len(a)
+	checkLen("Dot", n, len(b))
+	var s float32
+	if m, ok := vecAsm(n); ok {
+		s = dotAVX2(&a[0], &b[0], m)
+		a, b = a[m:], b[m:n]
+	}
+	return s + dotGeneric(a, b)
+}
+
+// Axpy computes y += alpha·x over len(y) elements; x must be at least as
+// long.
+func Axpy(y []float32, alpha float32, x []float32) {
+	n := len(y)
+	checkLen("Axpy", n, len(x))
+	if m, ok := vecAsm(n); ok {
+		axpyAVX2(&y[0], alpha, &x[0], m)
+		y, x = y[m:], x[m:]
+	}
+	axpyGeneric(y, alpha, x)
+}
+
+func axpyGeneric(y []float32, alpha float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += alpha * x[i]
+	}
+}
+
+// Add computes dst = a + b over len(dst) elements.
+func Add(dst, a, b []float32) {
+	n := len(dst)
+	checkLen("Add", n, len(a), len(b))
+	if m, ok := vecAsm(n); ok {
+		addAVX2(&dst[0], &a[0], &b[0], m)
+		dst, a, b = dst[m:], a[m:], b[m:]
+	}
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + b[i]
+	}
+}
+
+// Mul computes dst = a ⊙ b over len(dst) elements.
+func Mul(dst, a, b []float32) {
+	n := len(dst)
+	checkLen("Mul", n, len(a), len(b))
+	if m, ok := vecAsm(n); ok {
+		mulAVX2(&dst[0], &a[0], &b[0], m)
+		dst, a, b = dst[m:], a[m:], b[m:]
+	}
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] * b[i]
+	}
+}
+
+// Scale computes x *= s.
+func Scale(x []float32, s float32) {
+	if m, ok := vecAsm(len(x)); ok {
+		scaleAVX2(&x[0], s, m)
+		x = x[m:]
+	}
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+// RMSNorm computes dst = x / sqrt(mean(x²) + eps) ⊙ w over len(x)
+// elements; dst and w must be at least as long. dst may be x.
+func RMSNorm(dst, x, w []float32, eps float32) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	checkLen("RMSNorm", n, len(dst), len(w))
+	ss := Dot(x, x)
+	s := float32(1 / math.Sqrt(float64(ss)/float64(n)+float64(eps)))
+	if m, ok := vecAsm(n); ok {
+		mulScaleAVX2(&dst[0], &x[0], &w[0], s, m)
+		dst, x, w = dst[m:], x[m:], w[m:]
+	}
+	dst, w = dst[:len(x)], w[:len(x)]
+	for i := range x {
+		dst[i] = x[i] * s * w[i]
+	}
+}
+
+// Softmax replaces x by exp(x - max x) / Σ exp(x - max x). Entries of -Inf
+// become 0.
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	mx := Max(x)
+	var sum float32
+	y := x
+	if m, ok := vecAsm(len(x)); ok {
+		sum = expSubAVX2(&x[0], mx, m)
+		y = x[m:]
+	}
+	for i, v := range y {
+		e := float32(math.Exp(float64(v - mx)))
+		y[i] = e
+		sum += e
+	}
+	Scale(x, 1/sum)
+}
+
+// Max returns the largest element of x (-Inf for an empty x).
+func Max(x []float32) float32 {
+	mx := float32(math.Inf(-1))
+	if m, ok := vecAsm(len(x)); ok {
+		mx = maxAVX2(&x[0], m)
+		x = x[m:]
+	}
+	for _, v := range x {
+		mx = max(mx, v)
+	}
+	return mx
+}
+
+// SiLU computes dst = x·sigmoid(x) over len(dst) elements. dst may be x.
+func SiLU(dst, x []float32) {
+	n := len(dst)
+	checkLen("SiLU", n, len(x))
+	if m, ok := vecAsm(n); ok {
+		siluAVX2(&dst[0], &x[0], m)
+		dst, x = dst[m:], x[m:]
+	}
+	x = x[:len(dst)]
+	for i, v := range x {
+		dst[i] = v / (1 + float32(math.Exp(float64(-v))))
+	}
+}
+
+// GELU computes the tanh approximation of GELU,
+// dst = x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³))), over len(dst) elements.
+// dst may be x.
+func GELU(dst, x []float32) {
+	n := len(dst)
+	checkLen("GELU", n, len(x))
+	if m, ok := vecAsm(n); ok {
+		geluAVX2(&dst[0], &x[0], m)
+		dst, x = dst[m:], x[m:]
+	}
+	x = x[:len(dst)]
+	for i, v := range x {
+		dst[i] = geluGeneric(v)
+	}
+}
+
+func geluGeneric(x float32) float32 {
+	const c = 0.7978845608028654 // √(2/π)
+	f := float64(x)
+	return float32(0.5 * f * (1 + math.Tanh(c*(f+0.044715*f*f*f))))
+}
+
+// ToF32 widens len(dst) little-endian values of type dt (compute.F32, F16
+// or BF16) from src into dst: an embedding lookup is ToF32 of a weight row.
+func ToF32(dst []float32, src []byte, dt compute.DType) {
+	n := len(dst)
+	checkLen("ToF32", n*dt.Size(), len(src))
+	if m, ok := vecAsm(n); ok {
+		switch dt {
+		case compute.BF16:
+			bf16ToF32AVX2(&dst[0], &src[0], m)
+		case compute.F16:
+			f16ToF32AVX2(&dst[0], &src[0], m)
+		default:
+			m = 0
+		}
+		dst, src = dst[m:], src[m*dt.Size():]
+	}
+	switch dt {
+	case compute.F32, compute.F16, compute.BF16:
+		widenGeneric(dst, src, dt)
+	default:
+		panic(fmt.Sprintf("cpu: ToF32 from %s", dt))
+	}
+}

@@ -1,0 +1,51 @@
+//go:build amd64 && !purego
+
+package cpu
+
+// Assembly in vec_amd64.s. Each handles n elements, n a multiple of 8.
+
+//go:noescape
+func dotAVX2(a, b *float32, n int) float32
+
+//go:noescape
+func axpyAVX2(y *float32, alpha float32, x *float32, n int)
+
+//go:noescape
+func addAVX2(dst, a, b *float32, n int)
+
+//go:noescape
+func mulAVX2(dst, a, b *float32, n int)
+
+//go:noescape
+func scaleAVX2(x *float32, s float32, n int)
+
+//go:noescape
+func mulScaleAVX2(dst, x, w *float32, s float32, n int)
+
+//go:noescape
+func maxAVX2(x *float32, n int) float32
+
+//go:noescape
+func expSubAVX2(x *float32, m float32, n int) float32
+
+//go:noescape
+func siluAVX2(dst, x *float32, n int)
+
+//go:noescape
+func geluAVX2(dst, x *float32, n int)
+
+//go:noescape
+func bf16ToF32AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func f16ToF32AVX2(dst *float32, src *byte, n int)
+
+// readSumAVX2 adds up n bytes (a multiple of 256) as uint64 words.
+//
+//go:noescape
+func readSumAVX2(p *byte, n int) uint64
+
+// readSumAVX512 adds up n bytes (a multiple of 512) as uint64 words.
+//
+//go:noescape
+func readSumAVX512(p *byte, n int) uint64

@@ -1,0 +1,529 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Constants of the vector kernels, each repeated over 8 lanes.
+DATA expHi<>+0(SB)/4, $0x42b00000
+DATA expHi<>+4(SB)/4, $0x42b00000
+DATA expHi<>+8(SB)/4, $0x42b00000
+DATA expHi<>+12(SB)/4, $0x42b00000
+DATA expHi<>+16(SB)/4, $0x42b00000
+DATA expHi<>+20(SB)/4, $0x42b00000
+DATA expHi<>+24(SB)/4, $0x42b00000
+DATA expHi<>+28(SB)/4, $0x42b00000
+GLOBL expHi<>(SB), RODATA|NOPTR, $32
+
+DATA expLo<>+0(SB)/4, $0xc2aeac4f
+DATA expLo<>+4(SB)/4, $0xc2aeac4f
+DATA expLo<>+8(SB)/4, $0xc2aeac4f
+DATA expLo<>+12(SB)/4, $0xc2aeac4f
+DATA expLo<>+16(SB)/4, $0xc2aeac4f
+DATA expLo<>+20(SB)/4, $0xc2aeac4f
+DATA expLo<>+24(SB)/4, $0xc2aeac4f
+DATA expLo<>+28(SB)/4, $0xc2aeac4f
+GLOBL expLo<>(SB), RODATA|NOPTR, $32
+
+DATA log2e<>+0(SB)/4, $0x3fb8aa3b
+DATA log2e<>+4(SB)/4, $0x3fb8aa3b
+DATA log2e<>+8(SB)/4, $0x3fb8aa3b
+DATA log2e<>+12(SB)/4, $0x3fb8aa3b
+DATA log2e<>+16(SB)/4, $0x3fb8aa3b
+DATA log2e<>+20(SB)/4, $0x3fb8aa3b
+DATA log2e<>+24(SB)/4, $0x3fb8aa3b
+DATA log2e<>+28(SB)/4, $0x3fb8aa3b
+GLOBL log2e<>(SB), RODATA|NOPTR, $32
+
+DATA ln2Hi<>+0(SB)/4, $0x3f318000
+DATA ln2Hi<>+4(SB)/4, $0x3f318000
+DATA ln2Hi<>+8(SB)/4, $0x3f318000
+DATA ln2Hi<>+12(SB)/4, $0x3f318000
+DATA ln2Hi<>+16(SB)/4, $0x3f318000
+DATA ln2Hi<>+20(SB)/4, $0x3f318000
+DATA ln2Hi<>+24(SB)/4, $0x3f318000
+DATA ln2Hi<>+28(SB)/4, $0x3f318000
+GLOBL ln2Hi<>(SB), RODATA|NOPTR, $32
+
+DATA ln2Lo<>+0(SB)/4, $0xb95e8083
+DATA ln2Lo<>+4(SB)/4, $0xb95e8083
+DATA ln2Lo<>+8(SB)/4, $0xb95e8083
+DATA ln2Lo<>+12(SB)/4, $0xb95e8083
+DATA ln2Lo<>+16(SB)/4, $0xb95e8083
+DATA ln2Lo<>+20(SB)/4, $0xb95e8083
+DATA ln2Lo<>+24(SB)/4, $0xb95e8083
+DATA ln2Lo<>+28(SB)/4, $0xb95e8083
+GLOBL ln2Lo<>(SB), RODATA|NOPTR, $32
+
+DATA one<>+0(SB)/4, $0x3f800000
+DATA one<>+4(SB)/4, $0x3f800000
+DATA one<>+8(SB)/4, $0x3f800000
+DATA one<>+12(SB)/4, $0x3f800000
+DATA one<>+16(SB)/4, $0x3f800000
+DATA one<>+20(SB)/4, $0x3f800000
+DATA one<>+24(SB)/4, $0x3f800000
+DATA one<>+28(SB)/4, $0x3f800000
+GLOBL one<>(SB), RODATA|NOPTR, $32
+
+DATA p2<>+0(SB)/4, $0x3f000000
+DATA p2<>+4(SB)/4, $0x3f000000
+DATA p2<>+8(SB)/4, $0x3f000000
+DATA p2<>+12(SB)/4, $0x3f000000
+DATA p2<>+16(SB)/4, $0x3f000000
+DATA p2<>+20(SB)/4, $0x3f000000
+DATA p2<>+24(SB)/4, $0x3f000000
+DATA p2<>+28(SB)/4, $0x3f000000
+GLOBL p2<>(SB), RODATA|NOPTR, $32
+
+DATA p3<>+0(SB)/4, $0x3e2aaaab
+DATA p3<>+4(SB)/4, $0x3e2aaaab
+DATA p3<>+8(SB)/4, $0x3e2aaaab
+DATA p3<>+12(SB)/4, $0x3e2aaaab
+DATA p3<>+16(SB)/4, $0x3e2aaaab
+DATA p3<>+20(SB)/4, $0x3e2aaaab
+DATA p3<>+24(SB)/4, $0x3e2aaaab
+DATA p3<>+28(SB)/4, $0x3e2aaaab
+GLOBL p3<>(SB), RODATA|NOPTR, $32
+
+DATA p4<>+0(SB)/4, $0x3d2aaaab
+DATA p4<>+4(SB)/4, $0x3d2aaaab
+DATA p4<>+8(SB)/4, $0x3d2aaaab
+DATA p4<>+12(SB)/4, $0x3d2aaaab
+DATA p4<>+16(SB)/4, $0x3d2aaaab
+DATA p4<>+20(SB)/4, $0x3d2aaaab
+DATA p4<>+24(SB)/4, $0x3d2aaaab
+DATA p4<>+28(SB)/4, $0x3d2aaaab
+GLOBL p4<>(SB), RODATA|NOPTR, $32
+
+DATA p5<>+0(SB)/4, $0x3c088889
+DATA p5<>+4(SB)/4, $0x3c088889
+DATA p5<>+8(SB)/4, $0x3c088889
+DATA p5<>+12(SB)/4, $0x3c088889
+DATA p5<>+16(SB)/4, $0x3c088889
+DATA p5<>+20(SB)/4, $0x3c088889
+DATA p5<>+24(SB)/4, $0x3c088889
+DATA p5<>+28(SB)/4, $0x3c088889
+GLOBL p5<>(SB), RODATA|NOPTR, $32
+
+DATA p6<>+0(SB)/4, $0x3ab60b61
+DATA p6<>+4(SB)/4, $0x3ab60b61
+DATA p6<>+8(SB)/4, $0x3ab60b61
+DATA p6<>+12(SB)/4, $0x3ab60b61
+DATA p6<>+16(SB)/4, $0x3ab60b61
+DATA p6<>+20(SB)/4, $0x3ab60b61
+DATA p6<>+24(SB)/4, $0x3ab60b61
+DATA p6<>+28(SB)/4, $0x3ab60b61
+GLOBL p6<>(SB), RODATA|NOPTR, $32
+
+DATA p7<>+0(SB)/4, $0x39500d01
+DATA p7<>+4(SB)/4, $0x39500d01
+DATA p7<>+8(SB)/4, $0x39500d01
+DATA p7<>+12(SB)/4, $0x39500d01
+DATA p7<>+16(SB)/4, $0x39500d01
+DATA p7<>+20(SB)/4, $0x39500d01
+DATA p7<>+24(SB)/4, $0x39500d01
+DATA p7<>+28(SB)/4, $0x39500d01
+GLOBL p7<>(SB), RODATA|NOPTR, $32
+
+DATA i127<>+0(SB)/4, $0x0000007f
+DATA i127<>+4(SB)/4, $0x0000007f
+DATA i127<>+8(SB)/4, $0x0000007f
+DATA i127<>+12(SB)/4, $0x0000007f
+DATA i127<>+16(SB)/4, $0x0000007f
+DATA i127<>+20(SB)/4, $0x0000007f
+DATA i127<>+24(SB)/4, $0x0000007f
+DATA i127<>+28(SB)/4, $0x0000007f
+GLOBL i127<>(SB), RODATA|NOPTR, $32
+
+DATA geluK0<>+0(SB)/4, $0xbfcc422a
+DATA geluK0<>+4(SB)/4, $0xbfcc422a
+DATA geluK0<>+8(SB)/4, $0xbfcc422a
+DATA geluK0<>+12(SB)/4, $0xbfcc422a
+DATA geluK0<>+16(SB)/4, $0xbfcc422a
+DATA geluK0<>+20(SB)/4, $0xbfcc422a
+DATA geluK0<>+24(SB)/4, $0xbfcc422a
+DATA geluK0<>+28(SB)/4, $0xbfcc422a
+GLOBL geluK0<>(SB), RODATA|NOPTR, $32
+
+DATA geluK1<>+0(SB)/4, $0xbd922279
+DATA geluK1<>+4(SB)/4, $0xbd922279
+DATA geluK1<>+8(SB)/4, $0xbd922279
+DATA geluK1<>+12(SB)/4, $0xbd922279
+DATA geluK1<>+16(SB)/4, $0xbd922279
+DATA geluK1<>+20(SB)/4, $0xbd922279
+DATA geluK1<>+24(SB)/4, $0xbd922279
+DATA geluK1<>+28(SB)/4, $0xbd922279
+GLOBL geluK1<>(SB), RODATA|NOPTR, $32
+
+// EXP(x, t, u, m) replaces the 8 floats in x by exp(x). Range reduction:
+// x = n·ln2 + r with n = round(x·log2e) and |r| ≤ ln2/2, r computed with a
+// two-part ln2; exp(r) by its Taylor polynomial of degree 7 (error below
+// 6e-9 relative); 2^n built in the exponent bits. Inputs above 88 are
+// clamped there; inputs below -87.34 (the smallest normal) give 0.
+#define EXP(x, t, u, m) \
+	VCMPPS $1, expLo<>(SB), x, m; \
+	VMINPS expHi<>(SB), x, x; \
+	VMAXPS expLo<>(SB), x, x; \
+	VMULPS log2e<>(SB), x, t; \
+	VROUNDPS $0, t, t; \
+	VFNMADD231PS ln2Hi<>(SB), t, x; \
+	VFNMADD231PS ln2Lo<>(SB), t, x; \
+	VMOVUPS p7<>(SB), u; \
+	VFMADD213PS p6<>(SB), x, u; \
+	VFMADD213PS p5<>(SB), x, u; \
+	VFMADD213PS p4<>(SB), x, u; \
+	VFMADD213PS p3<>(SB), x, u; \
+	VFMADD213PS p2<>(SB), x, u; \
+	VFMADD213PS one<>(SB), x, u; \
+	VFMADD213PS one<>(SB), x, u; \
+	VCVTPS2DQ t, t; \
+	VPADDD i127<>(SB), t, t; \
+	VPSLLD $23, t, t; \
+	VMULPS t, u, x; \
+	VANDNPS x, m, x
+
+// HSUM(y, x, t) leaves the sum of the 8 floats of y in the low lane of x.
+#define HSUM(y, x, tx) \
+	VEXTRACTF128 $1, y, tx; \
+	VADDPS tx, x, x; \
+	VHADDPS x, x, x; \
+	VHADDPS x, x, x
+
+// func dotAVX2(a, b *float32, n int) float32
+TEXT ·dotAVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-32, DX
+	JZ dot8
+dot32:
+	VMOVUPS (SI)(AX*4), Y4
+	VMOVUPS 32(SI)(AX*4), Y5
+	VMOVUPS 64(SI)(AX*4), Y6
+	VMOVUPS 96(SI)(AX*4), Y7
+	VFMADD231PS (DI)(AX*4), Y4, Y0
+	VFMADD231PS 32(DI)(AX*4), Y5, Y1
+	VFMADD231PS 64(DI)(AX*4), Y6, Y2
+	VFMADD231PS 96(DI)(AX*4), Y7, Y3
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JB dot32
+dot8:
+	CMPQ AX, CX
+	JAE dotdone
+	VMOVUPS (SI)(AX*4), Y4
+	VFMADD231PS (DI)(AX*4), Y4, Y0
+	ADDQ $8, AX
+	JMP dot8
+dotdone:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(y *float32, alpha float32, x *float32, n int)
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+	VBROADCASTSS alpha+8(FP), Y0
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-32, DX
+	JZ axpy8
+axpy32:
+	VMOVUPS (DI)(AX*4), Y1
+	VMOVUPS 32(DI)(AX*4), Y2
+	VMOVUPS 64(DI)(AX*4), Y3
+	VMOVUPS 96(DI)(AX*4), Y4
+	VFMADD231PS (SI)(AX*4), Y0, Y1
+	VFMADD231PS 32(SI)(AX*4), Y0, Y2
+	VFMADD231PS 64(SI)(AX*4), Y0, Y3
+	VFMADD231PS 96(SI)(AX*4), Y0, Y4
+	VMOVUPS Y1, (DI)(AX*4)
+	VMOVUPS Y2, 32(DI)(AX*4)
+	VMOVUPS Y3, 64(DI)(AX*4)
+	VMOVUPS Y4, 96(DI)(AX*4)
+	ADDQ $32, AX
+	CMPQ AX, DX
+	JB axpy32
+axpy8:
+	CMPQ AX, CX
+	JAE axpydone
+	VMOVUPS (DI)(AX*4), Y1
+	VFMADD231PS (SI)(AX*4), Y0, Y1
+	VMOVUPS Y1, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP axpy8
+axpydone:
+	VZEROUPPER
+	RET
+
+// func addAVX2(dst, a, b *float32, n int)
+TEXT ·addAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+add8:
+	VMOVUPS (SI)(AX*4), Y0
+	VADDPS (DX)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB add8
+	VZEROUPPER
+	RET
+
+// func mulAVX2(dst, a, b *float32, n int)
+TEXT ·mulAVX2(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+mul8:
+	VMOVUPS (SI)(AX*4), Y0
+	VMULPS (DX)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB mul8
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, s float32, n int)
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), DI
+	VBROADCASTSS s+8(FP), Y1
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+scale8:
+	VMULPS (DI)(AX*4), Y1, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB scale8
+	VZEROUPPER
+	RET
+
+// func mulScaleAVX2(dst, x, w *float32, s float32, n int)
+TEXT ·mulScaleAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), DX
+	VBROADCASTSS s+24(FP), Y1
+	MOVQ n+32(FP), CX
+	XORQ AX, AX
+mulscale8:
+	VMULPS (SI)(AX*4), Y1, Y0
+	VMULPS (DX)(AX*4), Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB mulscale8
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int) float32
+TEXT ·maxAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VMOVUPS (SI), Y0
+	MOVQ $8, AX
+max8:
+	CMPQ AX, CX
+	JAE maxdone
+	VMAXPS (SI)(AX*4), Y0, Y0
+	ADDQ $8, AX
+	JMP max8
+maxdone:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS X1, X0, X0
+	VMOVSS X0, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func expSubAVX2(x *float32, m float32, n int) float32
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), DI
+	VBROADCASTSS m+8(FP), Y5
+	MOVQ n+16(FP), CX
+	VXORPS Y6, Y6, Y6
+	XORQ AX, AX
+expsub8:
+	VMOVUPS (DI)(AX*4), Y0
+	VSUBPS Y5, Y0, Y0
+	EXP(Y0, Y1, Y2, Y3)
+	VMOVUPS Y0, (DI)(AX*4)
+	VADDPS Y0, Y6, Y6
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB expsub8
+	HSUM(Y6, X6, X1)
+	VMOVSS X6, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func siluAVX2(dst, x *float32, n int)
+TEXT ·siluAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VXORPS Y6, Y6, Y6
+	XORQ AX, AX
+silu8:
+	VMOVUPS (SI)(AX*4), Y5
+	VSUBPS Y5, Y6, Y0
+	EXP(Y0, Y1, Y2, Y3)
+	VADDPS one<>(SB), Y0, Y0
+	VDIVPS Y0, Y5, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB silu8
+	VZEROUPPER
+	RET
+
+// func geluAVX2(dst, x *float32, n int)
+// x/2·(1 + tanh(u)) = x / (1 + exp(-2u)), u = √(2/π)·(x + 0.044715·x³).
+TEXT ·geluAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+gelu8:
+	VMOVUPS (SI)(AX*4), Y5
+	VMULPS Y5, Y5, Y0
+	VMOVUPS geluK1<>(SB), Y4
+	VFMADD213PS geluK0<>(SB), Y0, Y4
+	VMULPS Y5, Y4, Y0
+	EXP(Y0, Y1, Y2, Y3)
+	VADDPS one<>(SB), Y0, Y0
+	VDIVPS Y0, Y5, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB gelu8
+	VZEROUPPER
+	RET
+
+// func bf16ToF32AVX2(dst *float32, src *byte, n int)
+TEXT ·bf16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+bf16cvt8:
+	VPMOVZXWD (SI)(AX*2), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB bf16cvt8
+	VZEROUPPER
+	RET
+
+// func f16ToF32AVX2(dst *float32, src *byte, n int)
+TEXT ·f16ToF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+f16cvt8:
+	VCVTPH2PS (SI)(AX*2), Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JB f16cvt8
+	VZEROUPPER
+	RET
+
+// func readSumAVX2(p *byte, n int) uint64
+// Adds up n bytes (a multiple of 256) as uint64 words, for bandwidth
+// measurement.
+TEXT ·readSumAVX2(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	XORQ AX, AX
+	TESTQ CX, CX
+	JZ readsum2done
+readsum2:
+	VPADDQ (SI)(AX*1), Y0, Y0
+	VPADDQ 32(SI)(AX*1), Y1, Y1
+	VPADDQ 64(SI)(AX*1), Y2, Y2
+	VPADDQ 96(SI)(AX*1), Y3, Y3
+	VPADDQ 128(SI)(AX*1), Y0, Y0
+	VPADDQ 160(SI)(AX*1), Y1, Y1
+	VPADDQ 192(SI)(AX*1), Y2, Y2
+	VPADDQ 224(SI)(AX*1), Y3, Y3
+	ADDQ $256, AX
+	CMPQ AX, CX
+	JB readsum2
+readsum2done:
+	VPADDQ Y1, Y0, Y0
+	VPADDQ Y3, Y2, Y2
+	VPADDQ Y2, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDQ X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDQ X1, X0, X0
+	VMOVQ X0, AX
+	MOVQ AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// func readSumAVX512(p *byte, n int) uint64
+// Adds up n bytes (a multiple of 512) as uint64 words.
+TEXT ·readSumAVX512(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+	XORQ AX, AX
+	TESTQ CX, CX
+	JZ readsum5done
+readsum5:
+	VPADDQ (SI)(AX*1), Z0, Z0
+	VPADDQ 64(SI)(AX*1), Z1, Z1
+	VPADDQ 128(SI)(AX*1), Z2, Z2
+	VPADDQ 192(SI)(AX*1), Z3, Z3
+	VPADDQ 256(SI)(AX*1), Z0, Z0
+	VPADDQ 320(SI)(AX*1), Z1, Z1
+	VPADDQ 384(SI)(AX*1), Z2, Z2
+	VPADDQ 448(SI)(AX*1), Z3, Z3
+	ADDQ $512, AX
+	CMPQ AX, CX
+	JB readsum5
+readsum5done:
+	VPADDQ Z1, Z0, Z0
+	VPADDQ Z3, Z2, Z2
+	VPADDQ Z2, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPADDQ Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDQ X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDQ X1, X0, X0
+	VMOVQ X0, AX
+	MOVQ AX, ret+16(FP)
+	VZEROUPPER
+	RET

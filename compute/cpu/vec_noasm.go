@@ -1,0 +1,21 @@
+//go:build !amd64 || purego
+
+package cpu
+
+// Stand-ins for the assembly of vec_amd64.s; never called, since the
+// kernel level is always generic in this build.
+
+func dotAVX2(a, b *float32, n int) float32                  { panic("unreachable") }
+func axpyAVX2(y *float32, alpha float32, x *float32, n int) { panic("unreachable") }
+func addAVX2(dst, a, b *float32, n int)                     { panic("unreachable") }
+func mulAVX2(dst, a, b *float32, n int)                     { panic("unreachable") }
+func scaleAVX2(x *float32, s float32, n int)                { panic("unreachable") }
+func mulScaleAVX2(dst, x, w *float32, s float32, n int)     { panic("unreachable") }
+func maxAVX2(x *float32, n int) float32                     { panic("unreachable") }
+func expSubAVX2(x *float32, m float32, n int) float32       { panic("unreachable") }
+func siluAVX2(dst, x *float32, n int)                       { panic("unreachable") }
+func geluAVX2(dst, x *float32, n int)                       { panic("unreachable") }
+func bf16ToF32AVX2(dst *float32, src *byte, n int)          { panic("unreachable") }
+func f16ToF32AVX2(dst *float32, src *byte, n int)           { panic("unreachable") }
+func readSumAVX2(p *byte, n int) uint64                     { panic("unreachable") }
+func readSumAVX512(p *byte, n int) uint64                   { panic("unreachable") }

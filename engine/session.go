@@ -1,0 +1,129 @@
+// Package engine runs models: sessions that own a sequence's KV cache,
+// chunked prefill, decoding, sampling and generation.
+package engine
+
+import (
+	"fmt"
+
+	"lem/compute"
+	"lem/model"
+)
+
+// DefaultChunk is the number of prompt tokens processed per forward pass
+// during prefill; it bounds the scratch memory of a session.
+const DefaultChunk = 256
+
+// Session holds the state of one sequence: its tokens and the model's
+// per-sequence state (KV caches). It is not safe for concurrent use.
+type Session struct {
+	m      model.Model
+	b      compute.Backend
+	st     model.State
+	tokens []int32
+	chunk  int
+	vocab  int
+
+	// Tensors reused across steps, keyed by row count.
+	ids, pos map[int]*compute.Tensor
+	logits   *compute.Tensor // [1, vocab]
+	host     []float32       // logits of the last position, on the host
+	posHost  []int32
+}
+
+// NewSession allocates a session of up to ctx positions.
+func NewSession(m model.Model, b compute.Backend, ctx int) *Session {
+	vocab := m.Config().VocabSize
+	return &Session{
+		m: m, b: b, st: m.NewState(ctx), chunk: DefaultChunk, vocab: vocab,
+		ids: map[int]*compute.Tensor{}, pos: map[int]*compute.Tensor{},
+		logits: b.Alloc(compute.F32, 1, vocab),
+		host:   make([]float32, vocab),
+	}
+}
+
+// SetChunk sets the prefill chunk size (tokens per forward pass).
+func (s *Session) SetChunk(n int) { s.chunk = max(1, n) }
+
+// Len returns the number of positions processed so far.
+func (s *Session) Len() int { return len(s.tokens) }
+
+// Tokens returns the tokens processed so far.
+func (s *Session) Tokens() []int32 { return s.tokens }
+
+// Capacity returns the maximum number of positions.
+func (s *Session) Capacity() int { return s.st.Capacity() }
+
+func (s *Session) inputs(n int) (ids, pos *compute.Tensor) {
+	if s.ids[n] == nil {
+		s.ids[n] = s.b.Alloc(compute.I32, n)
+		s.pos[n] = s.b.Alloc(compute.I32, n)
+	}
+	return s.ids[n], s.pos[n]
+}
+
+// Append runs the tokens through the model in chunks and returns the logits
+// of the last one. The returned slice is reused by the next call.
+func (s *Session) Append(tokens []int32) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("append: no tokens")
+	}
+	if err := s.check(tokens); err != nil {
+		return nil, err
+	}
+	for lo := 0; lo < len(tokens); lo += s.chunk {
+		hi := min(lo+s.chunk, len(tokens))
+		s.forward(tokens[lo:hi], s.logits)
+	}
+	s.b.Read(s.host, s.logits)
+	return s.host, nil
+}
+
+// AppendAll runs the tokens as one forward pass and returns the logits of
+// every position, [len(tokens)][vocab]. Conformance tests use it.
+func (s *Session) AppendAll(tokens []int32) ([][]float32, error) {
+	if err := s.check(tokens); err != nil {
+		return nil, err
+	}
+	n := len(tokens)
+	logits := s.b.Alloc(compute.F32, n, s.vocab)
+	defer s.b.Free(logits)
+	s.forward(tokens, logits)
+	flat := make([]float32, n*s.vocab)
+	s.b.Read(flat, logits)
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = flat[i*s.vocab : (i+1)*s.vocab]
+	}
+	return out, nil
+}
+
+func (s *Session) check(tokens []int32) error {
+	if len(s.tokens)+len(tokens) > s.Capacity() {
+		return fmt.Errorf("context length exceeded: %d positions held + %d new > %d", len(s.tokens), len(tokens), s.Capacity())
+	}
+	for _, t := range tokens {
+		if t < 0 || int(t) >= s.vocab {
+			return fmt.Errorf("token id %d out of range [0, %d)", t, s.vocab)
+		}
+	}
+	return nil
+}
+
+func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
+	n := len(tokens)
+	ids, pos := s.inputs(n)
+	if cap(s.posHost) < n {
+		s.posHost = make([]int32, n)
+	}
+	p := s.posHost[:n]
+	for i := range p {
+		p[i] = int32(len(s.tokens) + i)
+	}
+	s.b.UploadInts(ids, tokens)
+	s.b.UploadInts(pos, p)
+	s.m.Forward(s.st, ids, pos, logits)
+	s.tokens = append(s.tokens, tokens...)
+}
+
+// Reset forgets every position; the caches are reused.
+func (s *Session) Reset() { s.tokens = s.tokens[:0] }

@@ -1,0 +1,117 @@
+package model
+
+import (
+	"lem/compute"
+)
+
+// The llama family and the dense architectures that differ from it only in
+// tensor names, biases, norms or scalar multipliers.
+//
+//	h = x + Attn(RMSNorm(x))
+//	y = h + MLP(RMSNorm(h)),   MLP(h) = down(silu(gate(h)) ⊙ up(h))
+func init() {
+	Register("llama", loadLlama)
+	Register("mistral", loadMistral)
+	Register("qwen2", loadLlama) // q/k/v biases are read when present
+	Register("qwen3", loadQwen3)
+	Register("smollm3", loadSmolLM3)
+	Register("granite", loadGranite)
+	Register("olmo2", loadOlmo2)
+	Register("phi3", loadPhi3)
+}
+
+func loadLlama(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	return loadDense(cfg, src, b, llamaNames)
+}
+
+// loadMistral: every layer attends within the sliding window when the
+// config sets one.
+func loadMistral(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	m, err := loadDense(cfg, src, b, llamaNames)
+	if err != nil {
+		return nil, err
+	}
+	slideAll(m)
+	return m, nil
+}
+
+// slideAll applies the config's sliding window to every layer (families
+// whose configs have one window and no layer_types).
+func slideAll(m *dense) {
+	if len(m.cfg.LayerTypes) > 0 {
+		return
+	}
+	for i := range m.layers {
+		m.layers[i].attn.Window = m.cfg.SlidingWindow
+	}
+}
+
+// loadQwen3: RMSNorm of each query and key head before rope.
+func loadQwen3(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	names := llamaNames
+	names.qNorm, names.kNorm = "self_attn.q_norm", "self_attn.k_norm"
+	return loadDense(cfg, src, b, names)
+}
+
+// loadSmolLM3: some layers use no rotary embedding (no_rope_layers[i] == 0).
+func loadSmolLM3(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	m, err := loadDense(cfg, src, b, llamaNames)
+	if err != nil {
+		return nil, err
+	}
+	for i := range m.layers {
+		if !cfg.UsesRope(i) {
+			m.layers[i].rope = nil
+		}
+	}
+	return m, nil
+}
+
+// loadGranite: scalar multipliers on the embeddings, each residual branch,
+// the attention scores and the logits.
+func loadGranite(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	m, err := loadDense(cfg, src, b, llamaNames)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.EmbeddingMultiplier != 0 {
+		m.embedScale = float32(cfg.EmbeddingMultiplier)
+	}
+	if cfg.ResidualMultiplier != 0 {
+		m.residualScale = float32(cfg.ResidualMultiplier)
+	}
+	if cfg.LogitsScaling != 0 {
+		m.logitScale = float32(1 / cfg.LogitsScaling)
+	}
+	if cfg.AttentionMultiplier != 0 {
+		for i := range m.layers {
+			m.layers[i].attn.Scale = float32(cfg.AttentionMultiplier)
+		}
+	}
+	return m, nil
+}
+
+// loadOlmo2: norms after each block instead of before it, and RMSNorm over
+// the whole query and key projections.
+//
+//	h = x + RMSNorm(Attn(x))
+//	y = h + RMSNorm(MLP(h))
+func loadOlmo2(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	return loadDense(cfg, src, b, denseNames{
+		postAttnNorm: "post_attention_layernorm",
+		postFFNorm:   "post_feedforward_layernorm",
+		qNorm:        "self_attn.q_norm",
+		kNorm:        "self_attn.k_norm",
+	})
+}
+
+// loadPhi3: fused qkv and gate/up projections, and a sliding window on
+// every layer when the config sets one.
+func loadPhi3(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	m, err := loadDense(cfg, src, b, llamaNames)
+	if err != nil {
+		return nil, err
+	}
+	slideAll(m)
+	return m, nil
+}

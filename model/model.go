@@ -1,0 +1,137 @@
+package model
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"lem/compute"
+)
+
+// Stored is a tensor as a model file holds it: its type, shape and bytes.
+type Stored struct {
+	DType compute.DType
+	Shape []int
+	Data  []byte
+}
+
+// Source looks up stored tensors by their Hugging Face name.
+type Source interface {
+	Lookup(name string) (Stored, bool)
+}
+
+// Model is an architecture loaded onto a backend.
+type Model interface {
+	// Config returns the configuration the model was built from.
+	Config() *Config
+	// NewState allocates the per-sequence state (KV caches, recurrent
+	// state) for up to ctx positions.
+	NewState(ctx int) State
+	// Forward runs the tokens ids (an I32 tensor of n ids) at positions pos
+	// (an I32 tensor; consecutive, starting at the number of positions the
+	// state already holds). It writes logits for the last row into
+	// logits[1, vocab], or for every row into logits[n, vocab] when logits
+	// has n rows.
+	Forward(st State, ids, pos, logits *compute.Tensor)
+}
+
+// State is the per-sequence memory of a model: KV caches and any recurrent
+// state. It is owned by one sequence at a time.
+type State interface {
+	// Capacity is the number of positions the state can hold.
+	Capacity() int
+}
+
+// LoadFunc builds a model of one architecture from its config and tensors.
+type LoadFunc func(cfg *Config, src Source, b compute.Backend) (Model, error)
+
+var registry = map[string]LoadFunc{}
+
+// Register makes an architecture available under a config.json model_type.
+func Register(modelType string, load LoadFunc) {
+	registry[modelType] = load
+}
+
+// Supported returns the registered model types, sorted.
+func Supported() []string {
+	return slices.Sorted(maps.Keys(registry))
+}
+
+// Load builds the model that cfg describes.
+func Load(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	load, ok := registry[cfg.ModelType]
+	if !ok {
+		return nil, fmt.Errorf("unsupported model_type %q (supported: %s)", cfg.ModelType, strings.Join(Supported(), ", "))
+	}
+	return load(cfg, src, b)
+}
+
+// loader fetches named tensors onto a backend, checking their shapes.
+type loader struct {
+	src Source
+	b   compute.Backend
+	err error
+}
+
+// weight loads a tensor in its stored dtype. A nil shape accepts any shape.
+// After the first error every call returns nil; check l.err once at the end.
+func (l *loader) weight(name string, shape ...int) *compute.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("tensor %s is missing", name)
+		return nil
+	}
+	if shape != nil && !slices.Equal(s.Shape, shape) {
+		l.err = fmt.Errorf("tensor %s has shape %v, want %v", name, s.Shape, shape)
+		return nil
+	}
+	t, err := l.b.Weight(s.DType, s.Shape, s.Data)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return t
+}
+
+// optional loads a tensor if the file has it, else returns nil.
+func (l *loader) optional(name string, shape ...int) *compute.Tensor {
+	if _, ok := l.src.Lookup(name); !ok {
+		return nil
+	}
+	return l.weight(name, shape...)
+}
+
+// has reports whether the file holds a tensor.
+func (l *loader) has(name string) bool {
+	_, ok := l.src.Lookup(name)
+	return ok
+}
+
+// vector loads a small tensor (a norm weight or a bias) widened to F32, so
+// that elementwise operations need no conversion.
+func (l *loader) vector(name string, n int) *compute.Tensor {
+	w := l.weight(name, n)
+	if w == nil {
+		return nil
+	}
+	s, _ := l.src.Lookup(name)
+	vals, err := toF32(s)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", name, err)
+		return nil
+	}
+	t := l.b.Alloc(compute.F32, n)
+	l.b.Upload(t, vals)
+	return t
+}
+
+// optionalVector is vector for tensors some checkpoints leave out.
+func (l *loader) optionalVector(name string, n int) *compute.Tensor {
+	if !l.has(name) {
+		return nil
+	}
+	return l.vector(name, n)
+}

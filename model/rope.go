@@ -1,0 +1,145 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"lem/compute"
+)
+
+// NewRope computes the rotary embedding of one layer type: the inverse
+// frequency of each rotated pair and the scale applied to cos and sin,
+// following the rope_type of the config (default, linear, dynamic, llama3,
+// yarn, longrope).
+//
+// headDim is the head size of the layers it serves; maxPos the model's
+// max_position_embeddings.
+func NewRope(p RopeParams, headDim, maxPos int) (*compute.Rope, error) {
+	partial := p.PartialRotaryFactor
+	if partial == 0 {
+		partial = 1
+	}
+	dim := int(float64(headDim) * partial)
+	dim -= dim % 2
+	if dim <= 0 {
+		return nil, fmt.Errorf("rope: %d rotary dimensions for head size %d", dim, headDim)
+	}
+	theta := p.Theta
+	if theta == 0 {
+		theta = 10000
+	}
+	// Frequencies are computed in float32 as the reference does, so that
+	// positions far into the context rotate by the same angles.
+	base := make([]float32, dim/2)
+	for i := range base {
+		exp := float32(2*i) / float32(dim)
+		base[i] = 1 / float32(math.Pow(theta, float64(exp)))
+	}
+	r := &compute.Rope{Dims: dim, InvFreq: base, Scale: 1}
+	switch p.Type {
+	case "", "default":
+	case "linear":
+		for i := range base {
+			base[i] /= float32(p.Factor)
+		}
+	case "dynamic":
+		// At the trained length dynamic NTK equals the default rope; the
+		// engine never extends beyond max_position_embeddings silently.
+	case "llama3":
+		llama3Rope(base, p)
+	case "yarn":
+		yarnRope(r, p, theta, maxPos)
+	case "longrope":
+		if len(p.ShortFactor) != dim/2 {
+			return nil, fmt.Errorf("rope: longrope short_factor has %d values, want %d", len(p.ShortFactor), dim/2)
+		}
+		for i := range base {
+			base[i] /= float32(p.ShortFactor[i])
+		}
+		orig := p.OriginalMaxPositionEmbeddings
+		if orig > 0 && maxPos > orig {
+			factor := float64(maxPos) / float64(orig)
+			r.Scale = float32(math.Sqrt(1 + math.Log(factor)/math.Log(float64(orig))))
+		}
+		if p.AttentionFactor != 0 {
+			r.Scale = float32(p.AttentionFactor)
+		}
+	default:
+		return nil, fmt.Errorf("rope: unsupported rope_type %q", p.Type)
+	}
+	return r, nil
+}
+
+// llama3Rope applies Llama 3.1's frequency-dependent scaling: long
+// wavelengths are divided by the factor, short ones kept, and the band
+// between interpolated smoothly.
+func llama3Rope(inv []float32, p RopeParams) {
+	old := float64(p.OriginalMaxPositionEmbeddings)
+	lowWave := old / p.LowFreqFactor
+	highWave := old / p.HighFreqFactor
+	for i, f := range inv {
+		wave := 2 * math.Pi / float64(f)
+		switch {
+		case wave < highWave:
+		case wave > lowWave:
+			inv[i] = f / float32(p.Factor)
+		default:
+			smooth := (old/wave - p.LowFreqFactor) / (p.HighFreqFactor - p.LowFreqFactor)
+			inv[i] = float32((1-smooth)*float64(f)/p.Factor + smooth*float64(f))
+		}
+	}
+}
+
+// yarnRope blends interpolated and extrapolated frequencies with a linear
+// ramp between the correction dimensions and sets the attention factor.
+func yarnRope(r *compute.Rope, p RopeParams, theta float64, maxPos int) {
+	dim := r.Dims
+	factor := p.Factor
+	orig := p.OriginalMaxPositionEmbeddings
+	if orig == 0 {
+		orig = maxPos
+	} else if maxPos > 0 {
+		factor = float64(maxPos) / float64(orig)
+	}
+	mscale := func(scale, m float64) float64 {
+		if scale <= 1 {
+			return 1
+		}
+		return 0.1*m*math.Log(scale) + 1
+	}
+	attn := p.AttentionFactor
+	if attn == 0 {
+		if p.MScale != 0 && p.MScaleAllDim != 0 {
+			attn = mscale(factor, p.MScale) / mscale(factor, p.MScaleAllDim)
+		} else {
+			attn = mscale(factor, 1)
+		}
+	}
+	betaFast, betaSlow := p.BetaFast, p.BetaSlow
+	if betaFast == 0 {
+		betaFast = 32
+	}
+	if betaSlow == 0 {
+		betaSlow = 1
+	}
+	corr := func(rot float64) float64 {
+		return float64(dim) * math.Log(float64(orig)/(rot*2*math.Pi)) / (2 * math.Log(theta))
+	}
+	low, high := corr(betaFast), corr(betaSlow)
+	if !p.NoTruncate {
+		low, high = math.Floor(low), math.Ceil(high)
+	}
+	low, high = max(low, 0), min(high, float64(dim-1))
+	if low == high {
+		high += 0.001
+	}
+	for i := range r.InvFreq {
+		posFreq := float32(math.Pow(theta, float64(float32(2*i)/float32(dim))))
+		extra := 1 / posFreq
+		inter := 1 / (float32(factor) * posFreq)
+		ramp := float32(min(max((float64(i)-low)/(high-low), 0), 1))
+		ext := 1 - ramp
+		r.InvFreq[i] = inter*(1-ext) + extra*ext
+	}
+	r.Scale = float32(attn)
+}
