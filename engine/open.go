@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"lem/chat"
+	"lem/compute"
+	"lem/model"
+	"lem/tokenizer"
+)
+
+// Model is a runnable model: the network on a backend with its tokenizer,
+// chat templates and generation defaults.
+type Model struct {
+	Name      string
+	Net       model.Model
+	Backend   compute.Backend
+	Tokenizer *tokenizer.Tokenizer
+	Templates *chat.Set // nil when the model ships no chat template
+	GenConfig *model.GenerationConfig
+	// StopIDs end generation: the tokenizer's EOS, generation_config's eos
+	// ids and the chat template's end-of-turn token.
+	StopIDs []int32
+
+	loaded *model.Loaded
+}
+
+// Options configure Open.
+type Options struct {
+	// Backend runs the model; nil means the CPU with all cores.
+	Backend compute.Backend
+}
+
+// Open loads the model at path (a Hugging Face model directory).
+func Open(path string, opts Options) (*Model, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s: not a model directory (GGUF files are not supported yet)", path)
+	}
+	b := opts.Backend
+	if b == nil {
+		b = defaultBackend()
+	}
+	loaded, err := model.OpenDir(path, b)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Name: path, Net: loaded, Backend: b, loaded: loaded}
+	if m.Tokenizer, err = tokenizer.LoadDir(path); err != nil {
+		loaded.Close()
+		return nil, err
+	}
+	if m.Templates, err = chat.LoadDir(path, chat.Options{}); err != nil && !errors.Is(err, chat.ErrNoTemplate) {
+		loaded.Close()
+		return nil, err
+	}
+	if m.GenConfig, err = model.LoadGenerationConfig(path); err != nil {
+		loaded.Close()
+		return nil, err
+	}
+	m.StopIDs = stopIDs(m)
+	return m, nil
+}
+
+// Close releases the model's files.
+func (m *Model) Close() error { return m.loaded.Close() }
+
+// NewSession starts a sequence of up to ctx positions (0: the model's
+// context length).
+func (m *Model) NewSession(ctx int) *Session {
+	if ctx <= 0 {
+		ctx = m.ContextLength()
+	}
+	return NewSession(m.Net, m.Backend, ctx)
+}
+
+// ContextLength is the model's trained context length.
+func (m *Model) ContextLength() int {
+	n := m.Net.Config().MaxPositionEmbeddings
+	if n <= 0 {
+		n = 4096
+	}
+	return n
+}
+
+// endOfTurn lists the special tokens chat templates close a turn with.
+var endOfTurn = []string{"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|eom_id|>", "<|return|>", "<|endoftext|>", "</s>"}
+
+// stopIDs collects the ids that end generation.
+func stopIDs(m *Model) []int32 {
+	var ids []int32
+	addID := func(id int32) {
+		if id >= 0 && int(id) < m.Net.Config().VocabSize && !contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	addID(m.Tokenizer.EOS())
+	for _, id := range m.Net.Config().EOSTokenIDs {
+		addID(int32(id))
+	}
+	if m.GenConfig != nil {
+		for _, id := range m.GenConfig.EOSTokenIDs {
+			addID(int32(id))
+		}
+	}
+	if m.Templates != nil {
+		if t := m.Templates.Default(); t != nil {
+			for _, tok := range endOfTurn {
+				if id, ok := m.Tokenizer.TokenID(tok); ok && strings.Contains(t.Source(), tok) {
+					addID(id)
+				}
+			}
+		}
+	}
+	return ids
+}
+
+func contains(ids []int32, id int32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
