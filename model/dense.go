@@ -88,7 +88,7 @@ func (m *dense) scratchFor(st *denseState, n int) *denseScratch {
 	s := &denseScratch{
 		x: f(c.HiddenSize), h: f(c.HiddenSize), o: f(c.HiddenSize),
 		last: m.b.Alloc(compute.F32, 1, c.HiddenSize),
-		q: f(qDim), a: f(qDim), k: f(kvDim), v: f(kvDim),
+		q:    f(qDim), a: f(qDim), k: f(kvDim), v: f(kvDim),
 		g: f(c.IntermediateSize), u: f(c.IntermediateSize),
 	}
 	if m.layers[0].qkv != nil {
