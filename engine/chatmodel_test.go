@@ -74,7 +74,7 @@ func TestChatModel(t *testing.T) {
 		}
 		var streamed string
 		res, err := m.Generate(context.Background(), m.NewSession(0), Request{Prompt: ids, MaxTokens: 200},
-			func(d string) error { streamed += d; return nil })
+			func(t Token) error { streamed += t.Text; return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestGenerateCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
 	_, err = m.Generate(ctx, m.NewSession(0), Request{Prompt: []int32{1, 334, 224}, Sample: SampleParams{Temperature: 1, HasSeed: true}, IgnoreModelStops: true},
-		func(string) error {
+		func(Token) error {
 			n++
 			if n == 3 {
 				cancel()

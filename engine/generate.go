@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"lem/compute/cpu"
@@ -22,6 +23,43 @@ type Request struct {
 	// IgnoreModelStops drops the model's.
 	StopIDs          []int32
 	IgnoreModelStops bool
+	// Logprobs reports the log-probability of each chosen token and of the
+	// TopLogprobs most likely tokens at its position. The probabilities are
+	// the model's, before penalties, temperature and truncation.
+	Logprobs    bool
+	TopLogprobs int
+	// Constraint, when set, restricts the tokens that may be sampled.
+	Constraint Constraint
+}
+
+// A Constraint restricts which tokens may come next (constrained decoding,
+// such as output that must be JSON).
+type Constraint interface {
+	// Mask sets the logits of tokens that may not come next to -Inf.
+	Mask(logits []float32)
+	// Accept advances the constraint past the chosen token.
+	Accept(id int32)
+	// Done reports whether the output is complete; generation then stops
+	// with StopToken and StopID -1.
+	Done() bool
+}
+
+// Token is one generated token as a Generate callback sees it.
+type Token struct {
+	ID int32
+	// Text is the text the streaming detokenizer releases with this token;
+	// it may be empty (the token ends inside a character) or hold more than
+	// the token's own text (earlier held-back bytes).
+	Text string
+	// Logprob and Top are set when Request.Logprobs is.
+	Logprob float32
+	Top     []TokenProb
+}
+
+// TokenProb is a token with its log-probability.
+type TokenProb struct {
+	ID      int32
+	Logprob float32
 }
 
 // Stop reasons.
@@ -56,11 +94,12 @@ func rate(n int, d time.Duration) float64 {
 }
 
 // Generate appends the prompt to the session and samples tokens until a
-// stop token, MaxTokens or the end of the context. onText, when set,
-// receives each text delta as the streaming detokenizer releases it (never
-// splitting a character); an error from it ends generation with that error.
+// stop token, MaxTokens or the end of the context. onToken, when set,
+// receives each token with the text the streaming detokenizer releases with
+// it (never splitting a character); an error from it ends generation with
+// that error. A final Token with ID -1 carries text held back at the end.
 // Cancelling ctx ends generation with ctx's error; it is checked every token.
-func (m *Model) Generate(ctx context.Context, s *Session, req Request, onText func(delta string) error) (*Result, error) {
+func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken func(Token) error) (*Result, error) {
 	if len(req.Prompt) == 0 && s.Len() == 0 {
 		return nil, fmt.Errorf("generate: empty prompt")
 	}
@@ -89,29 +128,53 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onText fu
 	res.Prefill = time.Since(t0)
 	t1 := time.Now()
 	sampler := NewSampler(req.Sample)
-	stream := m.Tokenizer.NewStream()
+	var stream interface {
+		Next(int32) string
+		Flush() string
+	} = noText{}
+	if m.Tokenizer != nil {
+		stream = m.Tokenizer.NewStream()
+	}
 	var text []byte
-	emit := func(delta string) error {
-		if delta == "" {
-			return nil
-		}
-		text = append(text, delta...)
-		if onText != nil {
-			return onText(delta)
+	emit := func(t Token) error {
+		text = append(text, t.Text...)
+		if onToken != nil && (t.ID >= 0 || t.Text != "") {
+			return onToken(t)
 		}
 		return nil
+	}
+	var lp *logprobs
+	if req.Logprobs {
+		lp = newLogprobs(len(logits), req.TopLogprobs)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return res, err
+		}
+		if lp != nil {
+			lp.observe(logits)
+		}
+		if c := req.Constraint; c != nil {
+			if c.Done() {
+				res.StopReason = StopToken
+				break
+			}
+			c.Mask(logits)
 		}
 		id := sampler.Sample(logits, s.tokens)
 		if contains(stops, id) {
 			res.StopReason, res.StopID = StopToken, id
 			break
 		}
+		if req.Constraint != nil {
+			req.Constraint.Accept(id)
+		}
 		res.IDs = append(res.IDs, id)
-		if err := emit(stream.Next(id)); err != nil {
+		tok := Token{ID: id, Text: stream.Next(id)}
+		if lp != nil {
+			tok.Logprob, tok.Top = lp.report(id)
+		}
+		if err := emit(tok); err != nil {
 			return res, err
 		}
 		if req.MaxTokens > 0 && len(res.IDs) >= req.MaxTokens || s.Len() >= s.Capacity() {
@@ -121,10 +184,53 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onText fu
 			return res, err
 		}
 	}
-	if err := emit(stream.Flush()); err != nil {
+	if err := emit(Token{ID: -1, Text: stream.Flush()}); err != nil {
 		return res, err
 	}
 	res.Decode = time.Since(t1)
 	res.Text = string(text)
 	return res, nil
+}
+
+// noText stands in for the streaming detokenizer of a model without a
+// tokenizer.
+type noText struct{}
+
+func (noText) Next(int32) string { return "" }
+func (noText) Flush() string     { return "" }
+
+// logprobs computes the model's log-probabilities for Request.Logprobs.
+type logprobs struct {
+	logp []float32
+	top  int
+	s    Sampler
+}
+
+func newLogprobs(vocab, top int) *logprobs {
+	return &logprobs{logp: make([]float32, vocab), top: top, s: Sampler{p: SampleParams{TopK: top}}}
+}
+
+// observe stores the log-softmax of the logits before sampling changes them.
+func (l *logprobs) observe(logits []float32) {
+	mx := logits[argmax(logits)]
+	var sum float64
+	for _, x := range logits {
+		sum += math.Exp(float64(x - mx))
+	}
+	lse := mx + float32(math.Log(sum))
+	for i, x := range logits {
+		l.logp[i] = x - lse
+	}
+}
+
+// report returns the chosen token's log-probability and the most likely
+// tokens.
+func (l *logprobs) report(id int32) (float32, []TokenProb) {
+	var top []TokenProb
+	if l.top > 0 {
+		for _, c := range l.s.candidates(l.logp) {
+			top = append(top, TokenProb{ID: c.id, Logprob: c.logit})
+		}
+	}
+	return l.logp[id], top
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -18,7 +19,7 @@ type Model struct {
 	Name      string
 	Net       model.Model
 	Backend   compute.Backend
-	Tokenizer *tokenizer.Tokenizer
+	Tokenizer *tokenizer.Tokenizer // nil when the model ships none
 	Templates *chat.Set // nil when the model ships no chat template
 	GenConfig *model.GenerationConfig
 	// StopIDs end generation: the tokenizer's EOS, generation_config's eos
@@ -52,9 +53,13 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Name: path, Net: loaded, Backend: b, loaded: loaded}
+	// A model without a tokenizer still runs on token ids.
 	if m.Tokenizer, err = tokenizer.LoadDir(path); err != nil {
-		loaded.Close()
-		return nil, err
+		if !errors.Is(err, fs.ErrNotExist) {
+			loaded.Close()
+			return nil, err
+		}
+		m.Tokenizer = nil
 	}
 	if m.Templates, err = chat.LoadDir(path, chat.Options{}); err != nil && !errors.Is(err, chat.ErrNoTemplate) {
 		loaded.Close()
@@ -100,7 +105,9 @@ func stopIDs(m *Model) []int32 {
 			ids = append(ids, id)
 		}
 	}
-	addID(m.Tokenizer.EOS())
+	if m.Tokenizer != nil {
+		addID(m.Tokenizer.EOS())
+	}
 	for _, id := range m.Net.Config().EOSTokenIDs {
 		addID(int32(id))
 	}
@@ -109,7 +116,7 @@ func stopIDs(m *Model) []int32 {
 			addID(int32(id))
 		}
 	}
-	if m.Templates != nil {
+	if m.Templates != nil && m.Tokenizer != nil {
 		if t := m.Templates.Default(); t != nil {
 			for _, tok := range endOfTurn {
 				if id, ok := m.Tokenizer.TokenID(tok); ok && strings.Contains(t.Source(), tok) {

@@ -127,3 +127,20 @@ func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
 
 // Reset forgets every position; the caches are reused.
 func (s *Session) Reset() { s.tokens = s.tokens[:0] }
+
+// Reuse prepares the session for a new prompt: it keeps the longest common
+// prefix of the session's tokens and prompt that the state can rewind to
+// (always leaving at least one prompt token to run, so that there are
+// logits to sample from), and returns the number of tokens kept. The caller
+// appends prompt[kept:].
+func (s *Session) Reuse(prompt []int32) int {
+	n := 0
+	for n < len(s.tokens) && n < len(prompt)-1 && s.tokens[n] == prompt[n] {
+		n++
+	}
+	if n < len(s.tokens) && !s.st.CanRewind(n, len(s.tokens)) {
+		n = 0
+	}
+	s.tokens = s.tokens[:n]
+	return n
+}

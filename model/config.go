@@ -32,7 +32,9 @@ const MaxLayers = 100_000
 // Multimodal wrappers that nest the language model under text_config (Gemma
 // 3, Llama 4, Qwen-VL, ...) are read through it: the text model's keys
 // override the wrapper's, ModelType is the text model's model_type and
-// OuterModelType the wrapper's.
+// OuterModelType the wrapper's. Wrapper keys fill in what text_config
+// lacks (so Gemma 3's wrapper-level eos_token_id [1, 106] is kept, where
+// transformers' text config would fall back to its class default).
 //
 // Unless a field says otherwise, a zero value means the key was absent or
 // null. Everything is also kept raw (Raw, Get) so architecture files can
@@ -62,7 +64,8 @@ type Config struct {
 	MLPBias           bool
 
 	// Sliding-window attention. SlidingWindow is the window in tokens (0
-	// when absent or null); which layers use it is in LayerTypes.
+	// when absent, null, or switched off by use_sliding_window: false);
+	// which layers use it is in LayerTypes.
 	SlidingWindow    int
 	UseSlidingWindow bool // use_sliding_window (Qwen 2); true when absent
 	MaxWindowLayers  int
@@ -107,7 +110,7 @@ type Config struct {
 	DecoderSparseStep            int
 	MLPOnlyLayers                []int
 
-	// Rope holds the rotary embedding parameters shared by all layers;
+	// RopeParams holds the rotary embedding parameters shared by all layers;
 	// RopeByLayerType those keyed by layer type when the config gives them
 	// per type (Gemma 3, Gemma 4). Use the Rope method.
 	RopeParams      RopeParams
@@ -332,7 +335,9 @@ func (c *Config) read(f *fields) error {
 
 	f.size("sliding_window", &c.SlidingWindow)
 	c.UseSlidingWindow = true
-	f.boolean("use_sliding_window", &c.UseSlidingWindow)
+	if f.boolean("use_sliding_window", &c.UseSlidingWindow) && !c.UseSlidingWindow {
+		c.SlidingWindow = 0 // as transformers does: the window is off
+	}
 	f.size("max_window_layers", &c.MaxWindowLayers)
 	f.strs("layer_types", &c.LayerTypes)
 

@@ -158,19 +158,15 @@ func TestFixtureConfigs(t *testing.T) {
 			return c
 		},
 		"qwen2": func() check {
-			c := tiny("qwen2", 4)
-			c.window = 8
-			return c
+			return tiny("qwen2", 4) // use_sliding_window false: no window
 		},
 		"qwen2-yarn": func() check {
 			c := tiny("qwen2", 3)
-			c.window = 8
 			c.ropes = map[string]RopeParams{"": {Type: "yarn", Theta: 10000, Factor: 4, OriginalMaxPositionEmbeddings: 128, BetaFast: 32, BetaSlow: 1, PartialRotaryFactor: 1}}
 			return c
 		},
 		"qwen3_moe": func() check {
 			c := tiny("qwen3_moe", 4)
-			c.window = 8
 			c.experts, c.topK, c.moeInter = 4, 2, 32
 			return c
 		},
@@ -497,7 +493,7 @@ func TestOldFormConfigs(t *testing.T) {
 			json: qwen25Yarn,
 			want: check{
 				modelType: "qwen2", vocab: 152064, hidden: 3584, intermediate: 18944, layers: 28,
-				heads: 28, kvHeads: 4, headDim: 128, maxPos: 32768, rmsEps: 1e-6, act: "silu", window: 131072,
+				heads: 28, kvHeads: 4, headDim: 128, maxPos: 32768, rmsEps: 1e-6, act: "silu",
 				layerTypes: repeat(full, 28), bos: ptr(151643), eos: []int{151645},
 				ropes: map[string]RopeParams{"": {Type: "yarn", Theta: 1e6, Factor: 4, OriginalMaxPositionEmbeddings: 32768, BetaFast: 32, BetaSlow: 1, PartialRotaryFactor: 1}},
 			},

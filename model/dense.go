@@ -53,6 +53,18 @@ type denseState struct {
 
 func (s *denseState) Capacity() int { return s.ctx }
 
+// CanRewind implements State. A ring of capacity c holds positions
+// [length-c, length); continuing at n needs positions (n-window, n), which
+// survive unless the ring wrapped past them.
+func (s *denseState) CanRewind(n, length int) bool {
+	for _, c := range s.caches {
+		if c.Ring && length > c.Capacity && n < length-1 {
+			return false
+		}
+	}
+	return true
+}
+
 type denseScratch struct {
 	x, h, q, k, v, a, o, g, u, last *compute.Tensor
 	qkv, gu                         *compute.Tensor

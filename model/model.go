@@ -41,6 +41,11 @@ type Model interface {
 type State interface {
 	// Capacity is the number of positions the state can hold.
 	Capacity() int
+	// CanRewind reports whether a state holding length positions can drop
+	// back to its first n positions and continue from there. Full caches
+	// always can; a sliding-window ring cannot once newer positions have
+	// overwritten ones the continuation would attend to.
+	CanRewind(n, length int) bool
 }
 
 // LoadFunc builds a model of one architecture from its config and tensors.
