@@ -20,7 +20,7 @@ type Model struct {
 	Net       model.Model
 	Backend   compute.Backend
 	Tokenizer *tokenizer.Tokenizer // nil when the model ships none
-	Templates *chat.Set // nil when the model ships no chat template
+	Templates *chat.Set            // nil when the model ships no chat template
 	GenConfig *model.GenerationConfig
 	// StopIDs end generation: the tokenizer's EOS, generation_config's eos
 	// ids and the chat template's end-of-turn token.
