@@ -28,6 +28,11 @@ Anthropic and Ollama APIs.`,
 		newInspectCmd(),
 		newTokenizeCmd(),
 		newTemplateCmd(),
+		newGenerateCmd(),
+		newRunCmd(),
+		newBenchCmd(),
+		newSynthCmd(),
+		newServeCmd(),
 	)
 	return root
 }

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os/signal"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"lem/compute/cpu"
+	"lem/engine"
+	"lem/safetensors"
+	"lem/synth"
+)
+
+// benchReport is what bench --json prints; a stable contract.
+type benchReport struct {
+	Model     string `json:"model"`      // the path benchmarked
+	ModelType string `json:"model_type"` // config.json model_type
+	Label     string `json:"label"`      // e.g. "qwen2 494.03M BF16", the table's model column
+	SizeBytes int64  `json:"size_bytes"` // bytes of all weight tensors
+	Params    int64  `json:"params"`
+	Backend   string `json:"backend"`
+	Threads   int    `json:"threads"`
+	// WeightBytesPerToken is what one decode step reads (see
+	// synth.DecodeBytes).
+	WeightBytesPerToken int64 `json:"weight_bytes_per_token"`
+	// MemBandwidthGBs is the machine's streaming-read bandwidth with the
+	// same thread count, in 10^9 bytes per second; MemBufferBytes the size
+	// of the buffer read.
+	MemBandwidthGBs float64     `json:"mem_bandwidth_gbs"`
+	MemBufferBytes  int64       `json:"mem_buffer_bytes"`
+	Tests           []benchTest `json:"tests"`
+}
+
+// benchTest is one row of the table: prefill of NPrompt tokens (ppN) or
+// decode of NGen tokens (tgN), repeated.
+type benchTest struct {
+	Name      string    `json:"name"`
+	NPrompt   int       `json:"n_prompt"`
+	NGen      int       `json:"n_gen"`
+	SamplesNS []int64   `json:"samples_ns"`
+	SamplesTS []float64 `json:"samples_ts"` // tokens per second, one per repetition
+	AvgTS     float64   `json:"avg_ts"`
+	StddevTS  float64   `json:"stddev_ts"`
+	// Decode only: weight bandwidth achieved at AvgTS, and as a percentage
+	// of MemBandwidthGBs.
+	WeightGBs    float64 `json:"weight_gbs,omitempty"`
+	BandwidthPct float64 `json:"bandwidth_pct,omitempty"`
+}
+
+// benchOptions are bench's flags.
+type benchOptions struct {
+	prompt, gen, reps, threads int
+	memMiB                     int
+	asJSON                     bool
+	progress                   io.Writer // receives a line per repetition; nil: none
+}
+
+func newBenchCmd() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench PATH",
+		Short: "Measure prefill and decode speed",
+		Long: `Bench loads the model at PATH and measures, for each repetition, the prefill
+of -p random prompt tokens in a fresh session (ppN) and the greedy decode of
+-n tokens after a one-token prompt, stop tokens ignored (tgN), in tokens per
+second as mean ± standard deviation over the repetitions. A warm-up run
+precedes them.
+
+Decode reads every weight once per token, so its speed is also given as the
+weight bandwidth it achieves (bytes of weights read per token × tokens per
+second; the embedding table counts one row, the output projection all of it)
+and as a percentage of the machine's memory bandwidth, measured in the same
+run by streaming reads of a buffer much larger than the caches with the same
+number of threads.`,
+		Example: `  lem bench /tmp/qwen05b -p 512 -n 128 -r 3
+  lem bench model-dir --threads 8 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			o.progress = cmd.ErrOrStderr()
+			rep, err := runBench(ctx, args[0], o)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if o.asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return printBench(w, rep)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVarP(&o.prompt, "n-prompt", "p", 512, "prompt tokens to prefill (0: skip the prefill test)")
+	fs.IntVarP(&o.gen, "n-gen", "n", 128, "tokens to decode (0: skip the decode test)")
+	fs.IntVarP(&o.reps, "repetitions", "r", 3, "repetitions of each test")
+	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
+	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// runBench measures the model at path.
+func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, error) {
+	switch {
+	case o.prompt < 0 || o.gen < 0:
+		return nil, fmt.Errorf("-p and -n must not be negative (got %d and %d)", o.prompt, o.gen)
+	case o.prompt == 0 && o.gen == 0:
+		return nil, errors.New("nothing to measure: -p and -n are both 0")
+	case o.reps < 1:
+		return nil, fmt.Errorf("-r must be at least 1 (got %d)", o.reps)
+	case o.threads < 0:
+		return nil, fmt.Errorf("--threads must not be negative (got %d)", o.threads)
+	case o.memMiB < 1:
+		return nil, fmt.Errorf("--mem-buffer must be at least 1 MiB (got %d)", o.memMiB)
+	}
+	backend := cpu.New(o.threads)
+	rep := &benchReport{Model: path, Backend: "cpu", Threads: backend.Threads()}
+
+	m, err := engine.Open(path, engine.Options{Backend: backend})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	stored, dtype, err := storedTensors(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.Net.Config()
+	if n := max(o.prompt, o.gen+1); n > m.ContextLength() {
+		return nil, fmt.Errorf("%d positions exceed the model's context of %d", n, m.ContextLength())
+	}
+	hasHead := slices.ContainsFunc(stored, func(t synth.StoredTensor) bool { return t.Name == "lm_head.weight" })
+	rep.ModelType = cfg.ModelType
+	for _, t := range stored {
+		rep.SizeBytes += t.Bytes
+		rep.Params += elements(t.Shape)
+	}
+	rep.Label = fmt.Sprintf("%s %s %s", cfg.ModelType, humanCount(rep.Params), dtype)
+	rep.WeightBytesPerToken = synth.DecodeBytes(stored, cfg.TieWordEmbeddings || !hasHead)
+
+	rep.MemBufferBytes = int64(o.memMiB) << 20
+	rep.MemBandwidthGBs = memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+	logf := func(format string, args ...any) {
+		if o.progress != nil {
+			fmt.Fprintf(o.progress, format, args...)
+		}
+	}
+	logf("bench: %s, %s of weights; memory bandwidth %.2f GB/s\n", rep.Label, humanBytes(rep.SizeBytes), rep.MemBandwidthGBs)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	vocab := cfg.VocabSize
+	randomIDs := func(n int) []int32 {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(rng.IntN(vocab))
+		}
+		return ids
+	}
+	prefill := func(n int) (time.Duration, error) {
+		s := m.NewSession(n)
+		ids := randomIDs(n)
+		t0 := time.Now()
+		_, err := s.Append(ids)
+		return time.Since(t0), err
+	}
+	decode := func(n int) (time.Duration, error) {
+		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true}
+		res, err := m.Generate(ctx, m.NewSession(n+1), req, nil)
+		if err != nil {
+			return 0, err
+		}
+		if len(res.IDs) != n+1 {
+			return 0, fmt.Errorf("decode stopped after %d of %d tokens (%s)", len(res.IDs)-1, n, res.StopReason)
+		}
+		return res.Decode, nil
+	}
+
+	// Warm up: page the weights in and grow the scratch buffers.
+	logf("bench: warming up\n")
+	if o.prompt > 0 {
+		if _, err := prefill(min(o.prompt, 32)); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	if o.gen > 0 {
+		if _, err := decode(min(o.gen, 2)); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+
+	run := func(name string, np, ng int, once func(int) (time.Duration, error)) error {
+		t := benchTest{Name: name, NPrompt: np, NGen: ng}
+		for i := range o.reps {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			d, err := once(np + ng)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			ts := float64(np+ng) / d.Seconds()
+			t.SamplesNS = append(t.SamplesNS, d.Nanoseconds())
+			t.SamplesTS = append(t.SamplesTS, ts)
+			logf("bench: %s %d/%d: %.2f t/s\n", name, i+1, o.reps, ts)
+		}
+		t.AvgTS, t.StddevTS = meanStddev(t.SamplesTS)
+		if ng > 0 {
+			t.WeightGBs = float64(rep.WeightBytesPerToken) * t.AvgTS / 1e9
+			if rep.MemBandwidthGBs > 0 {
+				t.BandwidthPct = 100 * t.WeightGBs / rep.MemBandwidthGBs
+			}
+		}
+		rep.Tests = append(rep.Tests, t)
+		return nil
+	}
+	if o.prompt > 0 {
+		if err := run(fmt.Sprintf("pp%d", o.prompt), o.prompt, 0, prefill); err != nil {
+			return nil, err
+		}
+	}
+	if o.gen > 0 {
+		if err := run(fmt.Sprintf("tg%d", o.gen), 0, o.gen, decode); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// storedTensors lists the weights of the model directory at path, and
+// names the storage type holding most of their bytes.
+func storedTensors(path string) ([]synth.StoredTensor, string, error) {
+	d, err := safetensors.OpenDir(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer d.Close()
+	var out []synth.StoredTensor
+	byType := map[safetensors.DType]int64{}
+	for _, name := range d.Names() {
+		t, _ := d.Tensor(name)
+		out = append(out, synth.StoredTensor{Name: name, Shape: slices.Clone(t.Shape), Bytes: int64(len(t.Data))})
+		byType[t.DType] += int64(len(t.Data))
+	}
+	var top safetensors.DType
+	for dt, n := range byType {
+		if n > byType[top] || n == byType[top] && dt < top {
+			top = dt
+		}
+	}
+	return out, string(top), nil
+}
+
+func elements(shape []int) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// memBandwidth measures the streaming-read bandwidth over a buffer of size
+// bytes with the given threads: the best of several passes, in 10^9 bytes
+// per second.
+func memBandwidth(size, threads int) float64 {
+	buf := make([]byte, size)
+	for i := 0; i < len(buf); i += 4096 {
+		buf[i] = byte(i>>12) | 1 // back every page with memory
+	}
+	pool := cpu.NewPool(threads)
+	defer pool.Close()
+	cpu.StreamRead(buf, pool)
+	best := 0.0
+	for range 5 {
+		t0 := time.Now()
+		cpu.StreamRead(buf, pool)
+		if s := time.Since(t0).Seconds(); s > 0 {
+			best = max(best, float64(size)/s/1e9)
+		}
+	}
+	buf = nil
+	debug.FreeOSMemory()
+	return best
+}
+
+// meanStddev returns the mean and the sample standard deviation (0 for one
+// sample).
+func meanStddev(xs []float64) (mean, sd float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(ss / float64(len(xs)-1))
+}
+
+// printBench prints the report as a Markdown table in llama-bench's layout,
+// with the decode bandwidth columns added.
+func printBench(w io.Writer, r *benchReport) error {
+	rows := [][]string{{"model", "size", "params", "backend", "threads", "test", "t/s", "weights GB/s", "% of mem bw"}}
+	for _, t := range r.Tests {
+		gbs, pct := "", ""
+		if t.NGen > 0 {
+			gbs = fmt.Sprintf("%.2f", t.WeightGBs)
+			pct = fmt.Sprintf("%.1f%%", t.BandwidthPct)
+		}
+		rows = append(rows, []string{
+			r.Label, humanBytes(r.SizeBytes), humanCount(r.Params), r.Backend, fmt.Sprint(r.Threads),
+			t.Name, fmt.Sprintf("%.2f ± %.2f", t.AvgTS, t.StddevTS), gbs, pct,
+		})
+	}
+	right := []bool{false, true, true, false, true, true, true, true, true}
+	width := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, c := range row {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	var b strings.Builder
+	line := func(cells []string) {
+		for i, c := range cells {
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			if right[i] {
+				c = pad + c
+			} else {
+				c += pad
+			}
+			b.WriteString("| " + c + " ")
+		}
+		b.WriteString("|\n")
+	}
+	line(rows[0])
+	for i := range width {
+		dash := strings.Repeat("-", width[i])
+		if right[i] {
+			dash = dash[1:] + ":"
+		}
+		b.WriteString("| " + dash + " ")
+	}
+	b.WriteString("|\n")
+	for _, row := range rows[1:] {
+		line(row)
+	}
+	fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token\n",
+		r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"lem/synth"
+)
+
+// synthTiny writes the tiny synthetic model and returns its directory.
+func synthTiny(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if _, err := synth.Write(dir, synth.Options{Like: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestBenchCmdJSON(t *testing.T) {
+	dir := synthTiny(t)
+	out, err := execLem(t, "bench", dir, "-p", "16", "-n", "8", "-r", "2", "--threads", "2", "--mem-buffer", "64", "--json")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	g, _ := synth.Like("tiny")
+	bf16, _ := synth.ParseDType("bf16")
+	switch {
+	case rep.Model != dir || rep.ModelType != "qwen3" || rep.Backend != "cpu" || rep.Threads != 2:
+		t.Errorf("header fields: %+v", rep)
+	case rep.Params != g.Params() || rep.SizeBytes != g.Bytes(bf16):
+		t.Errorf("params %d size %d, want %d and %d", rep.Params, rep.SizeBytes, g.Params(), g.Bytes(bf16))
+	case rep.WeightBytesPerToken != synth.DecodeBytes(g.Stored(bf16), true):
+		t.Errorf("weight bytes per token %d, want %d", rep.WeightBytesPerToken, synth.DecodeBytes(g.Stored(bf16), true))
+	case !(rep.MemBandwidthGBs > 0) || rep.MemBufferBytes != 64<<20:
+		t.Errorf("memory bandwidth %v GB/s over %d bytes", rep.MemBandwidthGBs, rep.MemBufferBytes)
+	case len(rep.Tests) != 2:
+		t.Fatalf("%d tests, want 2: %+v", len(rep.Tests), rep.Tests)
+	}
+	for i, want := range []struct {
+		name    string
+		np, ng  int
+		decodes bool
+	}{{"pp16", 16, 0, false}, {"tg8", 0, 8, true}} {
+		tt := rep.Tests[i]
+		if tt.Name != want.name || tt.NPrompt != want.np || tt.NGen != want.ng || len(tt.SamplesTS) != 2 || len(tt.SamplesNS) != 2 {
+			t.Errorf("test %d: %+v, want %s with 2 samples", i, tt, want.name)
+			continue
+		}
+		sum := 0.0
+		for j, ts := range tt.SamplesTS {
+			if !(ts > 0) || tt.SamplesNS[j] <= 0 {
+				t.Errorf("%s: sample %d: %v t/s in %d ns", tt.Name, j, ts, tt.SamplesNS[j])
+			}
+			// Each rate is the tokens over the sample's time.
+			if r := float64(want.np+want.ng) / (float64(tt.SamplesNS[j]) / 1e9); math.Abs(r-ts)/ts > 1e-6 {
+				t.Errorf("%s: sample %d: %v t/s, but %d tokens in %d ns is %v", tt.Name, j, ts, want.np+want.ng, tt.SamplesNS[j], r)
+			}
+			sum += ts
+		}
+		if math.Abs(tt.AvgTS-sum/2) > 1e-9*sum || tt.StddevTS < 0 {
+			t.Errorf("%s: avg %v sd %v for samples %v", tt.Name, tt.AvgTS, tt.StddevTS, tt.SamplesTS)
+		}
+		if want.decodes {
+			gbs := float64(rep.WeightBytesPerToken) * tt.AvgTS / 1e9
+			if math.Abs(tt.WeightGBs-gbs) > 1e-9*gbs || math.Abs(tt.BandwidthPct-100*gbs/rep.MemBandwidthGBs) > 1e-6 {
+				t.Errorf("%s: %v GB/s (%v%%), want %v GB/s of %v", tt.Name, tt.WeightGBs, tt.BandwidthPct, gbs, rep.MemBandwidthGBs)
+			}
+		} else if tt.WeightGBs != 0 || tt.BandwidthPct != 0 {
+			t.Errorf("%s: prefill has bandwidth figures", tt.Name)
+		}
+	}
+}
+
+func TestBenchCmdTable(t *testing.T) {
+	dir := synthTiny(t)
+	out, err := execLem(t, "bench", dir, "-p", "8", "-n", "0", "-r", "1", "--threads", "1", "--mem-buffer", "16")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	for _, want := range []string{"| model ", " pp8 |", "qwen3 3.28M BF16", "memory bandwidth:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "tg") {
+		t.Errorf("-n 0 still decoded:\n%s", out)
+	}
+}
+
+func TestBenchCmdErrors(t *testing.T) {
+	dir := synthTiny(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no tests", []string{"bench", dir, "-p", "0", "-n", "0"}, "nothing to measure"},
+		{"no reps", []string{"bench", dir, "-r", "0"}, "-r must be at least 1"},
+		{"negative", []string{"bench", dir, "-p", "-3"}, "must not be negative"},
+		{"too long", []string{"bench", dir, "-p", "5000", "-n", "1", "--mem-buffer", "1"}, "exceed the model's context of 4096"},
+		{"missing model", []string{"bench", filepath.Join(dir, "missing")}, "missing"},
+		{"no path", []string{"bench"}, "accepts 1 arg"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := execLem(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"lem/compute/cpu"
+	"lem/engine"
+)
+
+// runFlags are the flags of every verb that runs a model.
+type runFlags struct {
+	threads int
+	ctx     int
+}
+
+func (f *runFlags) register(fs *pflag.FlagSet) {
+	fs.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
+	fs.IntVar(&f.ctx, "ctx", 0, "context length in tokens (0: the model's)")
+}
+
+// open loads the model at path with the flags' backend.
+func (f *runFlags) open(path string) (*engine.Model, error) {
+	return engine.Open(path, engine.Options{Backend: cpu.New(f.threads)})
+}
+
+// sampleFlags are the sampling flags of generate and run.
+type sampleFlags struct {
+	temperature, topP, minP, repeat float32
+	topK                            int
+	seed                            int64
+}
+
+func (f *sampleFlags) register(cmd *cobra.Command, temperature float32) {
+	fs := cmd.Flags()
+	fs.Float32Var(&f.temperature, "temperature", temperature, "sampling temperature (0: greedy)")
+	fs.IntVar(&f.topK, "top-k", 40, "keep the K most likely tokens (0: all)")
+	fs.Float32Var(&f.topP, "top-p", 0.95, "nucleus sampling threshold (1: off)")
+	fs.Float32Var(&f.minP, "min-p", 0.05, "drop tokens less likely than this fraction of the best (0: off)")
+	fs.Float32Var(&f.repeat, "repeat-penalty", 1, "penalty for repeating recent tokens (1: off)")
+	fs.Int64Var(&f.seed, "seed", -1, "random seed (-1: random)")
+}
+
+func (f *sampleFlags) params() engine.SampleParams {
+	p := engine.SampleParams{
+		Temperature: f.temperature, TopK: f.topK, TopP: f.topP, MinP: f.minP,
+		RepetitionPenalty: f.repeat, PenaltyWindow: 64,
+	}
+	if f.seed >= 0 {
+		p.Seed, p.HasSeed = uint64(f.seed), true
+	}
+	return p
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"lem/chat"
+	"lem/gguf"
+	"lem/tokenizer"
+)
+
+// source is a model on disk as the CLI's read-only verbs see it: a Hugging
+// Face directory, a lone tokenizer.json, or a GGUF file.
+type source struct {
+	path string
+	dir  string     // Hugging Face directory, or ""
+	gg   *gguf.File // GGUF file, or nil
+}
+
+// openSource recognises what path holds.
+func openSource(path string) (*source, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() {
+		return &source{path: path, dir: path}, nil
+	}
+	if isGGUF(path) {
+		f, err := gguf.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		return &source{path: path, gg: f}, nil
+	}
+	base := filepath.Base(path)
+	if strings.HasPrefix(base, "tokenizer") && (strings.HasSuffix(base, ".json") || strings.HasSuffix(base, ".json.gz")) {
+		return &source{path: path}, nil
+	}
+	return nil, fmt.Errorf("%s: not a model directory, GGUF file or tokenizer.json", path)
+}
+
+// isGGUF reports whether the file starts with the GGUF magic.
+func isGGUF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var magic [4]byte
+	n, _ := f.Read(magic[:])
+	return n == 4 && string(magic[:]) == "GGUF"
+}
+
+func (s *source) Close() error {
+	if s.gg != nil {
+		return s.gg.Close()
+	}
+	return nil
+}
+
+// Tokenizer loads the model's tokenizer.
+func (s *source) Tokenizer() (*tokenizer.Tokenizer, error) {
+	switch {
+	case s.gg != nil:
+		return tokenizer.FromGGUF(s.gg)
+	case s.dir != "":
+		return tokenizer.LoadDir(s.dir)
+	default:
+		return tokenizer.Load(s.path)
+	}
+}
+
+// Templates loads the model's chat templates.
+func (s *source) Templates() (*chat.Set, error) {
+	switch {
+	case s.gg != nil:
+		return ggufTemplates(s.gg)
+	case s.dir != "":
+		return chat.LoadDir(s.dir, chat.Options{})
+	default:
+		return chat.LoadDir(filepath.Dir(s.path), chat.Options{})
+	}
+}
+
+// ggufTemplates reads tokenizer.chat_template (and named
+// tokenizer.chat_template.NAME variants) with the BOS and EOS token texts.
+func ggufTemplates(f *gguf.File) (*chat.Set, error) {
+	sources := map[string]string{}
+	for _, kv := range f.KV {
+		if kv.Key == "tokenizer.chat_template" {
+			sources[chat.DefaultName], _ = f.String(kv.Key)
+		} else if name, ok := strings.CutPrefix(kv.Key, "tokenizer.chat_template."); ok {
+			sources[name], _ = f.String(kv.Key)
+		}
+	}
+	if len(sources) == 0 {
+		return nil, fmt.Errorf("%s: %w", f.Name, chat.ErrNoTemplate)
+	}
+	special := map[string]string{}
+	tokens, _ := f.Strings("tokenizer.ggml.tokens")
+	for key, id := range map[string]string{"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id"} {
+		if v, ok := f.Uint(id); ok && int(v) < len(tokens) {
+			special[key] = tokens[v]
+		}
+	}
+	return chat.NewSet(sources, chat.Options{SpecialTokens: special})
+}

@@ -1,0 +1,400 @@
+package synth
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"lem/safetensors"
+)
+
+// Geometry is the shape of a model to synthesise: the hyperparameters of a
+// real checkpoint that decide its tensors, plus the config.json keys that
+// only steer the forward pass (rope, windows, soft caps).
+type Geometry struct {
+	Name         string // the --like name, e.g. "llama-3.2-1b"
+	ModelType    string // config.json model_type
+	Architecture string // config.json architectures[0]
+
+	VocabSize        int
+	HiddenSize       int
+	IntermediateSize int
+	Layers           int
+	Heads            int
+	KVHeads          int
+	HeadDim          int
+	MaxPositions     int
+	RMSNormEps       float64
+	HiddenAct        string
+
+	Tied          bool // lm_head shares the embedding table
+	AttentionBias bool // q/k/v projections have biases (Qwen 2)
+	QKNorm        bool // per-head RMSNorm of queries and keys (Qwen 3, Gemma 3)
+	Gemma         bool // sandwich norms stored as w - 1 (so 0 means identity)
+
+	// BOS, EOS and Pad are the special token ids of config.json; -1 or nil
+	// when the model has none.
+	BOS, Pad int
+	EOS      []int
+
+	// Extra holds the remaining config.json keys, as written.
+	Extra map[string]any
+	// Generation holds generation_config.json's keys other than the token
+	// ids.
+	Generation map[string]any
+}
+
+// likes builds the geometries by name. Each returns a fresh value, so
+// callers may modify what Like returns.
+var likes = map[string]func() *Geometry{
+	"tiny":         tiny,
+	"llama-3.2-1b": llama32_1b,
+	"llama-3.1-8b": llama31_8b,
+	"qwen2.5-0.5b": qwen25_05b,
+	"qwen3-8b":     qwen3_8b,
+	"gemma-3-1b":   gemma3_1b,
+}
+
+// Likes returns the names Like accepts, sorted.
+func Likes() []string { return slices.Sorted(maps.Keys(likes)) }
+
+// Like returns the geometry of the named model (see Likes). Names are
+// case-insensitive.
+func Like(name string) (*Geometry, error) {
+	f, ok := likes[strings.ToLower(strings.TrimSpace(name))]
+	if !ok {
+		return nil, fmt.Errorf("unknown model %q to synthesise (known: %s)", name, strings.Join(Likes(), ", "))
+	}
+	return f(), nil
+}
+
+// llama3Rope is the rope of the Llama 3.1 and 3.2 families.
+func llama3Rope(factor float64) map[string]any {
+	return map[string]any{
+		"rope_type":                        "llama3",
+		"rope_theta":                       500000.0,
+		"factor":                           factor,
+		"low_freq_factor":                  1.0,
+		"high_freq_factor":                 4.0,
+		"original_max_position_embeddings": 8192,
+	}
+}
+
+func defaultRope(theta float64) map[string]any {
+	return map[string]any{"rope_type": "default", "rope_theta": theta}
+}
+
+func llama32_1b() *Geometry {
+	return &Geometry{
+		Name: "llama-3.2-1b", ModelType: "llama", Architecture: "LlamaForCausalLM",
+		VocabSize: 128256, HiddenSize: 2048, IntermediateSize: 8192, Layers: 16,
+		Heads: 32, KVHeads: 8, HeadDim: 64, MaxPositions: 131072,
+		RMSNormEps: 1e-5, HiddenAct: "silu", Tied: true,
+		BOS: 128000, EOS: []int{128001, 128008, 128009}, Pad: -1,
+		Extra: map[string]any{
+			"attention_bias": false, "mlp_bias": false, "pretraining_tp": 1,
+			"rope_parameters": llama3Rope(32),
+		},
+		Generation: map[string]any{"do_sample": true, "temperature": 0.6, "top_p": 0.9},
+	}
+}
+
+func llama31_8b() *Geometry {
+	return &Geometry{
+		Name: "llama-3.1-8b", ModelType: "llama", Architecture: "LlamaForCausalLM",
+		VocabSize: 128256, HiddenSize: 4096, IntermediateSize: 14336, Layers: 32,
+		Heads: 32, KVHeads: 8, HeadDim: 128, MaxPositions: 131072,
+		RMSNormEps: 1e-5, HiddenAct: "silu", Tied: false,
+		BOS: 128000, EOS: []int{128001, 128008, 128009}, Pad: -1,
+		Extra: map[string]any{
+			"attention_bias": false, "mlp_bias": false, "pretraining_tp": 1,
+			"rope_parameters": llama3Rope(8),
+		},
+		Generation: map[string]any{"do_sample": true, "temperature": 0.6, "top_p": 0.9},
+	}
+}
+
+// fullLayers returns n "full_attention" layer types.
+func fullLayers(n int) []string {
+	t := make([]string, n)
+	for i := range t {
+		t[i] = "full_attention"
+	}
+	return t
+}
+
+func qwen25_05b() *Geometry {
+	return &Geometry{
+		Name: "qwen2.5-0.5b", ModelType: "qwen2", Architecture: "Qwen2ForCausalLM",
+		VocabSize: 151936, HiddenSize: 896, IntermediateSize: 4864, Layers: 24,
+		Heads: 14, KVHeads: 2, HeadDim: 64, MaxPositions: 32768,
+		RMSNormEps: 1e-6, HiddenAct: "silu", Tied: true, AttentionBias: true,
+		BOS: 151643, EOS: []int{151643}, Pad: -1,
+		Extra: map[string]any{
+			"use_sliding_window": false, "sliding_window": 32768, "max_window_layers": 24,
+			"layer_types":     fullLayers(24),
+			"rope_parameters": defaultRope(1e6),
+		},
+		Generation: map[string]any{"do_sample": false, "max_new_tokens": 2048},
+	}
+}
+
+func qwen3_8b() *Geometry {
+	return &Geometry{
+		Name: "qwen3-8b", ModelType: "qwen3", Architecture: "Qwen3ForCausalLM",
+		VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 12288, Layers: 36,
+		Heads: 32, KVHeads: 8, HeadDim: 128, MaxPositions: 40960,
+		RMSNormEps: 1e-6, HiddenAct: "silu", Tied: false, QKNorm: true,
+		BOS: 151643, EOS: []int{151645}, Pad: -1,
+		Extra: map[string]any{
+			"attention_bias": false, "use_sliding_window": false, "sliding_window": nil,
+			"max_window_layers": 36, "layer_types": fullLayers(36),
+			"rope_parameters": defaultRope(1e6),
+		},
+		Generation: map[string]any{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95},
+	}
+}
+
+func gemma3_1b() *Geometry {
+	const layers = 26
+	types := make([]string, layers)
+	for i := range types {
+		// Five sliding-window layers, then one global layer.
+		types[i] = "sliding_attention"
+		if (i+1)%6 == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return &Geometry{
+		Name: "gemma-3-1b", ModelType: "gemma3_text", Architecture: "Gemma3ForCausalLM",
+		VocabSize: 262144, HiddenSize: 1152, IntermediateSize: 6912, Layers: layers,
+		Heads: 4, KVHeads: 1, HeadDim: 256, MaxPositions: 32768,
+		RMSNormEps: 1e-6, HiddenAct: "gelu_pytorch_tanh", Tied: true, QKNorm: true, Gemma: true,
+		BOS: 2, EOS: []int{1, 106}, Pad: 0,
+		Extra: map[string]any{
+			"attention_bias": false, "query_pre_attn_scalar": 256, "sliding_window": 512,
+			"_sliding_window_pattern": 6, "layer_types": types,
+			"final_logit_softcapping": nil, "attn_logit_softcapping": nil,
+			"use_bidirectional_attention": false,
+			"rope_parameters": map[string]any{
+				"full_attention":    defaultRope(1e6),
+				"sliding_attention": defaultRope(1e4),
+			},
+		},
+		Generation: map[string]any{"do_sample": true, "top_k": 64, "top_p": 0.95},
+	}
+}
+
+// tiny is a few-megabyte Qwen 3-style model over the built-in tokenizer,
+// for end-to-end tests of serving, templates and benchmarking.
+func tiny() *Geometry {
+	return &Geometry{
+		Name: "tiny", ModelType: "qwen3", Architecture: "Qwen3ForCausalLM",
+		VocabSize: 512, HiddenSize: 256, IntermediateSize: 768, Layers: 4,
+		Heads: 4, KVHeads: 2, HeadDim: 64, MaxPositions: 4096,
+		RMSNormEps: 1e-6, HiddenAct: "silu", Tied: true, QKNorm: true,
+		BOS: -1, Pad: -1, // set from the tokenizer
+		Extra: map[string]any{
+			"attention_bias": false, "use_sliding_window": false, "sliding_window": nil,
+			"max_window_layers": 4, "layer_types": fullLayers(4),
+			"rope_parameters": defaultRope(1e6),
+		},
+		Generation: map[string]any{"do_sample": false},
+	}
+}
+
+// Init says how a tensor's values are drawn.
+type Init uint8
+
+const (
+	Normal Init = iota // normal, standard deviation WeightStd
+	Ones               // RMSNorm weights of most families
+	Zeros              // Gemma's RMSNorm weights, stored as w - 1
+)
+
+// WeightStd is the standard deviation of the random weights, the usual
+// initializer_range.
+const WeightStd = 0.02
+
+// TensorSpec is one tensor of a synthesised model.
+type TensorSpec struct {
+	Name  string
+	Shape []int
+	Init  Init
+}
+
+// Elements returns the number of values in the tensor.
+func (t TensorSpec) Elements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// Tensors lists the model's tensors, named as the Hugging Face checkpoints
+// of its family name them (and as lem's loaders look them up).
+func (g *Geometry) Tensors() []TensorSpec {
+	norm := Ones
+	if g.Gemma {
+		norm = Zeros
+	}
+	hid, ff, hd := g.HiddenSize, g.IntermediateSize, g.HeadDim
+	q, kv := g.Heads*hd, g.KVHeads*hd
+	ts := []TensorSpec{{"model.embed_tokens.weight", []int{g.VocabSize, hid}, Normal}}
+	for i := range g.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		add := func(name string, init Init, shape ...int) {
+			ts = append(ts, TensorSpec{p + name, shape, init})
+		}
+		add("input_layernorm.weight", norm, hid)
+		add("self_attn.q_proj.weight", Normal, q, hid)
+		add("self_attn.k_proj.weight", Normal, kv, hid)
+		add("self_attn.v_proj.weight", Normal, kv, hid)
+		if g.AttentionBias {
+			add("self_attn.q_proj.bias", Normal, q)
+			add("self_attn.k_proj.bias", Normal, kv)
+			add("self_attn.v_proj.bias", Normal, kv)
+		}
+		if g.QKNorm {
+			add("self_attn.q_norm.weight", norm, hd)
+			add("self_attn.k_norm.weight", norm, hd)
+		}
+		add("self_attn.o_proj.weight", Normal, hid, q)
+		add("post_attention_layernorm.weight", norm, hid)
+		if g.Gemma {
+			add("pre_feedforward_layernorm.weight", norm, hid)
+			add("post_feedforward_layernorm.weight", norm, hid)
+		}
+		add("mlp.gate_proj.weight", Normal, ff, hid)
+		add("mlp.up_proj.weight", Normal, ff, hid)
+		add("mlp.down_proj.weight", Normal, hid, ff)
+	}
+	ts = append(ts, TensorSpec{"model.norm.weight", []int{hid}, norm})
+	if !g.Tied {
+		ts = append(ts, TensorSpec{"lm_head.weight", []int{g.VocabSize, hid}, Normal})
+	}
+	return ts
+}
+
+// Params returns the number of parameters (a tied output projection counted
+// once).
+func (g *Geometry) Params() int64 {
+	var n int64
+	for _, t := range g.Tensors() {
+		n += t.Elements()
+	}
+	return n
+}
+
+// DType is the storage type of the synthesised weights.
+type DType struct {
+	Name   string            // "bf16", "f16" or "f32"
+	ST     safetensors.DType // as the safetensors header spells it
+	Config string            // as config.json spells it
+}
+
+// Size returns the bytes of one value.
+func (d DType) Size() int { return d.ST.Size() }
+
+var dtypes = []DType{
+	{"bf16", safetensors.BF16, "bfloat16"},
+	{"f16", safetensors.F16, "float16"},
+	{"f32", safetensors.F32, "float32"},
+}
+
+// ParseDType accepts bf16, f16 and f32 (and bfloat16, float16, float32),
+// case-insensitively.
+func ParseDType(s string) (DType, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	for _, d := range dtypes {
+		if s == d.Name || s == d.Config {
+			return d, nil
+		}
+	}
+	return DType{}, fmt.Errorf("unknown dtype %q (want bf16, f16 or f32)", s)
+}
+
+// Bytes returns the size of the weights stored as dtype.
+func (g *Geometry) Bytes(d DType) int64 { return g.Params() * int64(d.Size()) }
+
+// Config returns config.json's contents in the transformers 5 layout
+// (rope_parameters, layer_types), keys sorted as save_pretrained sorts them.
+func (g *Geometry) Config(d DType) ([]byte, error) {
+	c := map[string]any{
+		"architectures":           []string{g.Architecture},
+		"model_type":              g.ModelType,
+		"dtype":                   d.Config,
+		"vocab_size":              g.VocabSize,
+		"hidden_size":             g.HiddenSize,
+		"intermediate_size":       g.IntermediateSize,
+		"num_hidden_layers":       g.Layers,
+		"num_attention_heads":     g.Heads,
+		"num_key_value_heads":     g.KVHeads,
+		"head_dim":                g.HeadDim,
+		"max_position_embeddings": g.MaxPositions,
+		"rms_norm_eps":            g.RMSNormEps,
+		"tie_word_embeddings":     g.Tied,
+		"initializer_range":       WeightStd,
+		"attention_dropout":       0.0,
+		"use_cache":               true,
+	}
+	if g.Gemma {
+		c["hidden_activation"] = g.HiddenAct
+	} else {
+		c["hidden_act"] = g.HiddenAct
+	}
+	maps.Copy(c, g.Extra)
+	ids(c, g.BOS, g.EOS, g.Pad)
+	return marshal(c)
+}
+
+// GenerationConfig returns generation_config.json's contents.
+func (g *Geometry) GenerationConfig() ([]byte, error) {
+	c := map[string]any{}
+	maps.Copy(c, g.Generation)
+	ids(c, g.BOS, g.EOS, g.Pad)
+	return marshal(c)
+}
+
+// ids sets the special token keys that the geometry has.
+func ids(c map[string]any, bos int, eos []int, pad int) {
+	if bos >= 0 {
+		c["bos_token_id"] = bos
+	}
+	switch len(eos) {
+	case 0:
+	case 1:
+		c["eos_token_id"] = eos[0]
+	default:
+		c["eos_token_id"] = eos
+	}
+	if pad >= 0 {
+		c["pad_token_id"] = pad
+	}
+}
+
+// marshal encodes v as indented JSON without escaping <, > and &, which
+// special tokens and chat templates are full of.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode config: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// jsonString returns s as a JSON string, without HTML escaping.
+func jsonString(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s) // cannot fail for a string
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}

@@ -1,0 +1,501 @@
+package synth
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"lem/chat"
+	"lem/compute/cpu"
+	"lem/engine"
+	"lem/internal/fixtures"
+	"lem/model"
+	"lem/safetensors"
+	"lem/tokenizer"
+)
+
+// TestSynthLikeGeometry checks each geometry's parameter count against the
+// published figure and that its config.json parses back to the same shape.
+func TestSynthLikeGeometry(t *testing.T) {
+	tests := []struct {
+		like      string
+		params    float64 // published, in parameters
+		modelType string
+		rope      string // rope type of full-attention layers
+		sliding   int    // number of sliding-window layers
+	}{
+		{"llama-3.2-1b", 1.236e9, "llama", "llama3", 0},
+		{"llama-3.1-8b", 8.030e9, "llama", "llama3", 0},
+		{"qwen2.5-0.5b", 0.494e9, "qwen2", "default", 0},
+		{"qwen3-8b", 8.191e9, "qwen3", "default", 0},
+		{"gemma-3-1b", 1.000e9, "gemma3_text", "default", 22},
+		{"tiny", 3.3e6, "qwen3", "default", 0},
+	}
+	if got, want := len(tests), len(Likes()); got != want {
+		t.Errorf("test covers %d geometries, Likes has %d", got, want)
+	}
+	for _, tt := range tests {
+		t.Run(tt.like, func(t *testing.T) {
+			g, err := Like(tt.like)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := float64(g.Params()); math.Abs(p-tt.params)/tt.params > 0.01 {
+				t.Errorf("Params = %.4g, want %.4g ± 1%%", p, tt.params)
+			}
+			d, _ := ParseDType("bf16")
+			if got, want := g.Bytes(d), 2*g.Params(); got != want {
+				t.Errorf("Bytes(bf16) = %d, want %d", got, want)
+			}
+			data, err := g.Config(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := model.ParseConfig(data)
+			if err != nil {
+				t.Fatalf("config.json does not parse: %v\n%s", err, data)
+			}
+			if c.ModelType != tt.modelType || c.NumHiddenLayers != g.Layers || c.HiddenSize != g.HiddenSize ||
+				c.IntermediateSize != g.IntermediateSize || c.NumAttentionHeads != g.Heads ||
+				c.NumKeyValueHeads != g.KVHeads || c.HeadDim != g.HeadDim || c.VocabSize != g.VocabSize ||
+				c.TieWordEmbeddings != g.Tied || c.MaxPositionEmbeddings != g.MaxPositions || c.RMSNormEps != g.RMSNormEps {
+				t.Errorf("config parses to %v, tied %v, ctx %d, eps %g; geometry %+v", c, c.TieWordEmbeddings, c.MaxPositionEmbeddings, c.RMSNormEps, g)
+			}
+			if got := c.Rope(model.FullAttention).Type; got != tt.rope {
+				t.Errorf("rope type %q, want %q", got, tt.rope)
+			}
+			sliding := 0
+			for i := range c.NumHiddenLayers {
+				if c.LayerType(i) == model.SlidingAttention {
+					sliding++
+				}
+			}
+			if sliding != tt.sliding {
+				t.Errorf("%d sliding-window layers, want %d", sliding, tt.sliding)
+			}
+			gen, err := g.GenerationConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := model.ParseGenerationConfig(gen); err != nil {
+				t.Errorf("generation_config.json: %v", err)
+			}
+			names := map[string]bool{}
+			for _, s := range g.Tensors() {
+				if names[s.Name] {
+					t.Errorf("duplicate tensor %s", s.Name)
+				}
+				names[s.Name] = true
+			}
+			if _, ok := names["lm_head.weight"]; ok == g.Tied {
+				t.Errorf("lm_head present = %v with tie_word_embeddings = %v", ok, g.Tied)
+			}
+		})
+	}
+}
+
+// TestSynthBadNames checks that unknown names give errors that list the
+// known ones.
+func TestSynthBadNames(t *testing.T) {
+	tests := []struct {
+		like, dtype string
+		want        []string
+	}{
+		{"llama-9", "bf16", []string{`unknown model "llama-9"`, "llama-3.2-1b", "tiny"}},
+		{"", "bf16", []string{`unknown model ""`}},
+		{"tiny", "q4", []string{`unknown dtype "q4"`, "bf16, f16 or f32"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.like+"/"+tt.dtype, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := Write(dir, Options{Like: tt.like, DType: tt.dtype})
+			if err == nil {
+				t.Fatal("Write succeeded")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Errorf("a failed Write left %d files", len(entries))
+			}
+		})
+	}
+}
+
+// TestSynthTinyGenerates writes the tiny model in each dtype, loads it with
+// the engine and generates.
+func TestSynthTinyGenerates(t *testing.T) {
+	for _, dt := range []string{"bf16", "f16", "f32"} {
+		t.Run(dt, func(t *testing.T) {
+			dir := t.TempDir()
+			res, err := Write(dir, Options{Like: "tiny", DType: dt, Seed: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := os.Stat(filepath.Join(dir, "model.safetensors"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Size() != res.FileBytes || res.FileBytes < res.Params*int64(res.DType.Size()) {
+				t.Errorf("file is %d bytes, Result says %d for %d params", st.Size(), res.FileBytes, res.Params)
+			}
+			m, err := engine.Open(dir, engine.Options{Backend: cpu.New(2)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if got, want := m.Tokenizer.VocabSize(), m.Net.Config().VocabSize; got != want {
+				t.Errorf("tokenizer has %d ids, model %d", got, want)
+			}
+			s := m.NewSession(64)
+			logits, err := s.Append(m.Tokenizer.Encode("The engine reads a model.", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range logits {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					t.Fatalf("logit %d is %v", i, v)
+				}
+			}
+			if slices.Min(logits) == slices.Max(logits) {
+				t.Errorf("all logits equal %v", logits[0])
+			}
+			res2, err := m.Generate(context.Background(), m.NewSession(64), engine.Request{
+				Prompt: []int32{1, 2, 3}, MaxTokens: 8, IgnoreModelStops: true,
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res2.IDs) != 8 {
+				t.Errorf("generated %d tokens, want 8", len(res2.IDs))
+			}
+			imEnd, ok := m.Tokenizer.TokenID(ImEnd)
+			if !ok || !slices.Contains(m.StopIDs, imEnd) {
+				t.Errorf("stop ids %v lack <|im_end|> (%d, %v)", m.StopIDs, imEnd, ok)
+			}
+		})
+	}
+}
+
+// TestSynthTinyChat checks the built-in tokenizer and chat template.
+func TestSynthTinyChat(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Write(dir, Options{Like: "tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"", "Hello, world!", "The model reads every weight once.", "naïve café 日本 🙂\n\ttabs  and  spaces", "<|im_start|>user\nhi<|im_end|>"} {
+		ids := tok.Encode(text, true)
+		if got := tok.Decode(ids, false); got != text {
+			t.Errorf("Decode(Encode(%q)) = %q", text, got)
+		}
+	}
+	if ids := tok.Encode("the", false); len(ids) != 1 {
+		t.Errorf("%q encodes to %d tokens; merges not applied", "the", len(ids))
+	}
+	if ids := tok.Encode("<|im_end|>", false); len(ids) != 1 || ids[0] != tok.EOS() {
+		t.Errorf("<|im_end|> encodes to %v, EOS is %d", ids, tok.EOS())
+	}
+	set, err := chat.LoadDir(dir, chat.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := set.Default().Render(chat.Input{
+		Messages: []chat.Message{
+			{Role: "system", Content: chat.Text("Be brief.")},
+			{Role: "user", Content: chat.Parts(chat.Part{Type: "text", Text: "Hi"}, chat.Part{Type: "text", Text: " there"})},
+		},
+		AddGenerationPrompt: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+	if out != want {
+		t.Errorf("render:\n%q\nwant\n%q", out, want)
+	}
+}
+
+func TestSynthBuiltinTokenizer(t *testing.T) {
+	tests := []struct {
+		vocab, size int
+	}{
+		{259, 259},
+		{512, 512},
+		{1000, 1000},
+		{151936, 0}, // more than the corpus gives: left unpadded
+	}
+	for _, tt := range tests {
+		bt, err := NewBuiltinTokenizer(tt.vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tt.size > 0 && bt.Size() != tt.size {
+			t.Errorf("vocab %d: tokenizer has %d ids", tt.vocab, bt.Size())
+		}
+		if bt.Size() > tt.vocab {
+			t.Errorf("vocab %d: tokenizer has %d ids, more than the model", tt.vocab, bt.Size())
+		}
+		data, err := bt.TokenizerJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := tokenizer.Parse(data)
+		if err != nil {
+			t.Fatalf("vocab %d: %v", tt.vocab, err)
+		}
+		if tok.VocabSize() != bt.Size() {
+			t.Errorf("vocab %d: parsed tokenizer has %d ids, want %d", tt.vocab, tok.VocabSize(), bt.Size())
+		}
+	}
+	if _, err := NewBuiltinTokenizer(100); err == nil {
+		t.Error("NewBuiltinTokenizer(100) succeeded")
+	}
+}
+
+// TestSynthRealTokenizer copies a real tokenizer in and sizes the
+// vocabulary to it.
+func TestSynthRealTokenizer(t *testing.T) {
+	root := fixtures.Dir(t, "tokenizers")
+	tests := []struct {
+		name, src string
+		vocab     int
+	}{
+		// Qwen 3's 151,669 ids fit the real model's padded 151,936.
+		{"qwen dir on qwen geometry", filepath.Join(root, "qwen3"), 151936},
+		// Llama 3's tokenizer.json given as a file.
+		{"llama3 file", filepath.Join(root, "llama3", "tokenizer.json.gz"), 128256},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := Like("qwen2.5-0.5b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := copyTokenizer(t.TempDir(), tt.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fitTokenizer(g, tok)
+			if g.VocabSize != tt.vocab {
+				t.Errorf("vocab %d, want %d (tokenizer has %d)", g.VocabSize, tt.vocab, tok.VocabSize())
+			}
+			if len(g.EOS) == 0 || g.EOS[0] != int(tok.EOS()) {
+				t.Errorf("eos ids %v, tokenizer's EOS %d", g.EOS, tok.EOS())
+			}
+		})
+	}
+
+	// End to end on the tiny geometry: its 512 ids grow to the tokenizer's.
+	dir := t.TempDir()
+	res, err := Write(dir, Options{Like: "tiny", Tokenizer: filepath.Join(root, "qwen3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Geometry.VocabSize != 151680 {
+		t.Errorf("tiny with Qwen 3's tokenizer: vocab %d, want 151680", res.Geometry.VocabSize)
+	}
+	m, err := engine.Open(dir, engine.Options{Backend: cpu.New(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Templates == nil {
+		t.Error("the chat template beside the tokenizer was not copied")
+	}
+	r, err := m.Generate(context.Background(), m.NewSession(32), engine.Request{
+		Prompt: m.Tokenizer.Encode("Hello", false), MaxTokens: 2, IgnoreModelStops: true,
+	}, nil)
+	if err != nil || len(r.IDs) != 2 {
+		t.Errorf("generate: %v, %d tokens", err, len(r.IDs))
+	}
+}
+
+// TestSynthWeightsDeterministic checks the safetensors file: readable, the
+// tensors and values the geometry and seed imply, and reproducible.
+func TestSynthWeightsDeterministic(t *testing.T) {
+	g, _ := Like("tiny")
+	d, _ := ParseDType("bf16")
+	write := func(seed uint64) []byte {
+		var b bytes.Buffer
+		if _, err := WriteWeights(&b, g, d, seed, map[string]string{"format": "pt"}); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	a, b, c := write(1), write(1), write(2)
+	if !bytes.Equal(a, b) {
+		t.Error("same seed, different files")
+	}
+	if bytes.Equal(a, c) {
+		t.Error("different seeds, same file")
+	}
+	f, err := safetensors.Parse("tiny", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := g.Tensors()
+	if got := f.Names(); len(got) != len(specs) {
+		t.Fatalf("%d tensors, want %d", len(got), len(specs))
+	}
+	for _, s := range specs {
+		tt, ok := f.Tensor(s.Name)
+		if !ok || !slices.Equal(tt.Shape, s.Shape) || tt.DType != safetensors.BF16 {
+			t.Fatalf("tensor %s: %v %v, want %v", s.Name, tt.DType, tt.Shape, s.Shape)
+		}
+		vals, err := tt.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch s.Init {
+		case Ones:
+			if slices.Min(vals) != 1 || slices.Max(vals) != 1 {
+				t.Errorf("%s: not all ones", s.Name)
+			}
+		case Normal:
+			var sum, sq float64
+			for _, v := range vals {
+				sum += float64(v)
+				sq += float64(v) * float64(v)
+			}
+			n := float64(len(vals))
+			mean, std := sum/n, math.Sqrt(sq/n-(sum/n)*(sum/n))
+			if len(vals) > 10000 && (math.Abs(mean) > 0.002 || math.Abs(std-WeightStd) > 0.002) {
+				t.Errorf("%s: mean %.4f std %.4f, want 0 and %.2f", s.Name, mean, std, WeightStd)
+			}
+		}
+	}
+}
+
+// TestSynthGemmaNorms checks that Gemma's norms are stored as zeros (it
+// multiplies by 1 + w).
+func TestSynthGemmaNorms(t *testing.T) {
+	g, _ := Like("gemma-3-1b")
+	g.VocabSize, g.Layers, g.IntermediateSize = 300, 1, 64
+	d, _ := ParseDType("f32")
+	var b bytes.Buffer
+	if _, err := WriteWeights(&b, g, d, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Parse("gemma", b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"model.norm.weight", "model.layers.0.pre_feedforward_layernorm.weight", "model.layers.0.self_attn.q_norm.weight"} {
+		tt, ok := f.Tensor(name)
+		if !ok {
+			t.Fatalf("no tensor %s", name)
+		}
+		vals, _ := tt.Float32s()
+		if slices.Min(vals) != 0 || slices.Max(vals) != 0 {
+			t.Errorf("%s: not all zeros", name)
+		}
+	}
+}
+
+type failWriter struct{ left int }
+
+func (w *failWriter) Write(p []byte) (int, error) {
+	if len(p) > w.left {
+		n := w.left
+		w.left = 0
+		return n, errors.New("disk full")
+	}
+	w.left -= len(p)
+	return len(p), nil
+}
+
+// TestSynthWriteFails checks that a failing writer ends the write with an
+// error naming the tensor, without hanging.
+func TestSynthWriteFails(t *testing.T) {
+	g, _ := Like("tiny")
+	d, _ := ParseDType("f32")
+	for _, left := range []int{0, 100, 5 << 20} {
+		_, err := WriteWeights(&failWriter{left: left}, g, d, 1, nil)
+		if err == nil || !strings.Contains(err.Error(), "disk full") {
+			t.Errorf("after %d bytes: error %v, want disk full", left, err)
+		}
+	}
+}
+
+// TestSynthDirChecks checks that Write refuses a directory holding other
+// files, and that a failed Write leaves no partial safetensors file.
+func TestSynthDirChecks(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(dir, Options{Like: "tiny"}); err == nil || !strings.Contains(err.Error(), "notes.txt") {
+		t.Errorf("error %v, want one naming notes.txt", err)
+	}
+	// Writing twice into the same directory is fine.
+	dir = t.TempDir()
+	for range 2 {
+		if _, err := Write(dir, Options{Like: "tiny"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Write(t.TempDir(), Options{Like: "tiny", Tokenizer: filepath.Join(dir, "missing.json")}); err == nil {
+		t.Error("a missing tokenizer gave no error")
+	}
+}
+
+func TestSynthDecodeBytes(t *testing.T) {
+	emb := StoredTensor{Name: "model.embed_tokens.weight", Shape: []int{1000, 64}, Bytes: 128000}
+	w := StoredTensor{Name: "model.layers.0.mlp.up_proj.weight", Shape: []int{256, 64}, Bytes: 32768}
+	head := StoredTensor{Name: "lm_head.weight", Shape: []int{1000, 64}, Bytes: 128000}
+	ple := StoredTensor{Name: "model.embed_tokens_per_layer.weight", Shape: []int{1000, 320}, Bytes: 640000}
+	gguf := StoredTensor{Name: "token_embd.weight", Shape: []int{1000, 64}, Bytes: 36000}
+	tests := []struct {
+		name    string
+		tensors []StoredTensor
+		tied    bool
+		want    int64
+	}{
+		{"untied", []StoredTensor{emb, w, head}, false, 128 + 32768 + 128000},
+		{"tied", []StoredTensor{emb, w}, true, 128 + 32768 + 128000},
+		{"per-layer embeddings", []StoredTensor{emb, ple, w}, true, 128 + 640 + 32768 + 128000},
+		{"gguf quantized tied", []StoredTensor{gguf, w}, true, 36 + 32768 + 36000},
+		{"no shape", []StoredTensor{{Name: "model.embed_tokens.weight", Bytes: 10}}, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := DecodeBytes(tt.tensors, tt.tied); got != tt.want {
+				t.Errorf("DecodeBytes = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	// A 1B model in bf16 reads about its size per token.
+	g, _ := Like("llama-3.2-1b")
+	d, _ := ParseDType("bf16")
+	got := DecodeBytes(g.Stored(d), g.Tied)
+	if want := g.Bytes(d); got != want+int64(2*g.HiddenSize) {
+		t.Errorf("llama-3.2-1b reads %d bytes per token, want %d", got, want+int64(2*g.HiddenSize))
+	}
+}
+
+func BenchmarkSynthWeights(b *testing.B) {
+	g, _ := Like("qwen2.5-0.5b")
+	g.Layers = 2
+	d, _ := ParseDType("bf16")
+	var n int64
+	for b.Loop() {
+		n, _ = WriteWeights(discard{}, g, d, 1, nil)
+	}
+	b.SetBytes(n)
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
