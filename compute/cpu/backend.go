@@ -1,20 +1,19 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
 
 	"lem/compute"
-	"lem/internal/half"
 )
 
 // Backend is the CPU implementation of compute.Backend. Float32 tensors are
 // []float32, stored weights are []byte in their dtype, I32 tensors are []int32.
 type Backend struct {
 	threads int
+	pool    *Pool
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -22,13 +21,13 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	return &Backend{threads: threads}
+	return &Backend{threads: threads, pool: NewPool(threads)}
 }
 
 var _ compute.Backend = (*Backend)(nil)
 
 // Name implements compute.Backend.
-func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
+func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads, %s)", b.threads, Level()) }
 
 // Threads returns the number of worker threads.
 func (b *Backend) Threads() int { return b.threads }
@@ -42,24 +41,12 @@ func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*comput
 		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
 	}
 	switch dtype {
-	case compute.F32:
-		t.Buf = bytesToF32(data)
-	case compute.BF16, compute.F16:
+	case compute.F32, compute.BF16, compute.F16:
 		t.Buf = data
 	default:
 		return nil, fmt.Errorf("weight dtype %s not supported on the CPU", dtype)
 	}
 	return t, nil
-}
-
-// bytesToF32 decodes little-endian float32 values (copying, since mapped
-// data need not be aligned).
-func bytesToF32(data []byte) []float32 {
-	out := make([]float32, len(data)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
-	}
-	return out
 }
 
 // Alloc implements compute.Backend.
@@ -112,12 +99,8 @@ func row(dst []float32, t *compute.Tensor, r int) {
 	case []float32:
 		copy(dst, buf[r*n:(r+1)*n])
 	case []byte:
-		src := buf[r*n*2 : (r+1)*n*2]
-		if t.DType == compute.BF16 {
-			half.BF16sToF32s(dst[:n], src)
-		} else {
-			half.F16sToF32s(dst[:n], src)
-		}
+		es := t.DType.Size()
+		ToF32(dst[:n], buf[r*n*es:(r+1)*n*es], t.DType)
 	}
 }
 
@@ -151,28 +134,18 @@ func (b *Backend) parallel(n int, fn func(lo, hi int)) {
 
 // MatMul implements compute.Backend.
 func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
-	n, k, m := x.Rows(), x.Cols(), w.Rows()
+	n, k := x.Rows(), x.Cols()
 	if w.Cols() != k {
 		panic(fmt.Sprintf("matmul: x has %d columns, w has %d", k, w.Cols()))
 	}
-	xs, d := f32(x), f32(dst)
-	b.parallel(m, func(lo, hi int) {
-		wr := make([]float32, k)
-		for j := lo; j < hi; j++ {
-			row(wr, w, j)
-			for i := range n {
-				d[i*m+j] = dot(xs[i*k:(i+1)*k], wr)
-			}
-		}
-	})
-}
-
-func dot(a, b []float32) float32 {
-	var s float32
-	for i := range a {
-		s += a[i] * b[i]
+	ws := Weights{DType: w.DType, Rows: w.Rows(), Cols: k}
+	switch buf := w.Buf.(type) {
+	case []byte:
+		ws.Data = buf
+	case []float32:
+		ws = F32Weights(ws.Rows, k, buf)
 	}
-	return s
+	MatMul(f32(dst), f32(x), n, ws, b.pool)
 }
 
 // broadcast applies op to a and b, repeating b's single row when it has one.
@@ -409,7 +382,7 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 			mx := float32(math.Inf(-1))
 			for j := first; j <= p; j++ {
 				kr, _ := keyRow(j)
-				s := dot(qv, kr[ko:ko+hd]) * a.Scale
+				s := Dot(qv, kr[ko:ko+hd]) * a.Scale
 				if a.SoftCap > 0 {
 					s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
 				}
@@ -432,10 +405,7 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 			clear(o)
 			for j := first; j <= p; j++ {
 				_, vr := keyRow(j)
-				w := scores[j] / sum
-				for e, x := range vr[ko : ko+hd] {
-					o[e] += w * x
-				}
+				Axpy(o, scores[j]/sum, vr[ko:ko+hd])
 			}
 		}
 	})
