@@ -14,6 +14,8 @@ import (
 type Backend struct {
 	threads int
 	pool    *Pool
+
+	cos, sin []float32 // RoPE scratch
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -308,8 +310,10 @@ func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
 	cols := x.Cols()
 	hd := cols / heads
 	half := r.Dims / 2
-	cos := make([]float32, half)
-	sin := make([]float32, half)
+	if cap(b.cos) < half {
+		b.cos, b.sin = make([]float32, half), make([]float32, half)
+	}
+	cos, sin := b.cos[:half], b.sin[:half]
 	for i, p := range ps {
 		for j, f := range r.InvFreq {
 			a := float32(p) * f
