@@ -91,6 +91,6 @@
 //     tool_calls, tool_call_id, name, then the extra keys in the order
 //     given), whatever their order in a request's JSON.
 //
-// Parsing tool calls and reasoning out of a model's output is not part of
-// this package yet.
+// OutputFormat and OutputParser split a model's generated text, as it
+// streams, into reasoning, content and tool calls (output.go).
 package chat
