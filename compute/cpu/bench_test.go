@@ -3,6 +3,9 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -47,7 +50,11 @@ func BenchmarkMemBandwidth(b *testing.B) {
 	}
 }
 
-func levelName(l level) string { return l.String() }
+// funcName returns the name of a kernel function, without the package.
+func funcName(f func(*kargs)) string {
+	name := runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
+	return name[strings.LastIndexByte(name, '.')+1:]
+}
 
 // BenchmarkGEMV measures the decode matrix-vector product at the shapes of
 // a 1B model (hidden 2048, MLP 8192) in GB/s of weights streamed.
@@ -123,8 +130,8 @@ func BenchmarkGEMMKernels(b *testing.B) {
 		}
 	}
 	for _, ks := range cands {
-		b.Run(fmt.Sprintf("%s/R%dC%d/threads=2", ks.level, ks.gemmR, ks.gemmC), func(b *testing.B) {
-			pool := NewPool(2)
+		b.Run(fmt.Sprintf("%s/threads=1", funcName(ks.gemm)), func(b *testing.B) {
+			pool := NewPool(1)
 			defer pool.Close()
 			defer setLevel(setLevel(ks.level))
 			saved := kernels[ks.level][compute.BF16]
@@ -166,7 +173,7 @@ func BenchmarkGEMVKernels(b *testing.B) {
 	x := randVec(rand.New(rand.NewPCG(1, 1)), k)
 	dst := make([]float32, m)
 	for i, ks := range cands {
-		b.Run(fmt.Sprintf("%d:%s/R%dC%d/threads=2", i, ks.level, ks.gemmR, ks.gemmC), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%d:%s/threads=2", i, funcName(ks.gemm)), func(b *testing.B) {
 			pool := NewPool(2)
 			defer pool.Close()
 			defer setLevel(setLevel(ks.level))

@@ -5,9 +5,11 @@
 //
 // Every kernel computes an R×C block of dot products: R activation rows
 // (packed float32, see packX) times C weight rows (bf16, f16 or f32 bytes),
-// over a.k elements, and stores the sums in a.out[t*8+r]. Row pointers come
-// from the kargs struct, so the caller can repeat a pointer to pad a block at
-// the edge of the matrix. The vector register file holds R×C accumulators.
+// over a.k elements, and stores the sums to a.dst (a full block: row t at
+// a.dst + t*a.ldd bytes, added to when a.acc is 1) or, with a.dst nil, to
+// a.out[t*8+r]. Row pointers come from the kargs struct, so the caller can
+// repeat a pointer to pad a block at the edge of the matrix. The vector
+// register file holds R×C accumulators (times the unroll factor).
 //
 // bf16 is widened without shuffles: a vector of 2n bf16 values read as n
 // 32-bit lanes gives the even elements by a left shift of 16 and the odd
@@ -30,6 +32,9 @@ const (
 	offW   = 64
 	offK   = 128
 	offOut = 136
+	offDst = 392
+	offLdd = 400
+	offAcc = 408
 )
 
 type isa struct {
@@ -62,6 +67,7 @@ type kernel struct {
 	r, c int
 	xmem bool // read activations as FMA memory operands instead of registers
 	pf   int  // prefetch distance in weight bytes, 0 for none
+	u    int  // steps per loop iteration, each with its own accumulators
 }
 
 func (k kernel) name() string {
@@ -71,6 +77,9 @@ func (k kernel) name() string {
 	}
 	if k.pf > 0 {
 		m += fmt.Sprintf("p%d", k.pf)
+	}
+	if k.u > 1 {
+		m += fmt.Sprintf("u%d", k.u)
 	}
 	return fmt.Sprintf("k%s%sR%dC%d%s", k.isa.name, k.dt.name, k.r, k.c, m)
 }
@@ -94,20 +103,28 @@ func (g *gen) kernel(k kernel) {
 	if k.r+k.c > len(gprs) {
 		log.Fatalf("%s: too many row pointers", k.name())
 	}
+	U := max(k.u, 1)
 	nacc := k.r * k.c
-	// Register plan: accumulators first, then activations, weights, mask.
+	// Register plan: accumulators (U sets) first, then activations,
+	// weights, mask.
 	mask := I.nreg - 1
 	wreg := I.nreg - 2
-	xbase := nacc
+	xbase := U * nacc
 	nx := k.r
 	if k.xmem {
 		nx = 0
 	}
-	if nacc+nx+2 > I.nreg {
-		log.Fatalf("%s: needs %d vector registers", k.name(), nacc+nx+2)
+	if xbase+nx+2 > I.nreg {
+		log.Fatalf("%s: needs %d vector registers", k.name(), xbase+nx+2)
+	}
+	if U > 1 && k.r+k.c >= len(gprs) {
+		log.Fatalf("%s: no register left for the unrolled loop", k.name())
 	}
 	v := func(i int) string { return fmt.Sprintf("%s%d", I.reg, i) }
-	acc := func(t, r int) string { return v(t*k.c + r) }
+	accSet := func(u int) func(t, r int) string {
+		return func(t, r int) string { return v(u*nacc + t*k.c + r) }
+	}
+	acc := accSet(0)
 	xp := func(t int) string { return gprs[t] }
 	wp := func(r int) string { return gprs[k.r+r] }
 	xscale := 4 / k.dt.es    // activation bytes per weight byte
@@ -134,7 +151,7 @@ func (g *gen) kernel(k kernel) {
 			g.p("VPBROADCASTD X%d, %s", mask, v(mask))
 		}
 	}
-	for i := 0; i < nacc; i++ {
+	for i := 0; i < U*nacc; i++ {
 		if I.masks {
 			g.p("VPXORD %s, %s, %s", v(i), v(i), v(i))
 		} else {
@@ -152,17 +169,34 @@ func (g *gen) kernel(k kernel) {
 		g.p("SHLQ $2, CX")
 	}
 	g.p("XORQ AX, AX")
-	g.p("CMPQ AX, CX")
-	g.p("JAE %s_tail", name)
-	g.label(name + "_loop")
-	g.step(k, v, acc, xp, wp, xscale, half, xhalf, xbase, wreg, mask, false)
-	if k.pf > 0 {
-		for r := 0; r < k.c; r++ {
-			for off := 0; off < wstep; off += 64 {
-				g.p("PREFETCHT0 %d(%s)(AX*1)", k.pf+off, wp(r))
+	prefetch := func(boff int) {
+		if k.pf > 0 {
+			for r := 0; r < k.c; r++ {
+				for off := 0; off < wstep; off += 64 {
+					g.p("PREFETCHT0 %d(%s)(AX*1)", boff+k.pf+off, wp(r))
+				}
 			}
 		}
 	}
+	if U > 1 {
+		tmp := gprs[k.r+k.c]
+		g.label(name + "_loopu")
+		g.p("LEAQ %d(AX), %s", U*wstep, tmp)
+		g.p("CMPQ %s, CX", tmp)
+		g.p("JA %s_loop1", name)
+		for u := 0; u < U; u++ {
+			g.step(k, v, accSet(u), xp, wp, xscale, half, xhalf, xbase, wreg, mask, false, u*wstep)
+			prefetch(u * wstep)
+		}
+		g.p("MOVQ %s, AX", tmp)
+		g.p("JMP %s_loopu", name)
+		g.label(name + "_loop1")
+	}
+	g.p("CMPQ AX, CX")
+	g.p("JAE %s_tail", name)
+	g.label(name + "_loop")
+	g.step(k, v, acc, xp, wp, xscale, half, xhalf, xbase, wreg, mask, false, 0)
+	prefetch(0)
 	g.p("ADDQ $%d, AX", wstep)
 	g.p("CMPQ AX, CX")
 	g.p("JB %s_loop", name)
@@ -176,28 +210,33 @@ func (g *gen) kernel(k kernel) {
 		g.p("DECL DX")
 		g.p("KMOVD DX, K1")
 		g.p("KSHIFTRD $16, K1, K2")
-		g.step(k, v, acc, xp, wp, xscale, half, xhalf, xbase, wreg, mask, true)
+		g.step(k, v, acc, xp, wp, xscale, half, xhalf, xbase, wreg, mask, true, 0)
 		g.label(name + "_reduce")
 	}
+	for u := 1; u < U; u++ {
+		for i := 0; i < nacc; i++ {
+			g.p("VADDPS %s, %s, %s", v(u*nacc+i), v(i), v(i))
+		}
+	}
 	g.reduce(k, v, acc, xbase)
-	g.p("VZEROUPPER")
-	g.p("RET")
 }
 
 // step emits one block of I.blk elements: two halves, each loading the
 // activations of R rows and then, per weight row, widening it and issuing R
 // FMAs. With tail set, weight loads are masked by K1 (elements) and K2.
 func (g *gen) step(k kernel, v func(int) string, acc func(int, int) string,
-	xp, wp func(int) string, xscale, half, xhalf, xbase, wreg, mask int, tail bool) {
+	xp, wp func(int) string, xscale, half, xhalf, xbase, wreg, mask int, tail bool, boff int) {
 	I := k.isa
 	W := v(wreg)
 	wmem := func(r, off int) string {
+		off += boff
 		if off == 0 {
 			return fmt.Sprintf("(%s)(AX*1)", wp(r))
 		}
 		return fmt.Sprintf("%d(%s)(AX*1)", off, wp(r))
 	}
 	xmem := func(t, off int) string {
+		off += boff * xscale
 		if off == 0 {
 			return fmt.Sprintf("(%s)(AX*%d)", xp(t), xscale)
 		}
@@ -258,9 +297,10 @@ func (g *gen) step(k kernel, v func(int) string, acc func(int, int) string,
 	}
 }
 
-// reduce sums each accumulator's lanes and stores the C sums of token t at
-// a.out[t*8:]. Groups of four accumulators are transposed with unpack
-// instructions and added, one 128-bit store per group.
+// reduce sums each accumulator's lanes, groups the C sums of token t in
+// fours (transposing with unpack instructions), and stores them: to
+// a.dst + t*a.ldd (adding to what is there when a.acc is set) or, when
+// a.dst is nil, to a.out[t*8:].
 func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xbase int) {
 	I := k.isa
 	x := func(s string) string { return "X" + s[1:] }
@@ -270,7 +310,6 @@ func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xb
 	if k.xmem || k.r < 3 {
 		t0, t1, t2 = v(I.nreg-4), v(I.nreg-3), v(I.nreg-2)
 	}
-	g.p("MOVQ a+0(FP), DI")
 	for t := 0; t < k.r; t++ {
 		for r := 0; r < k.c; r++ {
 			a := acc(t, r)
@@ -283,6 +322,7 @@ func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xb
 			}
 			g.p("VADDPS %s, %s, %s", x(t0), x(a), x(a))
 		}
+		// The sums of rows r0..r0+3 end up in acc(t, r0).
 		for r0 := 0; r0 < k.c; r0 += 4 {
 			var s [4]string
 			for i := range s {
@@ -296,9 +336,61 @@ func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xb
 			g.p("VADDPS %s, %s, %s", x(t2), x(t1), x(t1))
 			g.p("VUNPCKLPD %s, %s, %s", x(t1), x(t0), x(t2))
 			g.p("VUNPCKHPD %s, %s, %s", x(t1), x(t0), x(t0))
-			g.p("VADDPS %s, %s, %s", x(t2), x(t0), x(t0))
-			g.p("VMOVUPS %s, %d(DI)", x(t0), offOut+4*(t*8+r0))
+			g.p("VADDPS %s, %s, %s", x(t2), x(t0), s[0])
 		}
+	}
+	name := k.name()
+	g.p("MOVQ a+0(FP), DI")
+	g.p("MOVQ %d(DI), SI", offDst)
+	g.p("TESTQ SI, SI")
+	g.p("JNZ %s_dst", name)
+	for t := 0; t < k.r; t++ {
+		for r0 := 0; r0 < k.c; r0 += 4 {
+			g.p("VMOVUPS %s, %d(DI)", x(acc(t, r0)), offOut+4*(t*8+r0))
+		}
+	}
+	g.p("VZEROUPPER")
+	g.p("RET")
+	g.label(name + "_dst")
+	g.p("MOVQ %d(DI), DX", offLdd)
+	g.p("MOVQ %d(DI), CX", offAcc)
+	g.p("TESTQ CX, CX")
+	g.p("JZ %s_store", name)
+	for _, add := range []bool{true, false} {
+		if !add {
+			g.label(name + "_store")
+		}
+		for t := 0; t < k.r; t++ {
+			if t > 0 {
+				g.p("ADDQ DX, SI")
+			}
+			for r0 := 0; r0 < k.c; r0 += 4 {
+				r := x(acc(t, r0))
+				mem := fmt.Sprintf("%d(SI)", 4*r0)
+				switch w := min(4, k.c-r0); w {
+				case 4:
+					if add {
+						g.p("VADDPS %s, %s, %s", mem, r, r)
+					}
+					g.p("VMOVUPS %s, %s", r, mem)
+				case 2:
+					if add {
+						g.p("VMOVSD %s, %s", mem, x(t1))
+						g.p("VADDPS %s, %s, %s", x(t1), r, r)
+					}
+					g.p("VMOVSD %s, %s", r, mem)
+				case 1:
+					if add {
+						g.p("VADDSS %s, %s, %s", mem, r, r)
+					}
+					g.p("VMOVSS %s, %s", r, mem)
+				default:
+					log.Fatalf("%s: no store of %d sums", name, w)
+				}
+			}
+		}
+		g.p("VZEROUPPER")
+		g.p("RET")
 	}
 }
 
@@ -313,27 +405,25 @@ func configs() []config {
 	var cs []config
 	for _, dt := range []dtype{bf16, f16, f32} {
 		cs = append(cs, config{avx512,
-			kernel{avx512, dt, 4, 6, false, 0},
-			kernel{avx512, dt, 1, 8, false, 0}})
+			kernel{avx512, dt, 4, 6, false, 0, 0},
+			kernel{avx512, dt, 1, 8, false, 1024, 2}})
 	}
 	for _, dt := range []dtype{bf16, f16, f32} {
 		cs = append(cs, config{avx2,
-			kernel{avx2, dt, 3, 4, true, 0},
-			kernel{avx2, dt, 1, 8, false, 0}})
+			kernel{avx2, dt, 3, 4, true, 0, 0},
+			kernel{avx2, dt, 1, 6, false, 1024, 2}})
 	}
 	return cs
 }
 
 // extra kernels generated for benchmarking other block shapes.
 var extra = []kernel{
-	{avx512, bf16, 4, 5, false, 0},
-	{avx512, bf16, 6, 4, true, 0},
-	{avx512, bf16, 1, 4, false, 0},
-	{avx512, bf16, 1, 8, false, 512},
-	{avx512, bf16, 1, 8, false, 1024},
-	{avx512, bf16, 1, 4, false, 1024},
-	{avx2, bf16, 2, 5, false, 0},
-	{avx2, bf16, 1, 4, false, 0},
+	{avx512, bf16, 4, 5, false, 0, 0},
+	{avx512, bf16, 6, 4, true, 0, 0},
+	{avx512, bf16, 1, 8, false, 0, 0},
+	{avx512, bf16, 1, 8, false, 512, 0},
+	{avx2, bf16, 2, 5, false, 0, 0},
+	{avx2, bf16, 1, 8, false, 512, 0},
 }
 
 func main() {

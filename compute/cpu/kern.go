@@ -9,6 +9,21 @@ import (
 	"lem/compute"
 )
 
+// Kernel design. MatMul multiplies float32 activations by weights kept in
+// their stored type. The innermost loop is a micro-kernel (generated
+// assembly in matmul_amd64.s, or genericKernel) that computes an R×C block
+// of dot products, R activation rows by C weight rows, keeping R·C vector
+// accumulators in registers and widening each weight vector once for the R
+// activation rows: AVX-512 uses R=4, C=6 (24 of the 32 zmm registers) for
+// prefill and R=1, C=8 (unrolled twice, with software prefetch) for decode;
+// AVX2 uses R=3, C=4 and R=1, C=6. bf16 widens without shuffles (see
+// gen_kernels.go), f16 with VCVTPH2PS, and the sums accumulate with FMA.
+// Activations are first copied to a zero-padded scratch buffer (packX),
+// in the element order the bf16 trick needs, so that the kernels can read
+// whole vectors past the end of a row; weight rows are never copied, and
+// their last partial vector is read with masked loads (AVX-512) or
+// finished in Go (AVX2).
+
 //go:generate go run gen_kernels.go
 
 // Weights is a row-major matrix of Rows×Cols elements stored as
@@ -72,6 +87,12 @@ type kargs struct {
 	w   [maxC]*byte    // weight rows (at the block start)
 	k   int            // elements to multiply
 	out [maxR * 8]float32
+
+	// With dst set, sums go to dst[t*ldd/4 + r] instead of out[t*8+r],
+	// added to what is there when acc is 1.
+	dst *float32
+	ldd int // bytes
+	acc int
 
 	// Read by the generic kernel only.
 	nt, nr int           // activation and weight rows
@@ -152,14 +173,53 @@ func genericKernel(a *kargs) {
 			row := unsafe.Slice(a.w[r], k*es)[k0*es : (k0+kl)*es]
 			widenGeneric(wb[r][:kl], row, dt)
 		}
-		for t := range nt {
+		t := 0
+		if nr == 4 {
+			// Two activation rows by four weight rows: six loads per
+			// eight multiply-adds.
+			w0, w1, w2, w3 := wb[0][:kl], wb[1][:kl], wb[2][:kl], wb[3][:kl]
+			for ; t+2 <= nt; t += 2 {
+				x0 := unsafe.Slice(a.x[t], k)[k0 : k0+kl]
+				x1 := unsafe.Slice(a.x[t+1], k)[k0 : k0+kl]
+				var s00, s01, s02, s03, s10, s11, s12, s13 float32
+				for i := range x0 {
+					p, q := x0[i], x1[i]
+					s00 += p * w0[i]
+					s01 += p * w1[i]
+					s02 += p * w2[i]
+					s03 += p * w3[i]
+					s10 += q * w0[i]
+					s11 += q * w1[i]
+					s12 += q * w2[i]
+					s13 += q * w3[i]
+				}
+				acc[t*8], acc[t*8+1], acc[t*8+2], acc[t*8+3] = acc[t*8]+s00, acc[t*8+1]+s01, acc[t*8+2]+s02, acc[t*8+3]+s03
+				u := (t + 1) * 8
+				acc[u], acc[u+1], acc[u+2], acc[u+3] = acc[u]+s10, acc[u+1]+s11, acc[u+2]+s12, acc[u+3]+s13
+			}
+		}
+		for ; t < nt; t++ {
 			xs := unsafe.Slice(a.x[t], k)[k0 : k0+kl]
 			for r := range nr {
 				acc[t*8+r] += dotGeneric(xs, wb[r][:kl])
 			}
 		}
 	}
-	a.out = acc
+	if a.dst == nil {
+		a.out = acc
+		return
+	}
+	ld := a.ldd / 4
+	d := unsafe.Slice(a.dst, (nt-1)*ld+nr)
+	for t := range nt {
+		for r := range nr {
+			if a.acc != 0 {
+				d[t*ld+r] += acc[t*8+r]
+			} else {
+				d[t*ld+r] = acc[t*8+r]
+			}
+		}
+	}
 }
 
 // widenGeneric converts little-endian dt values in src to dst.
@@ -167,7 +227,16 @@ func widenGeneric(dst []float32, src []byte, dt compute.DType) {
 	switch dt {
 	case compute.BF16:
 		src = src[:2*len(dst)]
-		for i := range dst {
+		i := 0
+		for ; i+4 <= len(dst); i += 4 {
+			s := src[2*i : 2*i+8 : 2*i+8]
+			d := dst[i : i+4 : i+4]
+			d[0] = math.Float32frombits(uint32(s[0])<<16 | uint32(s[1])<<24)
+			d[1] = math.Float32frombits(uint32(s[2])<<16 | uint32(s[3])<<24)
+			d[2] = math.Float32frombits(uint32(s[4])<<16 | uint32(s[5])<<24)
+			d[3] = math.Float32frombits(uint32(s[6])<<16 | uint32(s[7])<<24)
+		}
+		for ; i < len(dst); i++ {
 			dst[i] = bf16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 		}
 	case compute.F16:

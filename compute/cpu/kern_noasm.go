@@ -6,3 +6,5 @@ package cpu
 func detectLevel() level { return levelGeneric }
 
 var asmKernels []kernelSet
+
+var extraKernels []kernelSet

@@ -7,7 +7,7 @@ import "fmt"
 // blocks of gemmKC elements so that a tile's activations and weights stay
 // in the L2 cache while every micro-kernel call re-reads them.
 var (
-	gemmKC    = 1024 // a multiple of 32
+	gemmKC    = 2048 // a multiple of 32
 	gemmTileN = 64
 	gemmTileM = 96
 )
@@ -109,13 +109,18 @@ func (t *matmulTask) gemv(a *kargs, c int) {
 		for r := range C {
 			a.w[r] = &t.w[(j+min(r, nr-1))*rb]
 		}
-		if t.kmain > 0 {
-			ks.gemv(a)
-		} else {
-			clear(a.out[:])
-		}
 		d := t.dst[j : j+nr]
-		copy(d, a.out[:nr])
+		switch {
+		case t.kmain == 0:
+			clear(d)
+		case nr == C:
+			a.dst = &d[0]
+			ks.gemv(a)
+		default:
+			a.dst = nil
+			ks.gemv(a)
+			copy(d, a.out[:nr])
+		}
 		if t.kmain < t.k {
 			for r := range d {
 				d[r] += t.tail(0, j+r)
@@ -149,6 +154,16 @@ func (t *matmulTask) gemm(a *kargs, c int) {
 				for q := range R {
 					a.x[q] = &t.xp[(i+min(q, nt-1))*kpad+kb]
 				}
+				if nt == R && nr == C && a.k > 0 {
+					// A full block: the kernel stores to dst itself.
+					a.dst, a.ldd, a.acc = &t.dst[i*m+j], 4*m, 0
+					if !first {
+						a.acc = 1
+					}
+					ks.gemm(a)
+					continue
+				}
+				a.dst = nil
 				if a.k > 0 {
 					ks.gemm(a)
 				} else {

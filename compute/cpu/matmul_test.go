@@ -39,6 +39,9 @@ func TestKargsLayout(t *testing.T) {
 		{"w", unsafe.Offsetof(a.w), 64},
 		{"k", unsafe.Offsetof(a.k), 128},
 		{"out", unsafe.Offsetof(a.out), 136},
+		{"dst", unsafe.Offsetof(a.dst), 392},
+		{"ldd", unsafe.Offsetof(a.ldd), 400},
+		{"acc", unsafe.Offsetof(a.acc), 408},
 	} {
 		if c.got != c.want {
 			t.Errorf("kargs.%s at offset %d, the assembly reads it at %d", c.name, c.got, c.want)
@@ -131,6 +134,7 @@ var matmulShapes = []struct{ n, m, k int }{
 	{65, 97, 63},
 	{70, 200, 48},
 	{9, 15, 2100}, // several k blocks, the last partial
+	{3, 10, 2055}, // a last k block shorter than a kernel step
 }
 
 func TestMatMul(t *testing.T) {
@@ -328,6 +332,36 @@ func TestPackX(t *testing.T) {
 	for i, v := range wantTail {
 		if tail[i] != v {
 			t.Fatalf("packed tail = %v, want %v", tail, wantTail)
+		}
+	}
+}
+
+// TestExtraKernels checks the kernel shapes that are generated for
+// benchmarks only.
+func TestExtraKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	pool := NewPool(2)
+	defer pool.Close()
+	for _, ks := range extraKernels {
+		if ks.level > detectLevel() {
+			continue
+		}
+		for _, sh := range matmulShapes {
+			w, wv := randWeights(rng, ks.dtype, sh.m, sh.k, 2)
+			x := randVec(rng, sh.n*sh.k)
+			t.Run(fmt.Sprintf("%s/R%dC%d/n=%d,m=%d,k=%d", ks.level, ks.gemmR, ks.gemmC, sh.n, sh.m, sh.k), func(t *testing.T) {
+				saved := kernels[ks.level][ks.dtype]
+				defer func() { kernels[ks.level][ks.dtype] = saved }()
+				k := ks
+				k.gemv, k.gemvC = ks.gemm, ks.gemmC
+				if ks.gemmR > 1 {
+					k.gemv, k.gemvC = saved.gemv, saved.gemvC
+				}
+				kernels[ks.level][ks.dtype] = &k
+				dst := make([]float32, sh.n*sh.m)
+				atLevel(t, ks.level, func() { MatMul(dst, x, sh.n, w, pool) })
+				checkMatMul(t, dst, x, wv, sh.n, sh.m, sh.k)
+			})
 		}
 	}
 }
