@@ -314,8 +314,6 @@ func (m *metaspacePre) pretokenize(dst []piece, p piece, sc *scratch) []piece {
 	return splitPiece(dst, q, ms, SplitMergedWithNext, false, sc)
 }
 
-// sequencePre is not needed: the pipeline is a flat list of steps.
-
 func compilePreTokenizer(p PreTokenizer, last bool) (preTokenizer, error) {
 	behavior := p.Behavior
 	switch behavior {

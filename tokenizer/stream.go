@@ -48,17 +48,21 @@ func (s *Stream) Flush() string {
 func (s *Stream) emit(final bool) string {
 	prefixText := s.t.Decode(s.ids[s.prefix:s.read], s.SkipSpecial)
 	text := s.t.Decode(s.ids[s.prefix:], s.SkipSpecial)
-	if len(text) <= len(prefixText) || !strings.HasPrefix(text, prefixText) {
+	if !final && (len(text) <= len(prefixText) || !strings.HasPrefix(text, prefixText) || strings.HasSuffix(text, "\uFFFD")) {
 		return ""
 	}
-	if !final && strings.HasSuffix(text, "\uFFFD") {
-		return ""
+	// At the end, return what follows the part already emitted. (The
+	// decoders keep the emitted text a prefix; should one not, the common
+	// part is the best guess.)
+	n := 0
+	for n < len(prefixText) && n < len(text) && prefixText[n] == text[n] {
+		n++
 	}
-	delta := text[len(prefixText):]
+	delta := text[n:]
 	// Keep only the chunk just emitted as context.
-	n := copy(s.ids, s.ids[s.read:])
-	s.ids = s.ids[:n]
-	s.prefix, s.read = 0, n
+	k := copy(s.ids, s.ids[s.read:])
+	s.ids = s.ids[:k]
+	s.prefix, s.read = 0, k
 	return delta
 }
 

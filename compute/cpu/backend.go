@@ -16,6 +16,9 @@ type Backend struct {
 	pool    *Pool
 
 	cos, sin []float32 // RoPE scratch
+
+	attn     attnJob
+	attnFunc func(int) // b.attn.chunk, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -23,7 +26,9 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	return &Backend{threads: threads, pool: NewPool(threads)}
+	b := &Backend{threads: threads, pool: NewPool(threads)}
+	b.attnFunc = b.attn.chunk
+	return b
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -347,83 +352,119 @@ func (b *Backend) NewKVCache(capacity, kvDim int, ring bool) *compute.KVCache {
 	}
 }
 
+// attnJob is one Attend call, split over the pool by (row, head) pairs.
+type attnJob struct {
+	q, k, v, out, cks, cvs []float32
+	cache                  *compute.KVCache
+	a                      *compute.Attention
+	sinks                  []float32
+	start, n, chunks       int
+	scores                 [][]float32 // per chunk slot: grows to the longest context
+}
+
+// attnChunks is the number of pieces an Attend call is cut into.
+const attnChunks = 64
+
+// keyRow returns the key and value rows of position j.
+func (j *attnJob) keyRow(p int) (kr, vr []float32) {
+	kc := j.a.KVHeads * j.a.HeadDim
+	if p >= j.start {
+		o := (p - j.start) * kc
+		return j.k[o : o+kc], j.v[o : o+kc]
+	}
+	slot := p
+	if j.cache.Ring {
+		slot = p % j.cache.Capacity
+	}
+	return j.cks[slot*kc : (slot+1)*kc], j.cvs[slot*kc : (slot+1)*kc]
+}
+
+// chunk computes the (row, head) pairs of piece c.
+func (j *attnJob) chunk(c int) {
+	a := j.a
+	total := j.n * a.Heads
+	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
+	if lo >= hi {
+		return
+	}
+	hd := a.HeadDim
+	qc := a.Heads * hd
+	group := a.Heads / a.KVHeads
+	scores := j.scores[c][:j.start+j.n]
+	for t := lo; t < hi; t++ {
+		i, h := t/a.Heads, t%a.Heads
+		p := j.start + i
+		first := 0
+		if a.Window > 0 {
+			first = max(0, p-a.Window+1)
+		}
+		qv := j.q[i*qc+h*hd : i*qc+(h+1)*hd]
+		ko := (h / group) * hd
+		mx := float32(math.Inf(-1))
+		for k := first; k <= p; k++ {
+			kr, _ := j.keyRow(k)
+			s := Dot(qv, kr[ko:ko+hd]) * a.Scale
+			if a.SoftCap > 0 {
+				s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
+			}
+			scores[k] = s
+			mx = max(mx, s)
+		}
+		if j.sinks != nil {
+			mx = max(mx, j.sinks[h])
+		}
+		var sum float32
+		for k := first; k <= p; k++ {
+			e := float32(math.Exp(float64(scores[k] - mx)))
+			scores[k] = e
+			sum += e
+		}
+		if j.sinks != nil {
+			sum += float32(math.Exp(float64(j.sinks[h] - mx)))
+		}
+		o := j.out[i*qc+h*hd : i*qc+(h+1)*hd]
+		clear(o)
+		for k := first; k <= p; k++ {
+			_, vr := j.keyRow(k)
+			Axpy(o, scores[k]/sum, vr[ko:ko+hd])
+		}
+	}
+}
+
 // Attend implements compute.Backend.
 func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) {
 	ps := pos.Buf.([]int32)
-	n := len(ps)
-	start := int(ps[0])
-	hd := a.HeadDim
-	qc, kc := a.Heads*hd, a.KVHeads*hd
-	qs, ks, vs, out := f32(q), f32(k), f32(v), f32(dst)
-	cks, cvs := f32(cache.K), f32(cache.V)
-	group := a.Heads / a.KVHeads
-	var sinks []float32
+	j := &b.attn
+	*j = attnJob{
+		q: f32(q), k: f32(k), v: f32(v), out: f32(dst),
+		cks: f32(cache.K), cvs: f32(cache.V), cache: cache, a: a,
+		start: int(ps[0]), n: len(ps), scores: j.scores,
+	}
 	if a.Sinks != nil {
-		sinks = f32(b.asF32(a.Sinks))
+		j.sinks = f32(b.asF32(a.Sinks))
 	}
-	keyRow := func(j int) (kr, vr []float32) {
-		if j >= start {
-			o := (j - start) * kc
-			return ks[o : o+kc], vs[o : o+kc]
-		}
-		slot := j
-		if cache.Ring {
-			slot = j % cache.Capacity
-		}
-		return cks[slot*kc : (slot+1)*kc], cvs[slot*kc : (slot+1)*kc]
+	if len(j.scores) < attnChunks {
+		j.scores = make([][]float32, attnChunks)
 	}
-	b.parallel(n*a.Heads, func(lo, hi int) {
-		scores := make([]float32, start+n)
-		for t := lo; t < hi; t++ {
-			i, h := t/a.Heads, t%a.Heads
-			p := start + i
-			first := 0
-			if a.Window > 0 {
-				first = max(0, p-a.Window+1)
-			}
-			qv := qs[i*qc+h*hd : i*qc+(h+1)*hd]
-			ko := (h / group) * hd
-			mx := float32(math.Inf(-1))
-			for j := first; j <= p; j++ {
-				kr, _ := keyRow(j)
-				s := Dot(qv, kr[ko:ko+hd]) * a.Scale
-				if a.SoftCap > 0 {
-					s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
-				}
-				scores[j] = s
-				mx = max(mx, s)
-			}
-			if sinks != nil {
-				mx = max(mx, sinks[h])
-			}
-			var sum float32
-			for j := first; j <= p; j++ {
-				e := float32(math.Exp(float64(scores[j] - mx)))
-				scores[j] = e
-				sum += e
-			}
-			if sinks != nil {
-				sum += float32(math.Exp(float64(sinks[h] - mx)))
-			}
-			o := out[i*qc+h*hd : i*qc+(h+1)*hd]
-			clear(o)
-			for j := first; j <= p; j++ {
-				_, vr := keyRow(j)
-				Axpy(o, scores[j]/sum, vr[ko:ko+hd])
-			}
+	for c := range j.scores {
+		if cap(j.scores[c]) < j.start+j.n {
+			j.scores[c] = make([]float32, j.start+j.n, 2*(j.start+j.n))
 		}
-	})
+	}
+	j.chunks = min(attnChunks, j.n*a.Heads)
+	b.pool.Run(j.chunks, b.attnFunc)
 	// Store the new keys and values.
-	for i := range n {
-		p := start + i
+	kc := a.KVHeads * a.HeadDim
+	for i := range j.n {
+		p := j.start + i
 		slot := p
 		if cache.Ring {
-			if p < start+n-cache.Capacity {
+			if p < j.start+j.n-cache.Capacity {
 				continue
 			}
 			slot = p % cache.Capacity
 		}
-		copy(cks[slot*kc:(slot+1)*kc], ks[i*kc:(i+1)*kc])
-		copy(cvs[slot*kc:(slot+1)*kc], vs[i*kc:(i+1)*kc])
+		copy(j.cks[slot*kc:(slot+1)*kc], j.k[i*kc:(i+1)*kc])
+		copy(j.cvs[slot*kc:(slot+1)*kc], j.v[i*kc:(i+1)*kc])
 	}
 }

@@ -43,6 +43,7 @@ type poolState struct {
 	next    atomic.Int64
 	mm      matmulTask
 	stream  streamTask
+	fn      func(chunk int)
 
 	xp []float32 // packed activations
 }
@@ -86,6 +87,7 @@ const (
 	taskGEMV
 	taskGEMM
 	taskStream
+	taskFunc
 )
 
 // NewPool returns a pool of the given number of threads; threads <= 0
@@ -218,6 +220,8 @@ func (s *poolState) work(wi int) {
 			s.mm.gemm(&s.workers[wi].args, c)
 		case taskStream:
 			s.stream.chunk(s.workers[wi], c)
+		case taskFunc:
+			s.fn(c)
 		}
 	}
 }
@@ -228,4 +232,18 @@ func (s *poolState) scratch(n int) []float32 {
 		s.xp = make([]float32, n)
 	}
 	return s.xp[:n]
+}
+
+// Run calls fn(0) … fn(n-1) on the pool's threads, the caller's included,
+// and returns when all calls are done. It allocates nothing, so fn should be
+// created once (a method value kept in a struct) rather than per call.
+func (p *Pool) Run(n int, fn func(chunk int)) {
+	if n <= 0 {
+		return
+	}
+	s := p.lock()
+	defer s.mu.Unlock()
+	s.fn = fn
+	s.run(taskFunc, n)
+	s.fn = nil
 }
