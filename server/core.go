@@ -1,0 +1,831 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"lem/chat"
+	"lem/engine"
+)
+
+// Limits on what one request may ask for.
+const (
+	MaxChoices     = 16  // n
+	MaxStops       = 16  // stop sequences
+	MaxStopLen     = 256 // bytes per stop sequence
+	MaxTopLogprobs = 20
+)
+
+// Finish reasons, as Choice.Finish and Event.Finish report them.
+const (
+	FinishStop      = "stop"       // a stop token or stop sequence
+	FinishLength    = "length"     // the token limit or the context's end
+	FinishToolCalls = "tool_calls" // the reply made tool calls
+)
+
+// ToolMode says whether and how the model must call tools.
+type ToolMode uint8
+
+const (
+	ToolAuto     ToolMode = iota // the model chooses
+	ToolNone                     // no tools: they are left out of the prompt
+	ToolRequired                 // the model should call a tool
+	ToolNamed                    // the model should call the tool Name
+)
+
+// ToolChoice is a request's tool_choice.
+type ToolChoice struct {
+	Mode ToolMode
+	Name string // for ToolNamed
+}
+
+// Request is a dialect-neutral generation request. A dialect adapter
+// decodes its own JSON into one, calls Model.Prepare, then Model.Generate.
+//
+// A chat request sets Messages (rendered with the model's chat template);
+// a completion request sets Prompt or PromptIDs instead.
+type Request struct {
+	Messages   []chat.Message
+	Tools      []json.RawMessage // {"type":"function","function":{...}} objects
+	ToolChoice ToolChoice
+	// Kwargs are extra chat-template variables (enable_thinking, …).
+	Kwargs map[string]any
+	// Template names a template of the model's set; empty picks the
+	// default (or "tool_use" when tools are offered).
+	Template string
+
+	// Prompt is the raw text of a completion request; PromptIDs, when not
+	// nil, are its tokens instead.
+	Prompt    string
+	PromptIDs []int32
+
+	// MaxTokens bounds the generated tokens per choice (0: up to the end
+	// of the context).
+	MaxTokens int
+	// Sample holds the sampling parameters; start from
+	// Model.SampleDefaults.
+	Sample engine.SampleParams
+	// Stop sequences end generation; they are never emitted.
+	Stop []string
+	// N is the number of choices (0 means 1).
+	N int
+	// Logprobs asks for each token's log-probability and TopLogprobs
+	// alternatives.
+	Logprobs    bool
+	TopLogprobs int
+	// JSON constrains the output to one JSON object.
+	JSON bool
+
+	// Names of request fields, as this dialect spells them, for error
+	// messages: MaxTokensParam defaults to "max_tokens", PromptParam to
+	// "messages" (chat) or "prompt".
+	MaxTokensParam string
+	PromptParam    string
+}
+
+// Prepared is a validated request with its prompt rendered and tokenized.
+type Prepared struct {
+	req          *Request
+	ids          []int32
+	text         string
+	maxTokens    int
+	n            int
+	inReasoning  bool
+	toolsOffered bool
+	json         func(stopIDs []int32) engine.Constraint
+	arrived      time.Time
+}
+
+// PromptTokens returns the number of prompt tokens.
+func (p *Prepared) PromptTokens() int { return len(p.ids) }
+
+// PromptText returns the rendered prompt (the chat template's output, or
+// the completion prompt).
+func (p *Prepared) PromptText() string { return p.text }
+
+// MaxTokens returns the token limit per choice after defaults.
+func (p *Prepared) MaxTokens() int { return p.maxTokens }
+
+// EventKind tells what an Event carries.
+type EventKind uint8
+
+const (
+	// EventStart comes once, when the request has been admitted and
+	// generation begins; streaming adapters send their headers then.
+	EventStart EventKind = iota
+	// EventContent carries reply text.
+	EventContent
+	// EventReasoning carries text between the model's thinking markers.
+	EventReasoning
+	// EventToolCall carries one complete tool call.
+	EventToolCall
+	// EventEnd ends a choice; Finish holds the reason.
+	EventEnd
+)
+
+// Event is one step of a streamed generation.
+type Event struct {
+	Kind   EventKind
+	Choice int // index of the choice (0 unless N > 1)
+	Text   string
+	Call   *ToolCall
+	// Logprobs of the tokens that produced this event (and of tokens
+	// before it that produced no event). Only when Request.Logprobs.
+	Logprobs []TokenLogprob
+	// Finish and StopSequence are set on EventEnd.
+	Finish       string
+	StopSequence string
+}
+
+// ToolCall is a tool call parsed from the model's output.
+type ToolCall struct {
+	Index     int    // position among the choice's calls
+	ID        string // "call_…", unique
+	Name      string
+	Arguments json.RawMessage // a JSON object
+}
+
+// TokenLogprob is a generated token with its log-probability and the most
+// likely alternatives at its position.
+type TokenLogprob struct {
+	ID      int32
+	Token   string
+	Logprob float32
+	Top     []TopLogprob
+}
+
+// TopLogprob is an alternative token.
+type TopLogprob struct {
+	ID      int32
+	Token   string
+	Logprob float32
+}
+
+// Choice is one finished choice.
+type Choice struct {
+	Content   string
+	Reasoning string
+	ToolCalls []ToolCall
+	Logprobs  []TokenLogprob
+	Finish    string
+	// StopSequence is the stop sequence that ended the choice, if one did.
+	StopSequence string
+	// Tokens is the number of tokens generated.
+	Tokens int
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens are prompt tokens reused from the previous request's
+	// KV cache rather than computed.
+	CachedTokens int
+}
+
+// TotalTokens returns prompt plus completion tokens.
+func (u Usage) TotalTokens() int { return u.PromptTokens + u.CompletionTokens }
+
+// Result is a finished request.
+type Result struct {
+	Choices []Choice
+	Usage   Usage
+}
+
+// ModelOptions configure a served model.
+type ModelOptions struct {
+	// Context is the session's context length in tokens (0: the model's).
+	Context int
+	// Created is reported as the model's creation time (zero: now).
+	Created time.Time
+}
+
+// Model is a model as the server serves it: the engine model, its one
+// resident session (kept between requests for prefix reuse) and the queue
+// that runs its requests one at a time.
+type Model struct {
+	id      string
+	created time.Time
+	eng     *engine.Model
+	ctxLen  int
+	format  outputFormat
+
+	q    *queue
+	sess *engine.Session // used only by the request holding q
+
+	srv *Server // set by New
+
+	jsonOnce sync.Once
+	jsonMake func(stopIDs []int32) engine.Constraint
+	jsonErr  error
+
+	// Per-model metric children, set by New.
+	obs modelMetrics
+}
+
+// NewModel wraps an engine model for serving under id. The model must have
+// a tokenizer.
+func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
+	if m.Tokenizer == nil {
+		return nil, fmt.Errorf("serve %s: the model has no tokenizer", m.Name)
+	}
+	if id == "" {
+		return nil, errors.New("serve: empty model id")
+	}
+	ctxLen := opts.Context
+	if ctxLen <= 0 {
+		ctxLen = m.ContextLength()
+	}
+	created := opts.Created
+	if created.IsZero() {
+		created = time.Now()
+	}
+	sm := &Model{id: id, created: created, eng: m, ctxLen: ctxLen}
+	if m.Templates != nil {
+		if t := m.Templates.Default(); t != nil {
+			sm.format = detectOutputFormat(t)
+		}
+	}
+	return sm, nil
+}
+
+// ID returns the id clients use for the model.
+func (m *Model) ID() string { return m.id }
+
+// Created returns the model's reported creation time.
+func (m *Model) Created() time.Time { return m.created }
+
+// ContextLength returns the context length requests are checked against.
+func (m *Model) ContextLength() int { return m.ctxLen }
+
+// Engine returns the engine model.
+func (m *Model) Engine() *engine.Model { return m.eng }
+
+// SampleDefaults returns the sampling parameters a request starts from:
+// the model's generation_config.json where it sets them, else temperature
+// 1 and no truncation.
+func (m *Model) SampleDefaults() engine.SampleParams {
+	p := engine.SampleParams{Temperature: 1}
+	g := m.eng.GenConfig
+	if g == nil {
+		return p
+	}
+	if g.Temperature != nil {
+		p.Temperature = float32(*g.Temperature)
+	}
+	if g.DoSample != nil && !*g.DoSample {
+		p.Temperature = 0
+	}
+	if g.TopK != nil {
+		p.TopK = *g.TopK
+	}
+	if g.TopP != nil {
+		p.TopP = float32(*g.TopP)
+	}
+	if g.MinP != nil {
+		p.MinP = float32(*g.MinP)
+	}
+	if g.RepetitionPenalty != nil {
+		p.RepetitionPenalty = float32(*g.RepetitionPenalty)
+	}
+	return p
+}
+
+// Prepare validates req, renders its prompt and checks it against the
+// context. Every error is an *Error (400 for the client's mistakes).
+func (m *Model) Prepare(req *Request) (*Prepared, error) {
+	p := &Prepared{req: req, arrived: time.Now(), n: max(req.N, 1)}
+	if req.N < 0 || req.N > MaxChoices {
+		return nil, invalid("n", "must be between 1 and %d, got %d", MaxChoices, req.N)
+	}
+	if req.MaxTokens < 0 {
+		return nil, invalid(param(req.MaxTokensParam, "max_tokens"), "must not be negative, got %d", req.MaxTokens)
+	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
+		return nil, invalid("top_logprobs", "must be between 0 and %d, got %d", MaxTopLogprobs, req.TopLogprobs)
+	}
+	if err := checkSample(&req.Sample); err != nil {
+		return nil, err
+	}
+	if len(req.Stop) > MaxStops {
+		return nil, invalid("stop", "at most %d stop sequences, got %d", MaxStops, len(req.Stop))
+	}
+	for i, s := range req.Stop {
+		if s == "" || len(s) > MaxStopLen {
+			return nil, invalid(fmt.Sprintf("stop[%d]", i), "a stop sequence must hold 1 to %d bytes", MaxStopLen)
+		}
+	}
+	vocab := m.eng.Net.Config().VocabSize
+	for id := range req.Sample.LogitBias {
+		if id < 0 || int(id) >= vocab {
+			return nil, invalid("logit_bias", "token id %d is outside the vocabulary [0, %d)", id, vocab)
+		}
+	}
+	tok := m.eng.Tokenizer
+	if len(req.Messages) > 0 {
+		promptParam := param(req.PromptParam, "messages")
+		text, err := m.render(req, promptParam)
+		if err != nil {
+			return nil, err
+		}
+		p.text = text
+		p.ids = tok.Encode(text, false)
+		if tok.AddsBOS() && (len(p.ids) == 0 || p.ids[0] != tok.BOS()) && !strings.HasPrefix(text, tok.Token(tok.BOS())) {
+			p.ids = append([]int32{tok.BOS()}, p.ids...)
+		}
+		p.toolsOffered = len(req.Tools) > 0 && req.ToolChoice.Mode != ToolNone
+		p.inReasoning = !req.JSON && m.format.InReasoning(text)
+	} else {
+		promptParam := param(req.PromptParam, "prompt")
+		if req.PromptIDs != nil {
+			for i, id := range req.PromptIDs {
+				if id < 0 || int(id) >= vocab {
+					return nil, invalid(fmt.Sprintf("%s[%d]", promptParam, i), "token id %d is outside the vocabulary [0, %d)", id, vocab)
+				}
+			}
+			p.ids = req.PromptIDs
+			p.text = tok.Decode(req.PromptIDs, false)
+		} else {
+			p.text = req.Prompt
+			p.ids = tok.Encode(req.Prompt, true)
+		}
+		if len(p.ids) == 0 {
+			return nil, invalid(promptParam, "the prompt is empty")
+		}
+	}
+	if err := m.checkContext(p); err != nil {
+		return nil, err
+	}
+	if req.JSON {
+		m.jsonOnce.Do(func() { m.jsonMake, m.jsonErr = newJSONFactory(tok) })
+		if m.jsonErr != nil {
+			return nil, invalid("response_format", "%v", m.jsonErr)
+		}
+		p.json = m.jsonMake
+	}
+	return p, nil
+}
+
+// checkContext rejects a prompt that, with its token limit, does not fit
+// the context, and fills in the default limit.
+func (m *Model) checkContext(p *Prepared) error {
+	n := len(p.ids)
+	promptParam := param(p.req.PromptParam, "messages")
+	if len(p.req.Messages) == 0 {
+		promptParam = param(p.req.PromptParam, "prompt")
+	}
+	if n >= m.ctxLen {
+		return &Error{Status: 400, Code: CodeContextExceeded, Param: promptParam,
+			Message: fmt.Sprintf("the prompt has %d tokens; the model's context holds %d, leaving no room for output", n, m.ctxLen)}
+	}
+	p.maxTokens = p.req.MaxTokens
+	if p.maxTokens == 0 {
+		p.maxTokens = m.ctxLen - n
+		return nil
+	}
+	if n+p.maxTokens > m.ctxLen {
+		return &Error{Status: 400, Code: CodeContextExceeded, Param: param(p.req.MaxTokensParam, "max_tokens"),
+			Message: fmt.Sprintf("the prompt (%d tokens) plus %s (%d) is %d tokens, more than the model's context of %d; lower %[2]s to at most %[6]d",
+				n, param(p.req.MaxTokensParam, "max_tokens"), p.maxTokens, n+p.maxTokens, m.ctxLen, m.ctxLen-n)}
+	}
+	return nil
+}
+
+func param(name, def string) string {
+	if name != "" {
+		return name
+	}
+	return def
+}
+
+// checkSample rejects out-of-range sampling parameters.
+func checkSample(s *engine.SampleParams) error {
+	switch {
+	case s.Temperature < 0 || s.Temperature > 100 || s.Temperature != s.Temperature:
+		return invalid("temperature", "must be between 0 and 100")
+	case s.TopP < 0 || s.TopP > 1 || s.TopP != s.TopP:
+		return invalid("top_p", "must be between 0 and 1")
+	case s.MinP < 0 || s.MinP > 1 || s.MinP != s.MinP:
+		return invalid("min_p", "must be between 0 and 1")
+	case s.TopK < 0:
+		return invalid("top_k", "must not be negative")
+	case s.PresencePenalty < -2 || s.PresencePenalty > 2 || s.PresencePenalty != s.PresencePenalty:
+		return invalid("presence_penalty", "must be between -2 and 2")
+	case s.FrequencyPenalty < -2 || s.FrequencyPenalty > 2 || s.FrequencyPenalty != s.FrequencyPenalty:
+		return invalid("frequency_penalty", "must be between -2 and 2")
+	case s.RepetitionPenalty < 0 || s.RepetitionPenalty > 10 || s.RepetitionPenalty != s.RepetitionPenalty:
+		return invalid("repetition_penalty", "must be between 0 and 10")
+	}
+	for _, b := range s.LogitBias {
+		if b < -100 || b > 100 || b != b {
+			return invalid("logit_bias", "biases must be between -100 and 100")
+		}
+	}
+	return nil
+}
+
+// render renders a chat request with the model's template.
+func (m *Model) render(req *Request, promptParam string) (string, error) {
+	if m.eng.Templates == nil {
+		return "", invalid(promptParam, "the model %q has no chat template; use the completions endpoint", m.id)
+	}
+	msgs, err := normalizeMessages(req.Messages, promptParam)
+	if err != nil {
+		return "", err
+	}
+	tools := req.Tools
+	switch req.ToolChoice.Mode {
+	case ToolNone:
+		tools = nil
+	case ToolNamed:
+		tools = nil
+		for _, t := range req.Tools {
+			if toolName(t) == req.ToolChoice.Name {
+				tools = append(tools, t)
+			}
+		}
+		if tools == nil {
+			return "", invalid("tool_choice", "names the function %q, which is not among the tools", req.ToolChoice.Name)
+		}
+	case ToolRequired:
+		if len(tools) == 0 {
+			return "", invalid("tool_choice", "is \"required\" but no tools were given")
+		}
+	}
+	for i, t := range tools {
+		if toolName(t) == "" {
+			return "", invalid(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {\"name\": …}}")
+		}
+	}
+	t, err := m.eng.Templates.Select(req.Template, len(tools) > 0)
+	if err != nil {
+		return "", invalid("template", "%v", err)
+	}
+	in := chat.Input{Messages: msgs, Tools: tools, AddGenerationPrompt: true, Kwargs: req.Kwargs}
+	if len(tools) == 0 {
+		in.Tools = nil
+	}
+	text, err := t.Render(in)
+	if err != nil {
+		var re *chat.RaiseError
+		if errors.As(err, &re) {
+			return "", invalid(promptParam, "the model's chat template rejected the conversation: %s", re.Message)
+		}
+		return "", invalid(promptParam, "rendering the chat template: %v", err)
+	}
+	return text, nil
+}
+
+// toolName returns function.name of a tool definition, or "".
+func toolName(raw json.RawMessage) string {
+	var t struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &t) != nil || t.Function == nil || (t.Type != "" && t.Type != "function") {
+		return ""
+	}
+	return t.Function.Name
+}
+
+// normalizeMessages prepares client messages for a template: list content
+// made of text parts becomes a string (most templates concatenate content
+// as a string), absent content becomes "", the "developer" role becomes
+// "system", and tool-call arguments sent as a JSON string become the
+// object it holds.
+func normalizeMessages(in []chat.Message, promptParam string) ([]chat.Message, error) {
+	out := make([]chat.Message, len(in))
+	for i, msg := range in {
+		where := fmt.Sprintf("%s[%d]", promptParam, i)
+		if msg.Role == "" {
+			return nil, invalid(where+".role", "is required")
+		}
+		if msg.Role == "developer" {
+			msg.Role = "system"
+		}
+		switch c := msg.Content; {
+		case c.IsNone():
+			msg.Content = chat.Text("")
+		case c.IsParts():
+			var b strings.Builder
+			for j, part := range c.Parts() {
+				switch part.Type {
+				case "text", "input_text", "output_text":
+					b.WriteString(part.Text)
+				default:
+					return nil, invalid(fmt.Sprintf("%s.content[%d]", where, j), "content of type %q is not supported: this server takes text only", part.Type)
+				}
+			}
+			msg.Content = chat.Text(b.String())
+		}
+		if len(msg.ToolCalls) > 0 {
+			calls := make([]chat.ToolCall, len(msg.ToolCalls))
+			for j, tc := range msg.ToolCalls {
+				if tc.Name == "" {
+					return nil, invalid(fmt.Sprintf("%s.tool_calls[%d].function.name", where, j), "is required")
+				}
+				args := bytes.TrimSpace(tc.Arguments)
+				if len(args) > 0 && args[0] == '"' {
+					var s string
+					if json.Unmarshal(args, &s) == nil {
+						if st := strings.TrimSpace(s); st == "" {
+							args = []byte("{}")
+						} else if json.Valid([]byte(st)) {
+							args = []byte(st)
+						}
+					}
+				}
+				tc.Arguments = args
+				calls[j] = tc
+			}
+			msg.ToolCalls = calls
+		}
+		out[i] = msg
+	}
+	return out, nil
+}
+
+// eventParser splits model output into content, reasoning and tool calls.
+type eventParser interface {
+	Feed(delta string) []outputEvent
+	Finish() []outputEvent
+}
+
+// plainText is the parser of raw completions and JSON output: all of it
+// is content.
+type plainText struct{}
+
+func (plainText) Feed(delta string) []outputEvent {
+	if delta == "" {
+		return nil
+	}
+	return []outputEvent{{Kind: outputContent, Text: delta}}
+}
+
+func (plainText) Finish() []outputEvent { return nil }
+
+// errStopSequence ends generation when a stop sequence is found.
+var errStopSequence = errors.New("stop sequence")
+
+// Generate waits for the model in its queue (failing at once with a 429
+// *Error when the queue is full, or 503 when the server is shutting down),
+// then generates every choice of p, calling emit, when not nil, with each
+// event: EventStart first, then the choices one after the other, each
+// ended by EventEnd. An error from emit, or ctx ending, stops generation
+// within one token and is returned. On success it returns the result;
+// after a failure in the middle of a choice it returns what was generated
+// with the error.
+func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {
+	if err := m.q.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer m.q.release()
+	if emit == nil {
+		emit = func(Event) error { return nil }
+	}
+	if err := emit(Event{Kind: EventStart}); err != nil {
+		return nil, err
+	}
+	if m.sess == nil {
+		m.sess = m.eng.NewSession(m.ctxLen)
+	}
+	res := &Result{Choices: make([]Choice, p.n), Usage: Usage{PromptTokens: len(p.ids)}}
+	for i := range p.n {
+		cached, err := m.runChoice(ctx, p, i, &res.Choices[i], emit)
+		if i == 0 {
+			res.Usage.CachedTokens = cached
+		}
+		res.Usage.CompletionTokens += res.Choices[i].Tokens
+		if err != nil {
+			m.logGeneration(ctx, p, res, err)
+			return res, err
+		}
+	}
+	m.logGeneration(ctx, p, res, nil)
+	return res, nil
+}
+
+// logGeneration logs a finished request, without its text unless the
+// server logs content.
+func (m *Model) logGeneration(ctx context.Context, p *Prepared, res *Result, err error) {
+	log := m.srv.log
+	attrs := []slog.Attr{
+		slog.String("request_id", RequestID(ctx)),
+		slog.String("model", m.id),
+		slog.Int("prompt_tokens", res.Usage.PromptTokens),
+		slog.Int("cached_tokens", res.Usage.CachedTokens),
+		slog.Int("completion_tokens", res.Usage.CompletionTokens),
+		slog.Duration("duration", time.Since(p.arrived)),
+	}
+	if len(res.Choices) > 0 {
+		attrs = append(attrs, slog.String("finish", res.Choices[0].Finish))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	if m.srv.cfg.LogContent {
+		attrs = append(attrs, slog.String("prompt", p.text))
+		if len(res.Choices) > 0 {
+			c := res.Choices[0]
+			attrs = append(attrs, slog.String("reasoning", c.Reasoning), slog.String("content", c.Content))
+		}
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "generation", attrs...)
+}
+
+// choiceRun is the state of one choice being generated.
+type choiceRun struct {
+	m       *Model
+	p       *Prepared
+	index   int
+	choice  *Choice
+	emit    func(Event) error
+	stop    *stopMatcher
+	parser  eventParser
+	pending []TokenLogprob
+	last    time.Time
+	first   bool
+
+	content, reasoning strings.Builder
+}
+
+// finish stores the text gathered into the choice.
+func (r *choiceRun) finish() {
+	r.choice.Content = r.content.String()
+	r.choice.Reasoning = r.reasoning.String()
+}
+
+// runChoice generates choice i into c and returns the prompt tokens reused
+// from the session.
+func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, emit func(Event) error) (int, error) {
+	req := p.req
+	kept := m.sess.Reuse(p.ids)
+	m.obs.promptTokens.Add(float64(len(p.ids)))
+	m.obs.cacheHits.Add(float64(kept))
+	sample := req.Sample
+	if i > 0 && sample.HasSeed {
+		sample.Seed += uint64(i)
+	}
+	r := &choiceRun{m: m, p: p, index: i, choice: c, emit: emit, first: true, stop: newStopMatcher(req.Stop)}
+	if len(req.Messages) > 0 && p.json == nil {
+		r.parser = m.format.NewParser(p.inReasoning, p.toolsOffered)
+	} else {
+		r.parser = plainText{}
+	}
+	ereq := engine.Request{Prompt: p.ids[kept:], Sample: sample, MaxTokens: p.maxTokens,
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
+	if p.json != nil {
+		ereq.Constraint = p.json(m.eng.StopIDs)
+	}
+	res, err := m.eng.Generate(ctx, m.sess, ereq, r.onToken)
+	if res != nil {
+		c.Tokens = len(res.IDs)
+	}
+	switch {
+	case errors.Is(err, errStopSequence):
+		c.Finish = FinishStop
+	case err != nil:
+		r.finish()
+		if ctx.Err() == nil {
+			// The session may hold a partial step: start the next
+			// request afresh.
+			m.sess.Reset()
+		}
+		return kept, err
+	default:
+		if res.StopReason == engine.StopToken {
+			c.Finish = FinishStop
+		} else {
+			c.Finish = FinishLength
+		}
+		if err := r.deliver(r.parser.Feed(r.stop.flush())); err != nil {
+			r.finish()
+			return kept, err
+		}
+	}
+	err = r.deliver(r.parser.Finish())
+	r.finish()
+	if err != nil {
+		return kept, err
+	}
+	if len(c.ToolCalls) > 0 {
+		c.Finish = FinishToolCalls
+	}
+	end := Event{Kind: EventEnd, Choice: i, Finish: c.Finish, StopSequence: c.StopSequence, Logprobs: r.pending}
+	r.pending = nil
+	return kept, emit(end)
+}
+
+// onToken is the engine callback: it times the token, records its
+// logprob, passes its text through the stop matcher and the output parser
+// and emits the events that result.
+func (r *choiceRun) onToken(t engine.Token) error {
+	now := time.Now()
+	if t.ID >= 0 {
+		if r.first {
+			r.m.obs.ttft.Observe(now.Sub(r.p.arrived).Seconds())
+			r.first = false
+		} else {
+			r.m.obs.itl.Observe(now.Sub(r.last).Seconds())
+		}
+		r.last = now
+		r.m.obs.genTokens.Inc()
+		if r.p.req.Logprobs {
+			r.addLogprob(t)
+		}
+	}
+	text, stopped := r.stop.push(t.Text)
+	if stopped {
+		r.choice.StopSequence = r.stop.matched
+	}
+	if err := r.deliver(r.parser.Feed(text)); err != nil {
+		return err
+	}
+	if stopped {
+		return errStopSequence
+	}
+	return nil
+}
+
+func (r *choiceRun) addLogprob(t engine.Token) {
+	tok := r.m.eng.Tokenizer
+	lp := TokenLogprob{ID: t.ID, Token: tokenText(tok.Decode([]int32{t.ID}, false)), Logprob: t.Logprob}
+	if len(t.Top) > 0 {
+		lp.Top = make([]TopLogprob, len(t.Top))
+		for i, c := range t.Top {
+			lp.Top[i] = TopLogprob{ID: c.ID, Token: tokenText(tok.Decode([]int32{c.ID}, false)), Logprob: c.Logprob}
+		}
+	}
+	r.pending = append(r.pending, lp)
+	r.choice.Logprobs = append(r.choice.Logprobs, lp)
+}
+
+// tokenText makes a token's text valid UTF-8.
+func tokenText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// deliver turns parser events into Events, records them in the choice and
+// emits them.
+func (r *choiceRun) deliver(evs []outputEvent) error {
+	for _, ev := range evs {
+		e := Event{Choice: r.index}
+		switch ev.Kind {
+		case outputReasoning:
+			if ev.Text == "" {
+				continue
+			}
+			e.Kind, e.Text = EventReasoning, ev.Text
+			r.reasoning.WriteString(ev.Text)
+		case outputToolCall:
+			if ev.Call == nil {
+				continue
+			}
+			args := bytes.TrimSpace(ev.Call.Arguments)
+			if len(args) == 0 || string(args) == "null" {
+				args = []byte("{}")
+			}
+			if !json.Valid(args) || ev.Call.Name == "" {
+				// Not a usable call: keep it as text rather than fail.
+				e.Kind, e.Text = EventContent, ev.Call.Name+string(args)
+				r.content.WriteString(e.Text)
+				break
+			}
+			call := ToolCall{Index: len(r.choice.ToolCalls), ID: NewID("call_"), Name: ev.Call.Name, Arguments: json.RawMessage(args)}
+			r.choice.ToolCalls = append(r.choice.ToolCalls, call)
+			e.Kind, e.Call = EventToolCall, &call
+		default:
+			if ev.Text == "" {
+				continue
+			}
+			e.Kind, e.Text = EventContent, ev.Text
+			r.content.WriteString(ev.Text)
+		}
+		if len(r.pending) > 0 {
+			e.Logprobs, r.pending = r.pending, nil
+		}
+		if err := r.emit(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewID returns prefix followed by 24 random characters.
+func NewID(prefix string) string {
+	return prefix + rand.Text()[:24]
+}

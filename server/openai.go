@@ -1,0 +1,865 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"lem/chat"
+)
+
+// This file is the OpenAI dialect: /v1/chat/completions, /v1/completions
+// and /v1/models. /v1/responses is in openai_responses.go.
+
+func (s *Server) openaiRoutes() {
+	s.handle("POST /v1/chat/completions", openaiErrors, 0, s.chatCompletions)
+	s.handle("POST /v1/completions", openaiErrors, 0, s.completions)
+	s.handle("GET /v1/models", openaiErrors, 0, s.listModels)
+	s.handle("GET /v1/models/{id...}", openaiErrors, 0, s.getModel)
+	s.responsesRoutes()
+}
+
+// openaiErrors writes an error in OpenAI's shape:
+// {"error": {"message", "type", "param", "code"}}.
+func openaiErrors(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, map[string]any{"error": openaiErrorBody(e)})
+}
+
+func openaiErrorBody(e *Error) map[string]any {
+	typ := "invalid_request_error"
+	switch e.Status {
+	case http.StatusUnauthorized:
+		typ = "authentication_error"
+	case http.StatusNotFound:
+		typ = "not_found_error"
+	case http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case http.StatusServiceUnavailable:
+		typ = "service_unavailable_error"
+	case http.StatusInternalServerError:
+		typ = "server_error"
+	}
+	var p any
+	if e.Param != "" {
+		p = e.Param
+	}
+	return map[string]any{"message": e.Message, "type": typ, "param": p, "code": e.Code}
+}
+
+// stringList is a JSON string or array of strings.
+type stringList []string
+
+func (l *stringList) UnmarshalJSON(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if string(data) == "null" {
+		*l = nil
+		return nil
+	}
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*l = stringList{s}
+		return nil
+	}
+	var ss []string
+	if err := json.Unmarshal(data, &ss); err != nil {
+		return errors.New("want a string or an array of strings")
+	}
+	*l = ss
+	return nil
+}
+
+// oaSampling are the sampling fields OpenAI-style requests share, with
+// the common extensions (top_k, min_p, repetition_penalty).
+type oaSampling struct {
+	Temperature       *float64           `json:"temperature"`
+	TopP              *float64           `json:"top_p"`
+	TopK              *int               `json:"top_k"`
+	MinP              *float64           `json:"min_p"`
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	Seed              *int64             `json:"seed"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	Stop              stringList         `json:"stop"`
+}
+
+// apply sets the fields given on req.Sample and req.Stop.
+func (o *oaSampling) apply(req *Request) error {
+	p := &req.Sample
+	setF := func(dst *float32, v *float64) {
+		if v != nil {
+			*dst = float32(*v)
+		}
+	}
+	setF(&p.Temperature, o.Temperature)
+	setF(&p.TopP, o.TopP)
+	setF(&p.MinP, o.MinP)
+	setF(&p.PresencePenalty, o.PresencePenalty)
+	setF(&p.FrequencyPenalty, o.FrequencyPenalty)
+	setF(&p.RepetitionPenalty, o.RepetitionPenalty)
+	if o.TopK != nil {
+		if *o.TopK < -1 {
+			return invalid("top_k", "must be -1 (off), 0 (off) or positive")
+		}
+		p.TopK = max(*o.TopK, 0)
+	}
+	if o.Seed != nil {
+		p.Seed, p.HasSeed = uint64(*o.Seed), true
+	}
+	if len(o.LogitBias) > 0 {
+		p.LogitBias = make(map[int32]float32, len(o.LogitBias))
+		for k, v := range o.LogitBias {
+			id, err := strconv.ParseInt(k, 10, 32)
+			if err != nil {
+				return invalid("logit_bias", "keys must be token ids, got %q", k)
+			}
+			p.LogitBias[int32(id)] = float32(v)
+		}
+	}
+	req.Stop = o.Stop
+	return nil
+}
+
+// oaChatRequest is a /v1/chat/completions request.
+type oaChatRequest struct {
+	Model    string            `json:"model"`
+	Messages []json.RawMessage `json:"messages"`
+	Stream   bool              `json:"stream"`
+
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	N                   *int `json:"n"`
+	Logprobs            bool `json:"logprobs"`
+	TopLogprobs         *int `json:"top_logprobs"`
+	oaSampling
+
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
+	Tools              []json.RawMessage          `json:"tools"`
+	ToolChoice         json.RawMessage            `json:"tool_choice"`
+	ReasoningEffort    *string                    `json:"reasoning_effort"`
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+}
+
+// toRequest converts the OpenAI request into a core request.
+func (o *oaChatRequest) toRequest(m *Model) (*Request, error) {
+	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "max_tokens"}
+	if len(o.Messages) == 0 {
+		return nil, invalid("messages", "must hold at least one message")
+	}
+	req.Messages = make([]chat.Message, len(o.Messages))
+	for i, raw := range o.Messages {
+		if err := json.Unmarshal(raw, &req.Messages[i]); err != nil {
+			return nil, invalid(fmt.Sprintf("messages[%d]", i), "%v", err)
+		}
+	}
+	if o.MaxTokens != nil {
+		req.MaxTokens = *o.MaxTokens
+	}
+	if o.MaxCompletionTokens != nil {
+		req.MaxTokens, req.MaxTokensParam = *o.MaxCompletionTokens, "max_completion_tokens"
+	}
+	if o.N != nil {
+		if *o.N < 1 {
+			return nil, invalid("n", "must be at least 1")
+		}
+		req.N = *o.N
+	}
+	req.Logprobs = o.Logprobs
+	if o.TopLogprobs != nil {
+		if !o.Logprobs && *o.TopLogprobs > 0 {
+			return nil, invalid("top_logprobs", "needs logprobs set to true")
+		}
+		req.TopLogprobs = *o.TopLogprobs
+	}
+	if err := o.oaSampling.apply(req); err != nil {
+		return nil, err
+	}
+	if rf := o.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object":
+			req.JSON = true
+		default:
+			return nil, invalid("response_format.type", "%q is not supported; use \"text\" or \"json_object\"", rf.Type)
+		}
+	}
+	for i, t := range o.Tools {
+		if toolName(t) == "" {
+			return nil, invalid(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {\"name\": …, \"parameters\": …}}")
+		}
+	}
+	req.Tools = o.Tools
+	tc, err := parseToolChoice(o.ToolChoice, "tool_choice", false)
+	if err != nil {
+		return nil, err
+	}
+	req.ToolChoice = tc
+	req.Kwargs, err = templateKwargs(o.ChatTemplateKwargs, o.ReasoningEffort, "reasoning_effort")
+	if err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// parseToolChoice reads "auto" | "none" | "required" | a named function,
+// {"type":"function","function":{"name":…}} (chat) or {"type":"function",
+// "name":…} (responses, flat).
+func parseToolChoice(raw json.RawMessage, field string, flat bool) (ToolChoice, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ToolChoice{}, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "auto":
+			return ToolChoice{Mode: ToolAuto}, nil
+		case "none":
+			return ToolChoice{Mode: ToolNone}, nil
+		case "required":
+			return ToolChoice{Mode: ToolRequired}, nil
+		}
+		return ToolChoice{}, invalid(field, "want \"auto\", \"none\", \"required\" or a named function, got %q", s)
+	}
+	var obj struct {
+		Type     string `json:"type"`
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(raw, &obj) != nil || obj.Type != "function" {
+		return ToolChoice{}, invalid(field, "want \"auto\", \"none\", \"required\" or {\"type\": \"function\", …}")
+	}
+	name := obj.Function.Name
+	if flat || name == "" {
+		name = obj.Name
+	}
+	if name == "" {
+		return ToolChoice{}, invalid(field, "names no function")
+	}
+	return ToolChoice{Mode: ToolNamed, Name: name}, nil
+}
+
+// templateKwargs builds chat-template variables from chat_template_kwargs
+// and a reasoning effort: "none" turns thinking off (enable_thinking
+// false), any other effort turns it on, unless the kwargs say otherwise.
+func templateKwargs(kw map[string]json.RawMessage, effort *string, effortField string) (map[string]any, error) {
+	out := make(map[string]any, len(kw)+2)
+	if effort != nil {
+		switch *effort {
+		case "none":
+			out["enable_thinking"] = false
+		case "minimal", "low", "medium", "high":
+			out["enable_thinking"] = true
+		default:
+			return nil, invalid(effortField, "want none, minimal, low, medium or high, got %q", *effort)
+		}
+		out["reasoning_effort"] = *effort
+	}
+	for k, v := range kw {
+		switch k {
+		case "messages", "tools", "add_generation_prompt":
+			return nil, invalid("chat_template_kwargs."+k, "is set by the request itself")
+		}
+		out[k] = v
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// lookupModel finds the request's model, writing a 404 when it is unknown.
+func (s *Server) lookupModel(w http.ResponseWriter, id string, ew errorWriter) *Model {
+	if id == "" {
+		ew(w, invalid("model", "is required"))
+		return nil
+	}
+	m, err := s.Model(id)
+	if err != nil {
+		ew(w, AsError(err))
+		return nil
+	}
+	return m
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var o oaChatRequest
+	if err := s.readJSON(r, &o); err != nil {
+		openaiErrors(w, err)
+		return
+	}
+	m := s.lookupModel(w, o.Model, openaiErrors)
+	if m == nil {
+		return
+	}
+	req, err := o.toRequest(m)
+	if err != nil {
+		openaiErrors(w, AsError(err))
+		return
+	}
+	p, err := m.Prepare(req)
+	if err != nil {
+		openaiErrors(w, AsError(err))
+		return
+	}
+	id := NewID("chatcmpl-")
+	created := time.Now().Unix()
+	if !o.Stream {
+		res, err := m.Generate(r.Context(), p, nil)
+		if err != nil {
+			s.generationFailed(w, r, err, openaiErrors)
+			return
+		}
+		writeJSON(w, http.StatusOK, oaChatResponse(id, created, m.id, res))
+		return
+	}
+	includeUsage := o.StreamOptions != nil && o.StreamOptions.IncludeUsage
+	st := newStream(w)
+	enc := newChatChunker(id, created, m.id)
+	res, err := m.Generate(r.Context(), p, func(ev Event) error {
+		switch ev.Kind {
+		case EventStart:
+			if err := st.start("text/event-stream"); err != nil {
+				return err
+			}
+			for i := range max(req.N, 1) {
+				if err := st.write(enc.role(i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		case EventContent:
+			return st.write(enc.delta(ev.Choice, "content", ev.Text, ev.Logprobs))
+		case EventReasoning:
+			return st.write(enc.delta(ev.Choice, "reasoning_content", ev.Text, ev.Logprobs))
+		case EventToolCall:
+			return st.write(enc.toolCall(ev.Choice, ev.Call, ev.Logprobs))
+		case EventEnd:
+			return st.write(enc.finish(ev.Choice, ev.Finish, ev.Logprobs))
+		}
+		return nil
+	})
+	if err != nil {
+		if !st.started {
+			s.generationFailed(w, r, err, openaiErrors)
+			return
+		}
+		if r.Context().Err() == nil {
+			st.write(sseError(AsError(err)))
+		}
+		return
+	}
+	if includeUsage {
+		st.write(enc.usage(res.Usage))
+	}
+	st.write([]byte("data: [DONE]\n\n"))
+}
+
+// generationFailed reports an error of Generate before anything was sent.
+func (s *Server) generationFailed(w http.ResponseWriter, r *http.Request, err error, ew errorWriter) {
+	if r.Context().Err() != nil {
+		// The client left (or the server is stopping): nobody to tell.
+		return
+	}
+	e := AsError(err)
+	if e.Status == http.StatusInternalServerError {
+		s.log.Error("generation failed", "request_id", RequestID(r.Context()), "error", err)
+	}
+	ew(w, e)
+}
+
+// sseError is an error event in the middle of an OpenAI stream.
+func sseError(e *Error) []byte {
+	data, _ := json.Marshal(map[string]any{"error": openaiErrorBody(e)})
+	return append(append([]byte("data: "), data...), '\n', '\n')
+}
+
+// oaUsage is usage in chat-completions shape.
+func oaUsage(u Usage) map[string]any {
+	return map[string]any{
+		"prompt_tokens":         u.PromptTokens,
+		"completion_tokens":     u.CompletionTokens,
+		"total_tokens":          u.TotalTokens(),
+		"prompt_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
+	}
+}
+
+// oaToolCall is a tool call in chat-completions shape (arguments as a
+// string holding JSON).
+type oaToolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func newOAToolCall(c *ToolCall, withIndex bool) oaToolCall {
+	t := oaToolCall{ID: c.ID, Type: "function"}
+	if withIndex {
+		i := c.Index
+		t.Index = &i
+	}
+	t.Function.Name, t.Function.Arguments = c.Name, string(c.Arguments)
+	return t
+}
+
+// oaLogprob is one token of a chat logprobs object.
+type oaLogprob struct {
+	Token       string        `json:"token"`
+	Logprob     float64       `json:"logprob"`
+	Bytes       []int         `json:"bytes"`
+	TopLogprobs []oaTopLogpro `json:"top_logprobs"`
+}
+
+type oaTopLogpro struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+func tokenBytes(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
+}
+
+// finiteLogprob keeps -Inf (a masked token) out of JSON.
+func finiteLogprob(x float32) float64 {
+	if math.IsInf(float64(x), -1) || math.IsNaN(float64(x)) {
+		return -9999
+	}
+	return float64(x)
+}
+
+func oaLogprobs(lps []TokenLogprob) []oaLogprob {
+	out := make([]oaLogprob, len(lps))
+	for i, lp := range lps {
+		o := oaLogprob{Token: lp.Token, Logprob: finiteLogprob(lp.Logprob), Bytes: tokenBytes(lp.Token), TopLogprobs: []oaTopLogpro{}}
+		for _, t := range lp.Top {
+			o.TopLogprobs = append(o.TopLogprobs, oaTopLogpro{Token: t.Token, Logprob: finiteLogprob(t.Logprob), Bytes: tokenBytes(t.Token)})
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// oaChatResponse is a non-streamed chat completion.
+func oaChatResponse(id string, created int64, model string, res *Result) map[string]any {
+	choices := make([]map[string]any, len(res.Choices))
+	for i, c := range res.Choices {
+		msg := map[string]any{"role": "assistant", "content": c.Content}
+		if c.Reasoning != "" {
+			msg["reasoning_content"] = c.Reasoning
+		}
+		if len(c.ToolCalls) > 0 {
+			calls := make([]oaToolCall, len(c.ToolCalls))
+			for j := range c.ToolCalls {
+				calls[j] = newOAToolCall(&c.ToolCalls[j], false)
+			}
+			msg["tool_calls"] = calls
+			if c.Content == "" {
+				msg["content"] = nil
+			}
+		}
+		var lp any
+		if c.Logprobs != nil {
+			lp = map[string]any{"content": oaLogprobs(c.Logprobs)}
+		}
+		choices[i] = map[string]any{"index": i, "message": msg, "logprobs": lp, "finish_reason": c.Finish}
+	}
+	return map[string]any{
+		"id": id, "object": "chat.completion", "created": created, "model": model,
+		"choices": choices, "usage": oaUsage(res.Usage), "system_fingerprint": "lem",
+	}
+}
+
+// chatChunker encodes chat.completion.chunk frames. Content and reasoning
+// deltas are appended by hand into a reused buffer: encoding one allocates
+// nothing.
+type chatChunker struct {
+	prefix []byte // data: {"id":…,"choices":[{"index":
+	head   []byte // data: {"id":…,"model":…,
+	buf    []byte
+}
+
+func newChatChunker(id string, created int64, model string) *chatChunker {
+	head := []byte(`data: {"id":`)
+	head = appendJSONString(head, id)
+	head = append(head, `,"object":"chat.completion.chunk","created":`...)
+	head = strconv.AppendInt(head, created, 10)
+	head = append(head, `,"model":`...)
+	head = appendJSONString(head, model)
+	head = append(head, `,"system_fingerprint":"lem",`...)
+	prefix := append(append([]byte(nil), head...), `"choices":[{"index":`...)
+	return &chatChunker{prefix: prefix, head: head, buf: make([]byte, 0, 1024)}
+}
+
+func (c *chatChunker) start(index int) []byte {
+	b := append(c.buf[:0], c.prefix...)
+	return strconv.AppendInt(b, int64(index), 10)
+}
+
+func (c *chatChunker) end(b []byte, lps []TokenLogprob, finish string) []byte {
+	b = append(b, `,"logprobs":`...)
+	if lps == nil {
+		b = append(b, "null"...)
+	} else {
+		data, _ := json.Marshal(map[string]any{"content": oaLogprobs(lps)})
+		b = append(b, data...)
+	}
+	b = append(b, `,"finish_reason":`...)
+	if finish == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, finish)
+	}
+	b = append(b, "}]}\n\n"...)
+	c.buf = b
+	return b
+}
+
+// role is the first chunk of a choice.
+func (c *chatChunker) role(index int) []byte {
+	b := c.start(index)
+	b = append(b, `,"delta":{"role":"assistant","content":""}`...)
+	return c.end(b, nil, "")
+}
+
+// delta is a chunk of text in field (content or reasoning_content).
+func (c *chatChunker) delta(index int, field, text string, lps []TokenLogprob) []byte {
+	b := c.start(index)
+	b = append(b, `,"delta":{"`...)
+	b = append(b, field...)
+	b = append(b, `":`...)
+	b = appendJSONString(b, text)
+	b = append(b, '}')
+	return c.end(b, lps, "")
+}
+
+func (c *chatChunker) toolCall(index int, call *ToolCall, lps []TokenLogprob) []byte {
+	b := c.start(index)
+	data, _ := json.Marshal([]oaToolCall{newOAToolCall(call, true)})
+	b = append(b, `,"delta":{"tool_calls":`...)
+	b = append(b, data...)
+	b = append(b, '}')
+	return c.end(b, lps, "")
+}
+
+func (c *chatChunker) finish(index int, reason string, lps []TokenLogprob) []byte {
+	b := c.start(index)
+	b = append(b, `,"delta":{}`...)
+	return c.end(b, lps, reason)
+}
+
+// usage is the last chunk when stream_options.include_usage is set.
+func (c *chatChunker) usage(u Usage) []byte {
+	b := append(c.buf[:0], c.head...)
+	data, _ := json.Marshal(oaUsage(u))
+	b = append(b, `"choices":[],"usage":`...)
+	b = append(b, data...)
+	b = append(b, "}\n\n"...)
+	c.buf = b
+	return b
+}
+
+// --- /v1/completions ---
+
+type oaCompletionRequest struct {
+	Model         string          `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	Suffix        *string         `json:"suffix"`
+	Echo          bool            `json:"echo"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens *int `json:"max_tokens"`
+	N         *int `json:"n"`
+	BestOf    *int `json:"best_of"`
+	Logprobs  *int `json:"logprobs"`
+	oaSampling
+}
+
+// completionPrompts decodes prompt: a string, an array of strings, an
+// array of token ids, or an array of arrays of token ids.
+func completionPrompts(raw json.RawMessage) (texts []string, ids [][]int32, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, invalid("prompt", "is required")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []string{s}, nil, nil
+	}
+	var ss []string
+	if json.Unmarshal(raw, &ss) == nil && len(ss) > 0 {
+		return ss, nil, nil
+	}
+	var one []int32
+	if json.Unmarshal(raw, &one) == nil && len(one) > 0 {
+		return nil, [][]int32{one}, nil
+	}
+	var many [][]int32
+	if json.Unmarshal(raw, &many) == nil && len(many) > 0 {
+		return nil, many, nil
+	}
+	return nil, nil, invalid("prompt", "want a string, an array of strings, an array of token ids or an array of such arrays (not empty)")
+}
+
+// maxPrompts bounds the prompts of one completion request.
+const maxPrompts = 16
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var o oaCompletionRequest
+	if err := s.readJSON(r, &o); err != nil {
+		openaiErrors(w, err)
+		return
+	}
+	m := s.lookupModel(w, o.Model, openaiErrors)
+	if m == nil {
+		return
+	}
+	if o.Suffix != nil && *o.Suffix != "" {
+		openaiErrors(w, invalid("suffix", "is not supported: this server does not do fill-in-the-middle"))
+		return
+	}
+	if o.BestOf != nil && *o.BestOf > 1 {
+		openaiErrors(w, invalid("best_of", "is not supported (use n)"))
+		return
+	}
+	texts, idss, err := completionPrompts(o.Prompt)
+	if err != nil {
+		openaiErrors(w, AsError(err))
+		return
+	}
+	nPrompts := max(len(texts), len(idss))
+	if nPrompts > maxPrompts {
+		openaiErrors(w, invalid("prompt", "at most %d prompts per request, got %d", maxPrompts, nPrompts))
+		return
+	}
+	base := Request{Sample: m.SampleDefaults(), MaxTokens: 16}
+	if o.MaxTokens != nil {
+		base.MaxTokens = *o.MaxTokens
+	}
+	if o.N != nil {
+		if *o.N < 1 {
+			openaiErrors(w, invalid("n", "must be at least 1"))
+			return
+		}
+		base.N = *o.N
+	}
+	if o.Logprobs != nil {
+		if *o.Logprobs < 0 || *o.Logprobs > 5 {
+			openaiErrors(w, invalid("logprobs", "must be between 0 and 5"))
+			return
+		}
+		base.Logprobs, base.TopLogprobs = true, *o.Logprobs
+	}
+	if err := o.oaSampling.apply(&base); err != nil {
+		openaiErrors(w, AsError(err))
+		return
+	}
+	preps := make([]*Prepared, nPrompts)
+	for i := range preps {
+		req := base
+		if texts != nil {
+			req.Prompt = texts[i]
+		} else {
+			req.PromptIDs = idss[i]
+		}
+		if nPrompts > 1 {
+			req.PromptParam = fmt.Sprintf("prompt[%d]", i)
+		}
+		if preps[i], err = m.Prepare(&req); err != nil {
+			openaiErrors(w, AsError(err))
+			return
+		}
+	}
+	n := max(base.N, 1)
+	id := NewID("cmpl-")
+	created := time.Now().Unix()
+	var usage Usage
+	if !o.Stream {
+		var choices []map[string]any
+		for pi, p := range preps {
+			res, err := m.Generate(r.Context(), p, nil)
+			if err != nil {
+				s.generationFailed(w, r, err, openaiErrors)
+				return
+			}
+			addUsage(&usage, res.Usage)
+			for ci, c := range res.Choices {
+				text := c.Content
+				if o.Echo {
+					text = p.PromptText() + text
+				}
+				var lp any
+				if c.Logprobs != nil {
+					lp = legacyLogprobs(c.Logprobs, 0)
+				}
+				choices = append(choices, map[string]any{"text": text, "index": pi*n + ci, "logprobs": lp, "finish_reason": c.Finish})
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": created,
+			"model": m.id, "choices": choices, "usage": oaUsage(usage), "system_fingerprint": "lem"})
+		return
+	}
+	st := newStream(w)
+	enc := newCompletionChunker(id, created, m.id)
+	for pi, p := range preps {
+		res, err := m.Generate(r.Context(), p, func(ev Event) error {
+			index := pi*n + ev.Choice
+			switch ev.Kind {
+			case EventStart:
+				if err := st.start("text/event-stream"); err != nil {
+					return err
+				}
+				if o.Echo {
+					for i := range n {
+						if err := st.write(enc.text(pi*n+i, p.PromptText(), nil, "")); err != nil {
+							return err
+						}
+					}
+				}
+			case EventContent:
+				return st.write(enc.text(index, ev.Text, ev.Logprobs, ""))
+			case EventEnd:
+				return st.write(enc.text(index, "", ev.Logprobs, ev.Finish))
+			}
+			return nil
+		})
+		if err != nil {
+			if !st.started {
+				s.generationFailed(w, r, err, openaiErrors)
+			} else if r.Context().Err() == nil {
+				st.write(sseError(AsError(err)))
+			}
+			return
+		}
+		addUsage(&usage, res.Usage)
+	}
+	if o.StreamOptions != nil && o.StreamOptions.IncludeUsage {
+		st.write(enc.usage(usage))
+	}
+	st.write([]byte("data: [DONE]\n\n"))
+}
+
+func addUsage(dst *Usage, u Usage) {
+	dst.PromptTokens += u.PromptTokens
+	dst.CompletionTokens += u.CompletionTokens
+	dst.CachedTokens += u.CachedTokens
+}
+
+// legacyLogprobs is the logprobs object of /v1/completions.
+func legacyLogprobs(lps []TokenLogprob, offset int) map[string]any {
+	tokens := make([]string, len(lps))
+	logps := make([]float64, len(lps))
+	tops := make([]map[string]float64, len(lps))
+	offsets := make([]int, len(lps))
+	for i, lp := range lps {
+		tokens[i], logps[i], offsets[i] = lp.Token, finiteLogprob(lp.Logprob), offset
+		offset += len(lp.Token)
+		tops[i] = make(map[string]float64, len(lp.Top))
+		for _, t := range lp.Top {
+			tops[i][t.Token] = finiteLogprob(t.Logprob)
+		}
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": logps, "top_logprobs": tops, "text_offset": offsets}
+}
+
+// completionChunker encodes text_completion stream frames.
+type completionChunker struct {
+	head []byte
+	buf  []byte
+}
+
+func newCompletionChunker(id string, created int64, model string) *completionChunker {
+	head := []byte(`data: {"id":`)
+	head = appendJSONString(head, id)
+	head = append(head, `,"object":"text_completion","created":`...)
+	head = strconv.AppendInt(head, created, 10)
+	head = append(head, `,"model":`...)
+	head = appendJSONString(head, model)
+	head = append(head, `,"system_fingerprint":"lem",`...)
+	return &completionChunker{head: head}
+}
+
+func (c *completionChunker) text(index int, text string, lps []TokenLogprob, finish string) []byte {
+	b := append(c.buf[:0], c.head...)
+	b = append(b, `"choices":[{"text":`...)
+	b = appendJSONString(b, text)
+	b = append(b, `,"index":`...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, `,"logprobs":`...)
+	if lps == nil {
+		b = append(b, "null"...)
+	} else {
+		data, _ := json.Marshal(legacyLogprobs(lps, 0))
+		b = append(b, data...)
+	}
+	b = append(b, `,"finish_reason":`...)
+	if finish == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, finish)
+	}
+	b = append(b, "}]}\n\n"...)
+	c.buf = b
+	return b
+}
+
+func (c *completionChunker) usage(u Usage) []byte {
+	b := append(c.buf[:0], c.head...)
+	data, _ := json.Marshal(oaUsage(u))
+	b = append(b, `"choices":[],"usage":`...)
+	b = append(b, data...)
+	b = append(b, "}\n\n"...)
+	c.buf = b
+	return b
+}
+
+// --- /v1/models ---
+
+func oaModel(m *Model) map[string]any {
+	return map[string]any{"id": m.id, "object": "model", "created": m.created.Unix(), "owned_by": "lem",
+		"context_length": m.ctxLen}
+}
+
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	data := make([]map[string]any, len(s.models))
+	for i, m := range s.models {
+		data[i] = oaModel(m)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimSpace(r.PathValue("id"))
+	m := s.byID[id]
+	if m == nil {
+		openaiErrors(w, errModelNotFound(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, oaModel(m))
+}

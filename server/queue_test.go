@@ -1,0 +1,75 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestQueueFIFO(t *testing.T) {
+	q := newQueue(3, nil)
+	if err := q.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan int, 3)
+	for i := range 3 {
+		go func() {
+			if err := q.acquire(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			q.release()
+		}()
+		// Let each waiter queue up before the next.
+		for q.waiting() != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
+		t.Fatalf("acquire on a full queue: %v, want errQueueFull", err)
+	}
+	q.release()
+	for want := range 3 {
+		if got := <-order; got != want {
+			t.Fatalf("waiter %d ran in position %d", got, want)
+		}
+	}
+}
+
+func TestQueueCancelWhileWaiting(t *testing.T) {
+	q := newQueue(1, nil)
+	q.acquire(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- q.acquire(ctx) }()
+	for q.waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if q.waiting() != 0 {
+		t.Fatal("cancelled waiter still queued")
+	}
+	q.release()
+	// The model is free again.
+	if err := q.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.close()
+	q.release()
+	if err := q.acquire(context.Background()); !errors.Is(err, errShuttingDown) {
+		t.Fatalf("after close: %v", err)
+	}
+}
+
+func TestQueueNoWaiting(t *testing.T) {
+	q := newQueue(0, nil)
+	q.acquire(context.Background())
+	if err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
+		t.Fatalf("got %v, want errQueueFull", err)
+	}
+}

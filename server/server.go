@@ -1,0 +1,360 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxQueue     = 32
+	DefaultMaxBodyBytes = 16 << 20
+	DefaultDrain        = 30 * time.Second
+	// streamWriteTimeout bounds each write of a stream, so that a client
+	// that stops reading cannot hold the model.
+	streamWriteTimeout = 30 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	// APIKey, when set, is required on every API route as
+	// "Authorization: Bearer KEY" or "x-api-key: KEY".
+	APIKey string
+	// CORSOrigins are the origins browsers may call from ("*" for any);
+	// none disables CORS.
+	CORSOrigins []string
+	// MaxQueue is how many requests may wait per model behind the running
+	// one (0: DefaultMaxQueue; negative: none may wait).
+	MaxQueue int
+	// MaxBodyBytes bounds a request body (0: DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// LogContent adds prompts and outputs to the request logs.
+	LogContent bool
+	// Logger receives request logs (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server serves models over HTTP in several API dialects. Each dialect
+// (openai.go, …) registers its routes in routes and turns its requests into
+// core Requests.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	models  []*Model
+	byID    map[string]*Model
+	mux     *http.ServeMux
+	metrics *metrics
+	store   *responseStore
+
+	// base is the parent of every request's context; cancelling it stops
+	// generations (after the drain deadline of Serve).
+	base   context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// New returns a server for the models; the first is the default model of
+// requests that name none (Ollama and some clients).
+func New(cfg Config, models ...*Model) (*Server, error) {
+	if len(models) == 0 {
+		return nil, errors.New("serve: no models")
+	}
+	if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = DefaultMaxQueue
+	}
+	if cfg.MaxQueue < 0 {
+		cfg.MaxQueue = 0
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, byID: map[string]*Model{}, mux: http.NewServeMux(),
+		metrics: newMetrics(), store: newResponseStore(1000)}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	for _, m := range models {
+		if m.srv != nil {
+			return nil, fmt.Errorf("serve: model %q already belongs to a server", m.id)
+		}
+		if s.byID[m.id] != nil {
+			return nil, fmt.Errorf("serve: two models with the id %q", m.id)
+		}
+		m.srv = s
+		m.obs = s.metrics.forModel(m.id)
+		m.q = newQueue(cfg.MaxQueue, func(n int) { m.obs.queueDepth.Set(float64(n)) })
+		s.byID[m.id] = m
+		s.models = append(s.models, m)
+	}
+	s.routes()
+	return s, nil
+}
+
+// routes registers every route. A dialect adds its own through a method
+// like openaiRoutes.
+func (s *Server) routes() {
+	s.handle("GET /health", nil, open, s.health)
+	s.handle("GET /metrics", openaiErrors, 0, func(w http.ResponseWriter, r *http.Request) {
+		s.metrics.handler().ServeHTTP(w, r)
+	})
+	s.openaiRoutes()
+	s.mux.HandleFunc("OPTIONS /", s.preflight)
+	s.handle("/", openaiErrors, open, func(w http.ResponseWriter, r *http.Request) {
+		openaiErrors(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
+			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	})
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Models returns the served models in order.
+func (s *Server) Models() []*Model { return s.models }
+
+// Model returns the model of the given id; an empty id gives the first.
+// An unknown id is a 404 *Error.
+func (s *Server) Model(id string) (*Model, error) {
+	if id == "" {
+		return s.models[0], nil
+	}
+	if m := s.byID[id]; m != nil {
+		return m, nil
+	}
+	return nil, errModelNotFound(id)
+}
+
+// Close refuses new generations (503) and cancels those running.
+func (s *Server) Close() {
+	s.stopAdmitting()
+	s.cancel()
+}
+
+func (s *Server) stopAdmitting() {
+	s.once.Do(func() {
+		for _, m := range s.models {
+			m.q.close()
+		}
+	})
+}
+
+// Serve answers on ln until ctx ends, then shuts down gracefully: new
+// requests are refused, in-flight ones (streams included) may finish
+// within drain, after which their generations are cancelled and the
+// connections closed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.Close()
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "drain", drain)
+	s.stopAdmitting()
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	err := hs.Shutdown(dctx)
+	if err != nil {
+		s.log.Warn("drain deadline passed; cancelling in-flight requests")
+		s.cancel()
+		hs.Close()
+	}
+	s.cancel()
+	<-errc
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"status":"ok","models":%d}`+"\n", len(s.models))
+}
+
+// errorWriter writes an *Error in a dialect's shape.
+type errorWriter func(w http.ResponseWriter, e *Error)
+
+// Route flags.
+const (
+	open = 1 << iota // no API key needed
+)
+
+type ctxKey int
+
+const requestIDKey ctxKey = 0
+
+// RequestID returns the id of the request ctx belongs to, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// handle registers h under pattern with the shared middleware: request id,
+// panic recovery, CORS, API key, body limit, metrics and the access log.
+// ew writes errors in the route's dialect.
+func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.HandlerFunc) {
+	route := pattern
+	if ew == nil {
+		ew = openaiErrors
+	}
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 128 {
+			id = NewID("req_")
+		}
+		w.Header().Set("X-Request-Id", id)
+		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		r = r.WithContext(ctx)
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic serving request", "request_id", id, "route", route, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				if !rec.wrote {
+					ew(rec, internalError())
+				}
+			}
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			d := time.Since(start)
+			s.metrics.observeRequest(route, status, d.Seconds())
+			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("request_id", id), slog.String("method", r.Method),
+				slog.String("route", route), slog.String("path", r.URL.Path), slog.Int("status", status), slog.Duration("duration", d))
+		}()
+		s.cors(rec, r)
+		if flags&open == 0 && !s.authorized(r) {
+			rec.Header().Set("WWW-Authenticate", `Bearer realm="lem"`)
+			ew(rec, errUnauthorized)
+			return
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.MaxBodyBytes)
+		h(rec, r)
+	})
+}
+
+// recorder remembers the status written through it. Unwrap lets
+// http.ResponseController reach the connection for flushes and deadlines.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// readJSON reads the request body into v. Errors are *Error values: 413 for
+// a body over the limit, 400 naming the field for malformed JSON or wrong
+// types.
+func (s *Server) readJSON(r *http.Request, v any) *Error {
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errBodyTooLarge(mbe.Limit)
+		}
+		return invalid("", "reading the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return invalid("", "the request body is empty; want a JSON object")
+	}
+	return decodeJSON(data, v)
+}
+
+// decodeJSON unmarshals data into v, describing errors as the client
+// needs them.
+func decodeJSON(data []byte, v any) *Error {
+	err := json.Unmarshal(data, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return invalid("", "malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return invalid("", "want a JSON object, got %s", te.Value)
+		}
+		// Fields of embedded structs carry the Go type's name.
+		field := strings.ReplaceAll(te.Field, "oaSampling.", "")
+		return invalid(field, "wrong type: got %s, want %s", te.Value, jsonTypeName(te.Type.Kind().String()))
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return invalid("", "%v", err)
+}
+
+func jsonTypeName(kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"):
+		return "integer"
+	case strings.HasPrefix(kind, "float"):
+		return "number"
+	case kind == "slice", kind == "array":
+		return "array"
+	case kind == "map", kind == "struct":
+		return "object"
+	case kind == "bool":
+		return "boolean"
+	}
+	return kind
+}
+
+// writeJSON writes v with the status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		status, data = http.StatusInternalServerError, []byte(`{"error":{"message":"internal server error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(data, '\n'))
+}
