@@ -76,11 +76,15 @@ func Open(path string, opts Options) (*Model, error) {
 // Close releases the model's files.
 func (m *Model) Close() error { return m.loaded.Close() }
 
+// DefaultContext bounds the context of a session when none is asked for, so
+// that models trained on 128k tokens don't reserve caches that large.
+const DefaultContext = 8192
+
 // NewSession starts a sequence of up to ctx positions (0: the model's
-// context length).
+// context length, at most DefaultContext).
 func (m *Model) NewSession(ctx int) *Session {
 	if ctx <= 0 {
-		ctx = m.ContextLength()
+		ctx = min(m.ContextLength(), DefaultContext)
 	}
 	return NewSession(m.Net, m.Backend, ctx)
 }
