@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"os/signal"
 	"runtime/debug"
 	"slices"
@@ -38,9 +39,14 @@ type benchReport struct {
 	// MemBandwidthGBs is the machine's streaming-read bandwidth with the
 	// same thread count, in 10^9 bytes per second; MemBufferBytes the size
 	// of the buffer read.
-	MemBandwidthGBs float64     `json:"mem_bandwidth_gbs"`
-	MemBufferBytes  int64       `json:"mem_buffer_bytes"`
-	Tests           []benchTest `json:"tests"`
+	MemBandwidthGBs float64 `json:"mem_bandwidth_gbs"`
+	MemBufferBytes  int64   `json:"mem_buffer_bytes"`
+	// PeakRSSBytes is the process's peak resident set while the tests ran
+	// (before the bandwidth measurement); KVBytes the largest session's KV
+	// cache.
+	PeakRSSBytes int64       `json:"peak_rss_bytes"`
+	KVBytes      int64       `json:"kv_bytes"`
+	Tests        []benchTest `json:"tests"`
 }
 
 // benchTest is one row of the table: prefill of NPrompt tokens (ppN) or
@@ -154,13 +160,17 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	rep.WeightBytesPerToken = synth.DecodeBytes(stored, cfg.TieWordEmbeddings || !hasHead)
 
 	rep.MemBufferBytes = int64(o.memMiB) << 20
-	rep.MemBandwidthGBs = memBandwidth(int(rep.MemBufferBytes), rep.Threads)
 	logf := func(format string, args ...any) {
 		if o.progress != nil {
 			fmt.Fprintf(o.progress, format, args...)
 		}
 	}
-	logf("bench: %s, %s of weights; memory bandwidth %.2f GB/s\n", rep.Label, humanBytes(rep.SizeBytes), rep.MemBandwidthGBs)
+	logf("bench: %s, %s of weights\n", rep.Label, humanBytes(rep.SizeBytes))
+	kvDim := 0
+	for i := range cfg.NumHiddenLayers {
+		kvDim += 2 * cfg.KVHeadsFor(i) * cfg.HeadDimFor(i)
+	}
+	rep.KVBytes = int64(kvDim) * int64(max(o.prompt, o.gen+1)) * 4
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	vocab := cfg.VocabSize
@@ -221,9 +231,6 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		t.AvgTS, t.StddevTS = meanStddev(t.SamplesTS)
 		if ng > 0 {
 			t.WeightGBs = float64(rep.WeightBytesPerToken) * t.AvgTS / 1e9
-			if rep.MemBandwidthGBs > 0 {
-				t.BandwidthPct = 100 * t.WeightGBs / rep.MemBandwidthGBs
-			}
 		}
 		rep.Tests = append(rep.Tests, t)
 		return nil
@@ -238,7 +245,33 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 			return nil, err
 		}
 	}
+	rep.PeakRSSBytes = peakRSS()
+	// The bandwidth baseline runs last so that its buffer stays out of the
+	// resident-set figure.
+	rep.MemBandwidthGBs = memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+	for i := range rep.Tests {
+		if t := &rep.Tests[i]; t.NGen > 0 && rep.MemBandwidthGBs > 0 {
+			t.BandwidthPct = 100 * t.WeightGBs / rep.MemBandwidthGBs
+		}
+	}
 	return rep, nil
+}
+
+// peakRSS returns the process's peak resident set size (VmHWM), or 0 where
+// /proc is unavailable.
+func peakRSS() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // storedTensors lists the weights of the model directory at path, and
@@ -363,6 +396,10 @@ func printBench(w io.Writer, r *benchReport) error {
 	}
 	fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token\n",
 		r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	if r.PeakRSSBytes > 0 {
+		fmt.Fprintf(&b, "peak resident memory: %s = %.2f × (weights %s + KV cache %s)\n", humanBytes(r.PeakRSSBytes),
+			float64(r.PeakRSSBytes)/float64(r.SizeBytes+r.KVBytes), humanBytes(r.SizeBytes), humanBytes(r.KVBytes))
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
