@@ -21,9 +21,40 @@ const (
 	F16
 	BF16
 	I32
+
+	// Block-quantized weight types, stored exactly as ggml lays out their
+	// blocks (see package lem/quant). Each block of BlockSize elements
+	// takes BlockBytes bytes; a row is a whole number of blocks.
+	Q8_0   // 32 elements: f16 scale, 32 int8
+	Q4_0   // 32 elements: f16 scale, 16 bytes of 4-bit codes
+	Q4_1   // 32 elements: f16 scale and min, 16 bytes of 4-bit codes
+	Q5_0   // 32 elements: f16 scale, 4 bytes of high bits, 16 bytes of low nibbles
+	Q5_1   // 32 elements: f16 scale and min, high bits, low nibbles
+	Q2_K   // 256 elements: 2-bit codes, 4-bit sub-block scales and mins
+	Q3_K   // 256 elements: 3-bit codes, 6-bit sub-block scales
+	Q4_K   // 256 elements: 4-bit codes, 6-bit sub-block scales and mins
+	Q5_K   // 256 elements: 5-bit codes, 6-bit sub-block scales and mins
+	Q6_K   // 256 elements: 6-bit codes, 8-bit sub-block scales
+	IQ4_NL // 32 elements: f16 scale, 4-bit indices into a non-linear table
+	MXFP4  // 32 elements: E8M0 scale, 4-bit E2M1 codes
+
+	numDTypes
 )
 
-var dtypeNames = [...]string{F32: "f32", F16: "f16", BF16: "bf16", I32: "i32"}
+var dtypeNames = [...]string{
+	F32: "f32", F16: "f16", BF16: "bf16", I32: "i32",
+	Q8_0: "q8_0", Q4_0: "q4_0", Q4_1: "q4_1", Q5_0: "q5_0", Q5_1: "q5_1",
+	Q2_K: "q2_k", Q3_K: "q3_k", Q4_K: "q4_k", Q5_K: "q5_k", Q6_K: "q6_k",
+	IQ4_NL: "iq4_nl", MXFP4: "mxfp4",
+}
+
+// blockLayout is the block size in elements and bytes of each type.
+var blockLayout = [numDTypes][2]int{
+	F32: {1, 4}, F16: {1, 2}, BF16: {1, 2}, I32: {1, 4},
+	Q8_0: {32, 34}, Q4_0: {32, 18}, Q4_1: {32, 20}, Q5_0: {32, 22}, Q5_1: {32, 24},
+	Q2_K: {256, 84}, Q3_K: {256, 110}, Q4_K: {256, 144}, Q5_K: {256, 176}, Q6_K: {256, 210},
+	IQ4_NL: {32, 18}, MXFP4: {32, 17},
+}
 
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) {
@@ -32,14 +63,57 @@ func (d DType) String() string {
 	return fmt.Sprintf("dtype(%d)", d)
 }
 
-// Size returns the size of one element in bytes.
+// Size returns the size of one element in bytes for the element types (F32,
+// F16, BF16, I32), and 0 for block-quantized types, whose elements have no
+// whole size: use BlockSize, BlockBytes or RowBytes for those.
 func (d DType) Size() int {
-	switch d {
-	case F16, BF16:
+	switch {
+	case d == F16 || d == BF16:
 		return 2
+	case d.Quantized():
+		return 0
 	default:
 		return 4
 	}
+}
+
+// Quantized reports whether d is a block-quantized type.
+func (d DType) Quantized() bool { return d >= Q8_0 && d < numDTypes }
+
+// Known reports whether d is one of the types defined here.
+func (d DType) Known() bool { return d < numDTypes }
+
+// BlockSize returns the number of elements one block of d holds: 1 for the
+// element types, 32 or 256 for quantized types, 0 for an unknown type.
+func (d DType) BlockSize() int {
+	if !d.Known() {
+		return 0
+	}
+	return blockLayout[d][0]
+}
+
+// BlockBytes returns the size in bytes of one block of d (the element size
+// for element types), or 0 for an unknown type.
+func (d DType) BlockBytes() int {
+	if !d.Known() {
+		return 0
+	}
+	return blockLayout[d][1]
+}
+
+// RowBytes returns the size in bytes of n consecutive elements of type d. It
+// fails when d is unknown or n is negative or not a whole number of blocks.
+func (d DType) RowBytes(n int) (int, error) {
+	bs, bb := d.BlockSize(), d.BlockBytes()
+	switch {
+	case bs == 0:
+		return 0, fmt.Errorf("unknown dtype %s", d)
+	case n < 0:
+		return 0, fmt.Errorf("negative element count %d", n)
+	case n%bs != 0:
+		return 0, fmt.Errorf("%d elements of %s are not a whole number of %d-element blocks", n, d, bs)
+	}
+	return n / bs * bb, nil
 }
 
 // Tensor is a dense tensor owned by a backend. Buf holds the backend's

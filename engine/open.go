@@ -2,13 +2,13 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"strings"
 
 	"lem/chat"
 	"lem/compute"
+	"lem/gguf"
 	"lem/model"
 	"lem/tokenizer"
 )
@@ -33,20 +33,26 @@ type Model struct {
 type Options struct {
 	// Backend runs the model; nil means the CPU with all cores.
 	Backend compute.Backend
+	// DequantizeToF32 widens the block-quantized tensors of a GGUF file to
+	// F32 at load, for a backend that cannot compute with them natively
+	// (see model.GGUFOptions). It multiplies their memory by up to eight.
+	DequantizeToF32 bool
 }
 
-// Open loads the model at path (a Hugging Face model directory).
+// Open loads the model at path: a Hugging Face model directory, or a GGUF
+// file (the first part, for a split model) with its tokenizer and chat
+// templates from the file's metadata.
 func Open(path string, opts Options) (*Model, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("%s: not a model directory (GGUF files are not supported yet)", path)
-	}
 	b := opts.Backend
 	if b == nil {
 		b = defaultBackend()
+	}
+	if !st.IsDir() {
+		return openGGUF(path, b, opts)
 	}
 	loaded, err := model.OpenDir(path, b)
 	if err != nil {
@@ -66,6 +72,33 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, err
 	}
 	if m.GenConfig, err = model.LoadGenerationConfig(path); err != nil {
+		loaded.Close()
+		return nil, err
+	}
+	m.StopIDs = stopIDs(m)
+	return m, nil
+}
+
+// openGGUF loads a GGUF model file.
+func openGGUF(path string, b compute.Backend, opts Options) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	loaded, err := model.LoadGGUF(f, b, model.GGUFOptions{DequantizeToF32: opts.DequantizeToF32})
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	m := &Model{Name: path, Net: loaded, Backend: b, loaded: loaded, GenConfig: &model.GenerationConfig{}}
+	// A model without a vocabulary still runs on token ids.
+	if _, ok := f.Value("tokenizer.ggml.model"); ok {
+		if m.Tokenizer, err = tokenizer.FromGGUF(f); err != nil {
+			loaded.Close()
+			return nil, err
+		}
+	}
+	if m.Templates, err = chat.FromGGUF(f); err != nil && !errors.Is(err, chat.ErrNoTemplate) {
 		loaded.Close()
 		return nil, err
 	}

@@ -147,6 +147,15 @@ type RopeParams struct {
 	ShortFactor, LongFactor       []float64
 	MRopeSection                  []int
 	MRopeInterleaved              bool
+
+	// FreqFactors, when set, divides the frequency of each rotated pair
+	// (dims/2 values): the per-pair factors GGUF files store as
+	// rope_freqs.weight in place of Llama 3's rope parameters.
+	FreqFactors []float64
+	// Interleaved rotates adjacent pairs instead of the Hugging Face half
+	// split. GGUF files of the llama family need it: llama.cpp's converter
+	// permutes their Q and K rows so that rope pairs are adjacent.
+	Interleaved bool
 }
 
 // QuantParams are the parameters of grouped integer quantization.

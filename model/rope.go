@@ -67,6 +67,18 @@ func NewRope(p RopeParams, headDim, maxPos int) (*compute.Rope, error) {
 	default:
 		return nil, fmt.Errorf("rope: unsupported rope_type %q", p.Type)
 	}
+	if len(p.FreqFactors) > 0 {
+		if len(p.FreqFactors) != dim/2 {
+			return nil, fmt.Errorf("rope: %d frequency factors for %d rotated pairs", len(p.FreqFactors), dim/2)
+		}
+		for i, f := range p.FreqFactors {
+			if !(f > 0) {
+				return nil, fmt.Errorf("rope: frequency factor %d is %g, not positive", i, f)
+			}
+			r.InvFreq[i] /= float32(f)
+		}
+	}
+	r.Interleaved = p.Interleaved
 	return r, nil
 }
 

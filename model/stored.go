@@ -7,6 +7,7 @@ import (
 
 	"lem/compute"
 	"lem/internal/half"
+	"lem/quant"
 )
 
 // toF32 decodes a stored float tensor into float32 values.
@@ -26,7 +27,12 @@ func toF32(s Stored) ([]float32, error) {
 	case compute.F16:
 		half.F16sToF32s(out, s.Data)
 	default:
-		return nil, fmt.Errorf("cannot read %s values as float32", s.DType)
+		if !s.DType.Quantized() {
+			return nil, fmt.Errorf("cannot read %s values as float32", s.DType)
+		}
+		if err := quant.Dequantize(out, s.Data, s.DType); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

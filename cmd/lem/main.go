@@ -33,6 +33,7 @@ Anthropic and Ollama APIs.`,
 		newBenchCmd(),
 		newSynthCmd(),
 		newServeCmd(),
+		newQuantCmd(),
 	)
 	return root
 }

@@ -85,26 +85,6 @@ func (s *source) Templates() (*chat.Set, error) {
 	}
 }
 
-// ggufTemplates reads tokenizer.chat_template (and named
-// tokenizer.chat_template.NAME variants) with the BOS and EOS token texts.
-func ggufTemplates(f *gguf.File) (*chat.Set, error) {
-	sources := map[string]string{}
-	for _, kv := range f.KV {
-		if kv.Key == "tokenizer.chat_template" {
-			sources[chat.DefaultName], _ = f.String(kv.Key)
-		} else if name, ok := strings.CutPrefix(kv.Key, "tokenizer.chat_template."); ok {
-			sources[name], _ = f.String(kv.Key)
-		}
-	}
-	if len(sources) == 0 {
-		return nil, fmt.Errorf("%s: %w", f.Name, chat.ErrNoTemplate)
-	}
-	special := map[string]string{}
-	tokens, _ := f.Strings("tokenizer.ggml.tokens")
-	for key, id := range map[string]string{"bos_token": "tokenizer.ggml.bos_token_id", "eos_token": "tokenizer.ggml.eos_token_id"} {
-		if v, ok := f.Uint(id); ok && int(v) < len(tokens) {
-			special[key] = tokens[v]
-		}
-	}
-	return chat.NewSet(sources, chat.Options{SpecialTokens: special})
-}
+// ggufTemplates reads the chat templates of a GGUF file (see
+// chat.FromGGUF).
+func ggufTemplates(f *gguf.File) (*chat.Set, error) { return chat.FromGGUF(f) }

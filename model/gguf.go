@@ -1,0 +1,996 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"lem/compute"
+	"lem/gguf"
+	"lem/quant"
+)
+
+// GGUF files as llama.cpp writes them. A GGUF file names its architecture
+// in general.architecture, keeps the hyperparameters under "<arch>." keys
+// and names tensors its own way (token_embd, blk.N.attn_q, …). This file
+// maps both directions: reading a GGUF file as a Config and a Source of
+// Hugging Face-named tensors, and telling a writer (package lem/quant/convert)
+// how to lay a Hugging Face model out for llama.cpp.
+//
+// Facts of llama.cpp's converter that matter here:
+//   - For the llama-family architectures (llama, granite, smollm3; Mistral
+//     is written as llama) the rows of Q and K (weights and biases) are
+//     permuted within each head so that rope pairs are adjacent: HF row
+//     h·(d/2)+j becomes row 2j+h. Other architectures keep the HF layout.
+//     Reading, lem keeps the stored rows (memory-mapped, in their stored
+//     type) and rotates adjacent pairs instead (compute.Rope.Interleaved).
+//     Q·K dot products are unchanged by a permutation applied to both, and V
+//     is never permuted, so attention is exactly the same.
+//   - Gemma stores RMSNorm weights as w+1; the HF checkpoint stores w.
+//   - Llama 3 rope scaling is stored as per-pair frequency divisors
+//     (rope_freqs.weight), not as rope parameters.
+//   - A missing output.weight means the output projection is tied to
+//     token_embd.
+
+// ggufFamily describes one GGUF architecture.
+type ggufFamily struct {
+	modelType string // the registry entry that loads it
+	act       string // hidden activation (GGUF does not store it)
+	permuted  bool   // Q/K rows permuted for adjacent-pair rope
+	normShift float32
+	// layer maps per-layer Hugging Face suffixes to GGUF suffixes, beyond
+	// the ones all families share.
+	layer map[string]string
+	// swaPeriod is llama.cpp's sliding-window pattern for the family: every
+	// swaPeriod-th layer is full attention (0: every layer slides when a
+	// window is set).
+	swaPeriod int
+}
+
+// ggufCommonLayer are the per-layer names all families share.
+var ggufCommonLayer = map[string]string{
+	"input_layernorm.weight":    "attn_norm.weight",
+	"self_attn.q_proj.weight":   "attn_q.weight",
+	"self_attn.q_proj.bias":     "attn_q.bias",
+	"self_attn.k_proj.weight":   "attn_k.weight",
+	"self_attn.k_proj.bias":     "attn_k.bias",
+	"self_attn.v_proj.weight":   "attn_v.weight",
+	"self_attn.v_proj.bias":     "attn_v.bias",
+	"self_attn.o_proj.weight":   "attn_output.weight",
+	"self_attn.o_proj.bias":     "attn_output.bias",
+	"self_attn.qkv_proj.weight": "attn_qkv.weight",
+	"self_attn.q_norm.weight":   "attn_q_norm.weight",
+	"self_attn.k_norm.weight":   "attn_k_norm.weight",
+	"mlp.gate_proj.weight":      "ffn_gate.weight",
+	"mlp.up_proj.weight":        "ffn_up.weight",
+	"mlp.down_proj.weight":      "ffn_down.weight",
+	"mlp.gate_up_proj.weight":   "ffn_up.weight", // phi3: gate and up fused
+}
+
+var (
+	preNormLayer = map[string]string{
+		"post_attention_layernorm.weight": "ffn_norm.weight",
+	}
+	gemmaLayer = map[string]string{
+		"post_attention_layernorm.weight":   "post_attention_norm.weight",
+		"pre_feedforward_layernorm.weight":  "ffn_norm.weight",
+		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+	}
+	olmo2Layer = map[string]string{
+		"post_attention_layernorm.weight":   "post_attention_norm.weight",
+		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+	}
+)
+
+var ggufFamilies = map[string]ggufFamily{
+	"llama":   {modelType: "llama", act: "silu", permuted: true, layer: preNormLayer},
+	"granite": {modelType: "granite", act: "silu", permuted: true, layer: preNormLayer},
+	"smollm3": {modelType: "smollm3", act: "silu", permuted: true, layer: preNormLayer},
+	"qwen2":   {modelType: "qwen2", act: "silu", layer: preNormLayer},
+	"qwen3":   {modelType: "qwen3", act: "silu", layer: preNormLayer},
+	"phi3":    {modelType: "phi3", act: "silu", layer: preNormLayer},
+	"olmo2":   {modelType: "olmo2", act: "silu", layer: olmo2Layer},
+	"gemma2":  {modelType: "gemma2", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2},
+	"gemma3":  {modelType: "gemma3_text", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 6},
+}
+
+// ggufArchOf maps Hugging Face model types to GGUF architectures.
+var ggufArchOf = map[string]string{
+	"llama": "llama", "mistral": "llama", "granite": "granite", "smollm3": "smollm3",
+	"qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "olmo2": "olmo2",
+	"gemma2": "gemma2", "gemma3_text": "gemma3",
+}
+
+// GGUFArchitectures returns the general.architecture values OpenGGUF
+// loads, sorted.
+func GGUFArchitectures() []string {
+	var names []string
+	for n := range ggufFamilies {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Global tensor names.
+var ggufGlobal = map[string]string{
+	"model.embed_tokens.weight": "token_embd.weight",
+	"model.norm.weight":         "output_norm.weight",
+	"lm_head.weight":            "output.weight",
+}
+
+// GGUF tensors that carry rope data rather than weights.
+const (
+	ggufRopeFreqs      = "rope_freqs.weight"
+	ggufRopeLongFactor = "rope_factors_long.weight"
+	ggufRopeShortFact  = "rope_factors_short.weight"
+)
+
+// ggufName maps a Hugging Face tensor name to its GGUF name in family fam.
+func ggufName(fam ggufFamily, hf string) (string, bool) {
+	if n, ok := ggufGlobal[hf]; ok {
+		return n, true
+	}
+	rest, ok := strings.CutPrefix(hf, "model.layers.")
+	if !ok {
+		return "", false
+	}
+	idx, suffix, ok := strings.Cut(rest, ".")
+	if !ok {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(idx, 10, 31); err != nil {
+		return "", false
+	}
+	n, ok := fam.layer[suffix]
+	if !ok {
+		n, ok = ggufCommonLayer[suffix]
+	}
+	if !ok {
+		return "", false
+	}
+	return "blk." + idx + "." + n, true
+}
+
+// hfLayerNames inverts ggufName for one family: GGUF suffix → HF suffix. The
+// fused phi3 ffn_up is resolved by the caller.
+func hfLayerNames(fam ggufFamily) map[string]string {
+	m := map[string]string{}
+	for hf, g := range ggufCommonLayer {
+		if hf != "mlp.gate_up_proj.weight" {
+			m[g] = hf
+		}
+	}
+	for hf, g := range fam.layer {
+		m[g] = hf
+	}
+	return m
+}
+
+// isNormWeight reports whether a Hugging Face tensor is an RMSNorm weight.
+func isNormWeight(hf string) bool {
+	return strings.HasSuffix(hf, "norm.weight")
+}
+
+// GGUFOptions adjust OpenGGUFWith and ReadGGUF.
+type GGUFOptions struct {
+	// DequantizeToF32 widens block-quantized tensors to F32 when they are
+	// looked up, for backends whose Weight does not accept quantized dtypes
+	// yet. It costs 4 bytes per weight of memory instead of the stored
+	// size; it is meant for tests and fallbacks, not for serving.
+	DequantizeToF32 bool
+}
+
+// OpenGGUF loads a GGUF model file (or the first part of a split model)
+// onto a backend. Tensors stay memory-mapped in their stored type.
+func OpenGGUF(path string, b compute.Backend) (*Loaded, error) {
+	return OpenGGUFWith(path, b, GGUFOptions{})
+}
+
+// OpenGGUFWith is OpenGGUF with options.
+func OpenGGUFWith(path string, b compute.Backend, opts GGUFOptions) (*Loaded, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	l, err := LoadGGUF(f, b, opts)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// LoadGGUF loads an opened GGUF file onto a backend. The Loaded takes
+// ownership of f and closes it on Close; on error f is left open.
+func LoadGGUF(f *gguf.File, b compute.Backend, opts GGUFOptions) (*Loaded, error) {
+	g, err := ReadGGUF(f, opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := Load(g.Config, g, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name, err)
+	}
+	return &Loaded{Model: m, Dir: f.Name, closers: []func() error{f.Close}}, nil
+}
+
+// GGUF is a GGUF file read as a model: its configuration and its tensors
+// under Hugging Face names. It implements Source.
+type GGUF struct {
+	File   *gguf.File
+	Arch   string
+	Config *Config
+	// Permuted reports that Q and K rows are in llama.cpp's permuted order
+	// (rope pairs adjacent); Config's rope parameters say Interleaved then.
+	Permuted bool
+
+	fam     ggufFamily
+	opts    GGUFOptions
+	tensors map[string]gguf.TensorInfo // by HF name
+	names   []string                   // HF names in file order
+	derived map[string]Stored          // shifted norms, dequantized tensors
+}
+
+// ReadGGUF interprets a parsed GGUF file as a model. It checks, before
+// anything is loaded, that the architecture is one lem implements, that
+// every tensor has a type lem computes with and a name it understands, and
+// that the hyperparameters are complete; errors name the keys and tensors.
+func ReadGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
+	g, err := readGGUF(f, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name, err)
+	}
+	return g, nil
+}
+
+func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
+	arch := f.Architecture()
+	if arch == "" {
+		return nil, fmt.Errorf("no %s key: not a model file", gguf.KeyArchitecture)
+	}
+	fam, ok := ggufFamilies[arch]
+	if !ok {
+		return nil, fmt.Errorf("unsupported architecture %q (supported: %s)", arch, strings.Join(GGUFArchitectures(), ", "))
+	}
+	g := &GGUF{
+		File: f, Arch: arch, Permuted: fam.permuted, fam: fam, opts: opts,
+		tensors: map[string]gguf.TensorInfo{},
+		derived: map[string]Stored{},
+	}
+	var badType, unknown []string
+	for _, t := range f.Tensors {
+		if _, ok := quant.FromGGUF(t.Type); !ok {
+			badType = append(badType, fmt.Sprintf("%s (%s)", t.Name, t.Type))
+		}
+	}
+	if len(badType) > 0 {
+		return nil, fmt.Errorf("unsupported tensor types: %s", listSome(badType))
+	}
+	layer := hfLayerNames(fam)
+	global := map[string]string{}
+	for hf, gn := range ggufGlobal {
+		global[gn] = hf
+	}
+	for _, t := range f.Tensors {
+		hf, ok := global[t.Name]
+		switch {
+		case ok:
+		case t.Name == ggufRopeFreqs || t.Name == ggufRopeLongFactor || t.Name == ggufRopeShortFact:
+			continue
+		default:
+			hf, ok = g.hfName(t, layer)
+		}
+		if !ok {
+			unknown = append(unknown, t.Name)
+			continue
+		}
+		g.tensors[hf] = t
+		g.names = append(g.names, hf)
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("tensors not part of a %s model: %s", arch, listSome(unknown))
+	}
+	cfg, err := ggufConfig(f, arch, fam, g)
+	if err != nil {
+		return nil, err
+	}
+	g.Config = cfg
+	return g, nil
+}
+
+// hfName maps a per-layer GGUF tensor to its Hugging Face name.
+func (g *GGUF) hfName(t gguf.TensorInfo, layer map[string]string) (string, bool) {
+	rest, ok := strings.CutPrefix(t.Name, "blk.")
+	if !ok {
+		return "", false
+	}
+	idx, suffix, ok := strings.Cut(rest, ".")
+	if !ok {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(idx, 10, 31); err != nil {
+		return "", false
+	}
+	hf, ok := layer[suffix]
+	if !ok {
+		return "", false
+	}
+	if suffix == "ffn_up.weight" {
+		// A file without ffn_gate fuses gate and up into ffn_up (phi3).
+		if _, _, ok := g.File.Tensor("blk." + idx + ".ffn_gate.weight"); !ok {
+			hf = "mlp.gate_up_proj.weight"
+		}
+	}
+	return "model.layers." + idx + "." + hf, true
+}
+
+// listSome joins names, eliding all but the first ten.
+func listSome(names []string) string {
+	if len(names) > 10 {
+		return strings.Join(names[:10], ", ") + fmt.Sprintf(" and %d more", len(names)-10)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Names returns the Hugging Face names of the file's weights, in file
+// order.
+func (g *GGUF) Names() []string { return slices.Clone(g.names) }
+
+// Lookup implements Source: the tensor's stored type, Hugging Face shape
+// ([out, in]: GGUF lists dimensions innermost first) and bytes, a slice of
+// the mapping. Gemma norm weights are returned as w (GGUF stores w+1), in
+// a new F32 buffer.
+func (g *GGUF) Lookup(name string) (Stored, bool) {
+	if s, ok := g.derived[name]; ok {
+		return s, true
+	}
+	t, ok := g.tensors[name]
+	if !ok {
+		return Stored{}, false
+	}
+	dt, _ := quant.FromGGUF(t.Type) // checked by ReadGGUF
+	shape := make([]int, len(t.Dims))
+	for i, d := range t.Dims {
+		shape[len(t.Dims)-1-i] = int(d)
+	}
+	s := Stored{DType: dt, Shape: shape, Data: g.File.TensorData(t)}
+	shift := g.fam.normShift != 0 && isNormWeight(name)
+	if !shift && !(g.opts.DequantizeToF32 && dt.Quantized()) {
+		return s, true
+	}
+	vals, err := toF32(s)
+	if err != nil {
+		// Leave the stored tensor: the loader reports what it cannot use.
+		return s, true
+	}
+	if shift {
+		for i := range vals {
+			vals[i] -= g.fam.normShift
+		}
+	}
+	d := Stored{DType: compute.F32, Shape: shape, Data: f32Bytes(vals)}
+	g.derived[name] = d
+	return d, true
+}
+
+// f32Bytes returns the little-endian bytes of vals.
+func f32Bytes(vals []float32) []byte {
+	b := make([]byte, 4*len(vals))
+	for i, v := range vals {
+		u := math.Float32bits(v)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+	}
+	return b
+}
+
+// ggufKeys reads the typed "<arch>." keys of a file, remembering the first
+// error.
+type ggufKeys struct {
+	f    *gguf.File
+	arch string
+	err  error
+}
+
+func (k *ggufKeys) fail(err error) {
+	if k.err == nil {
+		k.err = err
+	}
+}
+
+// uint reads a non-negative integer key; ok is false when it is absent.
+func (k *ggufKeys) uint(key string) (int, bool) {
+	full := k.arch + "." + key
+	v, ok := k.f.Value(full)
+	if !ok {
+		return 0, false
+	}
+	n, ok := v.Uint()
+	if !ok || n > math.MaxInt32 {
+		k.fail(fmt.Errorf("key %s: want a non-negative integer, got %s %v", full, v.Type(), v))
+		return 0, false
+	}
+	return int(n), true
+}
+
+// need reads a required positive integer key.
+func (k *ggufKeys) need(key string) int {
+	n, ok := k.uint(key)
+	if !ok {
+		if _, present := k.f.Value(k.arch + "." + key); !present {
+			k.fail(fmt.Errorf("missing key %s.%s", k.arch, key))
+		}
+		return 0
+	}
+	if n == 0 {
+		k.fail(fmt.Errorf("key %s.%s is 0", k.arch, key))
+	}
+	return n
+}
+
+// float reads a number key.
+func (k *ggufKeys) float(key string) (float64, bool) {
+	full := k.arch + "." + key
+	v, ok := k.f.Value(full)
+	if !ok {
+		return 0, false
+	}
+	x, ok := v.Float()
+	if !ok || math.IsNaN(x) || math.IsInf(x, 0) {
+		k.fail(fmt.Errorf("key %s: want a finite number, got %s %v", full, v.Type(), v))
+		return 0, false
+	}
+	return x, true
+}
+
+func (k *ggufKeys) str(key string) (string, bool) {
+	full := k.arch + "." + key
+	v, ok := k.f.Value(full)
+	if !ok {
+		return "", false
+	}
+	s, ok := v.Str()
+	if !ok {
+		k.fail(fmt.Errorf("key %s: want a string, got %s", full, v.Type()))
+	}
+	return s, ok
+}
+
+// ggufConfig builds the Config of a GGUF file from its "<arch>." keys and
+// tensor shapes.
+func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, error) {
+	k := &ggufKeys{f: f, arch: arch}
+	c := &Config{
+		ModelType: fam.modelType,
+		HiddenAct: fam.act,
+		Raw:       map[string]json.RawMessage{},
+	}
+	c.NumHiddenLayers = k.need("block_count")
+	c.HiddenSize = k.need("embedding_length")
+	c.IntermediateSize = k.need("feed_forward_length")
+	c.NumAttentionHeads = k.need("attention.head_count")
+	c.NumKeyValueHeads = c.NumAttentionHeads
+	if n, ok := k.uint("attention.head_count_kv"); ok {
+		c.NumKeyValueHeads = n
+	}
+	c.MaxPositionEmbeddings, _ = k.uint("context_length")
+	if eps, ok := k.float("attention.layer_norm_rms_epsilon"); ok {
+		c.RMSNormEps = eps
+	} else {
+		c.RMSNormEps = 1e-5
+		if arch == "gemma2" || arch == "gemma3" {
+			c.RMSNormEps = 1e-6
+		}
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	if c.NumHiddenLayers > MaxLayers {
+		return nil, fmt.Errorf("key %s.block_count: %d layers is more than the %d supported", arch, c.NumHiddenLayers, MaxLayers)
+	}
+	if c.NumKeyValueHeads == 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		return nil, fmt.Errorf("key %s.attention.head_count_kv: %d attention heads are not a multiple of %d key/value heads", arch, c.NumAttentionHeads, c.NumKeyValueHeads)
+	}
+	c.HeadDim, _ = k.uint("attention.key_length")
+	if c.HeadDim == 0 {
+		if c.HiddenSize%c.NumAttentionHeads != 0 {
+			return nil, fmt.Errorf("key %s.attention.key_length absent, and embedding_length %d is not a multiple of head_count %d", arch, c.HiddenSize, c.NumAttentionHeads)
+		}
+		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	if v, ok := k.uint("attention.value_length"); ok && v != c.HeadDim {
+		return nil, fmt.Errorf("key %s.attention.value_length %d differs from key_length %d, which %s models do not do", arch, v, c.HeadDim, arch)
+	}
+
+	emb, ok := g.tensors["model.embed_tokens.weight"]
+	if !ok {
+		return nil, errors.New("tensor token_embd.weight is missing")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != int64(c.HiddenSize) {
+		return nil, fmt.Errorf("tensor token_embd.weight has dims %v, want [%d, vocab]", emb.Dims, c.HiddenSize)
+	}
+	c.VocabSize = int(emb.Dims[1])
+	_, hasOutput := g.tensors["lm_head.weight"]
+	c.TieWordEmbeddings = !hasOutput
+
+	// Special tokens, as the engine's stop list wants them.
+	if id, ok := f.Int("tokenizer.ggml.bos_token_id"); ok && id >= 0 {
+		v := int(id)
+		c.BOSTokenID = &v
+	}
+	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		if id, ok := f.Int(key); ok && id >= 0 && !slices.Contains(c.EOSTokenIDs, int(id)) {
+			c.EOSTokenIDs = append(c.EOSTokenIDs, int(id))
+		}
+	}
+
+	// Soft caps and scalar multipliers.
+	c.FinalLogitSoftcapping, _ = k.float("final_logit_softcapping")
+	c.AttnLogitSoftcapping, _ = k.float("attn_logit_softcapping")
+	c.EmbeddingMultiplier, c.ResidualMultiplier, c.LogitsScaling = 1, 1, 1
+	attnScale, hasScale := k.float("attention.scale")
+	switch arch {
+	case "granite":
+		if v, ok := k.float("embedding_scale"); ok {
+			c.EmbeddingMultiplier = v
+		}
+		if v, ok := k.float("residual_scale"); ok {
+			c.ResidualMultiplier = v
+		}
+		if v, ok := k.float("logit_scale"); ok && v != 0 {
+			c.LogitsScaling = v
+		}
+		if hasScale {
+			c.AttentionMultiplier = attnScale
+		}
+	case "gemma2", "gemma3":
+		// llama.cpp scales queries by 1/√head_dim, except for the 27B
+		// models (46 and 62 layers), which use 1/√(hidden/heads). A file
+		// that says otherwise carries attention.scale.
+		c.QueryPreAttnScalar = float64(c.HeadDim)
+		if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
+			c.QueryPreAttnScalar = float64(c.HiddenSize / c.NumAttentionHeads)
+		}
+		if hasScale && attnScale > 0 {
+			c.QueryPreAttnScalar = 1 / (attnScale * attnScale)
+		}
+	}
+	if arch == "smollm3" {
+		// llama.cpp leaves rope out of every fourth layer.
+		c.NoRopeLayers = make([]int, c.NumHiddenLayers)
+		for i := range c.NoRopeLayers {
+			if (i+1)%4 != 0 {
+				c.NoRopeLayers[i] = 1
+			}
+		}
+	}
+
+	if err := ggufLayerTypes(c, k, fam); err != nil {
+		return nil, err
+	}
+	if err := ggufRope(c, k, g); err != nil {
+		return nil, err
+	}
+	return c, k.err
+}
+
+// ggufLayerTypes reads the sliding window and which layers use it.
+func ggufLayerTypes(c *Config, k *ggufKeys, fam ggufFamily) error {
+	n := c.NumHiddenLayers
+	c.LayerTypes = make([]string, n)
+	for i := range c.LayerTypes {
+		c.LayerTypes[i] = FullAttention
+	}
+	c.SlidingWindow, _ = k.uint("attention.sliding_window")
+	if c.SlidingWindow == 0 {
+		return k.err
+	}
+	sliding := func(i int) bool {
+		return fam.swaPeriod == 0 || (i+1)%fam.swaPeriod != 0
+	}
+	key := k.arch + ".attention.sliding_window_pattern"
+	if v, ok := k.f.Value(key); ok {
+		if p, ok := v.Uint(); ok {
+			if p > 0 {
+				sliding = func(i int) bool { return (i+1)%int(p) != 0 }
+			}
+		} else if bs, ok := gguf.ArrayOf[bool](v); ok && len(bs) == n {
+			sliding = func(i int) bool { return bs[i] }
+		} else {
+			return fmt.Errorf("key %s: want a period or %d bools, got %s", key, n, v.Type())
+		}
+	}
+	for i := range c.LayerTypes {
+		if sliding(i) {
+			c.LayerTypes[i] = SlidingAttention
+		}
+	}
+	return k.err
+}
+
+// ggufRope reads the rope parameters.
+func ggufRope(c *Config, k *ggufKeys, g *GGUF) error {
+	p := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: 1, Interleaved: g.Permuted}
+	if v, ok := k.float("rope.freq_base"); ok {
+		p.Theta = v
+	}
+	if d, ok := k.uint("rope.dimension_count"); ok && d != c.HeadDim {
+		if d == 0 || d > c.HeadDim || d%2 != 0 {
+			return fmt.Errorf("key %s.rope.dimension_count: %d rotary dimensions for head size %d", k.arch, d, c.HeadDim)
+		}
+		p.PartialRotaryFactor = float64(d) / float64(c.HeadDim)
+	}
+	p.OriginalMaxPositionEmbeddings, _ = k.uint("rope.scaling.original_context_length")
+	scaling, _ := k.str("rope.scaling.type")
+	factor, hasFactor := k.float("rope.scaling.factor")
+	switch scaling {
+	case "", "none":
+	case "linear":
+		if hasFactor && factor > 0 {
+			p.Type, p.Factor = "linear", factor
+		}
+	case "yarn":
+		p.Type, p.BetaFast, p.BetaSlow = "yarn", 32, 1
+		if hasFactor && factor > 0 {
+			p.Factor = factor
+		}
+		if v, ok := k.float("rope.scaling.yarn_beta_fast"); ok {
+			p.BetaFast = v
+		}
+		if v, ok := k.float("rope.scaling.yarn_beta_slow"); ok {
+			p.BetaSlow = v
+		}
+		if v, ok := k.float("rope.scaling.yarn_attn_factor"); ok {
+			p.AttentionFactor = v
+		}
+	case "longrope":
+		p.Type = "longrope"
+		var err error
+		if p.ShortFactor, err = g.f64Tensor(ggufRopeShortFact); err != nil {
+			return err
+		}
+		if p.LongFactor, err = g.f64Tensor(ggufRopeLongFactor); err != nil {
+			return err
+		}
+		if p.ShortFactor == nil {
+			return fmt.Errorf("key %s.rope.scaling.type is longrope but tensor %s is missing", k.arch, ggufRopeShortFact)
+		}
+		if v, ok := k.float("rope.scaling.attn_factor"); ok {
+			p.AttentionFactor = v
+		}
+	default:
+		return fmt.Errorf("key %s.rope.scaling.type: unsupported rope scaling %q", k.arch, scaling)
+	}
+	ff, err := g.f64Tensor(ggufRopeFreqs)
+	if err != nil {
+		return err
+	}
+	p.FreqFactors = ff
+	if err := p.validate(k.arch + "."); err != nil {
+		return err
+	}
+	c.PartialRotaryFactor = p.PartialRotaryFactor
+	c.RopeParams = p
+	if k.arch == "gemma3" {
+		// Sliding layers use their own base and no scaling.
+		local := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: p.PartialRotaryFactor, Interleaved: p.Interleaved}
+		if v, ok := k.float("rope.freq_base_swa"); ok {
+			local.Theta = v
+		}
+		c.RopeByLayerType = map[string]RopeParams{FullAttention: p, SlidingAttention: local}
+	}
+	return k.err
+}
+
+// f64Tensor reads a small F32 tensor of the file as float64s, or nil when
+// the file does not hold it.
+func (g *GGUF) f64Tensor(name string) ([]float64, error) {
+	t, data, ok := g.File.Tensor(name)
+	if !ok {
+		return nil, nil
+	}
+	dt, _ := quant.FromGGUF(t.Type)
+	if len(t.Dims) != 1 || t.Dims[0] > 1<<16 {
+		return nil, fmt.Errorf("tensor %s has dims %v, want one small dimension", name, t.Dims)
+	}
+	vals := make([]float32, t.Dims[0])
+	if err := quant.Dequantize(vals, data, dt); err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	out := make([]float64, len(vals))
+	for i, v := range vals {
+		out[i] = float64(v)
+	}
+	return out, nil
+}
+
+// GGUFTensor is a small tensor a GGUF writer adds beside the weights.
+type GGUFTensor struct {
+	Name string
+	Dims []int64 // innermost first
+	Data []float32
+}
+
+// GGUFLayout tells a writer how to store a Hugging Face model as a GGUF
+// file that llama.cpp loads: the architecture, its metadata, how to name
+// and transform each tensor, and the extra tensors to add.
+type GGUFLayout struct {
+	Arch string
+	// KV holds the "<arch>." hyperparameters (not general.* or
+	// tokenizer.* keys).
+	KV []gguf.KV
+	// Extra holds F32 tensors llama.cpp reads beside the weights
+	// (rope_freqs.weight for Llama 3 rope scaling).
+	Extra []GGUFTensor
+
+	cfg *Config
+	fam ggufFamily
+}
+
+// NewGGUFLayout returns the GGUF layout of a model, or an error naming
+// what GGUF (or lem's reading of it) cannot express.
+func NewGGUFLayout(cfg *Config) (*GGUFLayout, error) {
+	arch, ok := ggufArchOf[cfg.ModelType]
+	if !ok {
+		var types []string
+		for t := range ggufArchOf {
+			types = append(types, t)
+		}
+		slices.Sort(types)
+		return nil, fmt.Errorf("model_type %q has no GGUF layout (supported: %s)", cfg.ModelType, strings.Join(types, ", "))
+	}
+	fam := ggufFamilies[arch]
+	l := &GGUFLayout{Arch: arch, cfg: cfg, fam: fam}
+	if err := l.metadata(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Permuted reports whether Q and K rows are stored permuted for
+// adjacent-pair rope (the llama family).
+func (l *GGUFLayout) Permuted() bool { return l.fam.permuted }
+
+// NormShift returns what GGUF adds to RMSNorm weights (1 for Gemma).
+func (l *GGUFLayout) NormShift() float32 { return l.fam.normShift }
+
+// TensorName returns the GGUF name of a Hugging Face tensor, or false for a
+// tensor the layout does not store.
+func (l *GGUFLayout) TensorName(hf string) (string, bool) {
+	if hf == "lm_head.weight" && l.cfg.TieWordEmbeddings {
+		return "", false
+	}
+	return ggufName(l.fam, hf)
+}
+
+// IsNorm reports whether a Hugging Face tensor is an RMSNorm weight (kept in
+// F32 and shifted by NormShift).
+func (l *GGUFLayout) IsNorm(hf string) bool { return isNormWeight(hf) }
+
+// PermuteHeads returns how many heads the rows of a Hugging Face tensor are
+// permuted over when the layout permutes Q and K (the head count for q_proj,
+// the key/value head count for k_proj, weights and biases), or 0 when the
+// tensor is stored as is.
+func (l *GGUFLayout) PermuteHeads(hf string) int {
+	if !l.fam.permuted {
+		return 0
+	}
+	switch {
+	case strings.HasSuffix(hf, ".self_attn.q_proj.weight"), strings.HasSuffix(hf, ".self_attn.q_proj.bias"):
+		return l.cfg.NumAttentionHeads
+	case strings.HasSuffix(hf, ".self_attn.k_proj.weight"), strings.HasSuffix(hf, ".self_attn.k_proj.bias"):
+		return l.cfg.NumKeyValueHeads
+	}
+	return 0
+}
+
+// PermuteRows reorders the rows of a Q or K tensor (rows of rowBytes bytes,
+// heads heads of rows/heads rows each) as llama.cpp's converter does, so
+// that rope pairs become adjacent: within each head, row h·(n/2)+j moves to
+// row 2j+h. With inverse set it undoes the permutation. Rows are moved
+// whole, so it is exact for quantized rows too.
+func PermuteRows(src []byte, rows, rowBytes, heads int, inverse bool) ([]byte, error) {
+	if heads <= 0 || rows%heads != 0 || (rows/heads)%2 != 0 || len(src) != rows*rowBytes {
+		return nil, fmt.Errorf("cannot permute %d rows of %d bytes (%d bytes) over %d heads", rows, rowBytes, len(src), heads)
+	}
+	dst := make([]byte, len(src))
+	per := rows / heads
+	hp := per / 2
+	for h := range heads {
+		for half := range 2 {
+			for j := range hp {
+				from := h*per + half*hp + j // HF order
+				to := h*per + 2*j + half    // GGUF order
+				if inverse {
+					from, to = to, from
+				}
+				copy(dst[to*rowBytes:(to+1)*rowBytes], src[from*rowBytes:(from+1)*rowBytes])
+			}
+		}
+	}
+	return dst, nil
+}
+
+// metadata builds the "<arch>." keys and extra tensors.
+func (l *GGUFLayout) metadata() error {
+	c := l.cfg
+	a := l.Arch + "."
+	u32 := func(key string, v int) {
+		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Uint32(uint32(v))})
+	}
+	f32 := func(key string, v float64) {
+		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Float32(float32(v))})
+	}
+	str := func(key, v string) {
+		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.String(v)})
+	}
+	for i := range c.NumHiddenLayers {
+		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || c.IntermediateSizeFor(i) != c.IntermediateSize {
+			return fmt.Errorf("%s: layer %d has its own sizes (per-layer config), which this GGUF layout does not store", c.ModelType, i)
+		}
+	}
+	if c.MaxPositionEmbeddings > 0 {
+		u32("context_length", c.MaxPositionEmbeddings)
+	}
+	u32("embedding_length", c.HiddenSize)
+	u32("block_count", c.NumHiddenLayers)
+	u32("feed_forward_length", c.IntermediateSize)
+	u32("attention.head_count", c.NumAttentionHeads)
+	u32("attention.head_count_kv", c.NumKeyValueHeads)
+	u32("attention.key_length", c.HeadDim)
+	u32("attention.value_length", c.HeadDim)
+	f32("attention.layer_norm_rms_epsilon", c.NormEps())
+	u32("vocab_size", c.VocabSize)
+
+	full := c.Rope(FullAttention)
+	rotary := int(float64(c.HeadDim) * full.PartialRotaryFactor)
+	rotary -= rotary % 2
+	u32("rope.dimension_count", rotary)
+	f32("rope.freq_base", full.Theta)
+	switch full.Type {
+	case "", "default", "dynamic":
+	case "linear":
+		str("rope.scaling.type", "linear")
+		f32("rope.scaling.factor", full.Factor)
+	case "yarn":
+		str("rope.scaling.type", "yarn")
+		f32("rope.scaling.factor", full.Factor)
+		if full.OriginalMaxPositionEmbeddings > 0 {
+			u32("rope.scaling.original_context_length", full.OriginalMaxPositionEmbeddings)
+		}
+		f32("rope.scaling.yarn_beta_fast", full.BetaFast)
+		f32("rope.scaling.yarn_beta_slow", full.BetaSlow)
+		if full.AttentionFactor != 0 {
+			f32("rope.scaling.yarn_attn_factor", full.AttentionFactor)
+		}
+		if full.MScale != 0 || full.NoTruncate {
+			return fmt.Errorf("%s: yarn mscale and truncate=false have no GGUF keys here", c.ModelType)
+		}
+	case "llama3":
+		l.Extra = append(l.Extra, llama3FreqFactors(full, c.HeadDim, rotary))
+	case "longrope":
+		str("rope.scaling.type", "longrope")
+		if full.OriginalMaxPositionEmbeddings > 0 {
+			u32("rope.scaling.original_context_length", full.OriginalMaxPositionEmbeddings)
+		}
+		if full.AttentionFactor != 0 {
+			f32("rope.scaling.attn_factor", full.AttentionFactor)
+		}
+		for _, t := range []struct {
+			name string
+			f    []float64
+		}{{ggufRopeShortFact, full.ShortFactor}, {ggufRopeLongFactor, full.LongFactor}} {
+			if len(t.f) == 0 {
+				continue
+			}
+			d := make([]float32, len(t.f))
+			for i, v := range t.f {
+				d[i] = float32(v)
+			}
+			l.Extra = append(l.Extra, GGUFTensor{Name: t.name, Dims: []int64{int64(len(d))}, Data: d})
+		}
+	default:
+		return fmt.Errorf("%s: rope_type %q has no GGUF form", c.ModelType, full.Type)
+	}
+	if local, ok := c.RopeByLayerType[SlidingAttention]; ok && l.Arch == "gemma3" {
+		f32("rope.freq_base_swa", local.Theta)
+	}
+	if c.FinalLogitSoftcapping > 0 {
+		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
+	}
+	if c.AttnLogitSoftcapping > 0 {
+		f32("attn_logit_softcapping", c.AttnLogitSoftcapping)
+	}
+	switch l.Arch {
+	case "granite":
+		f32("embedding_scale", c.EmbeddingMultiplier)
+		f32("residual_scale", c.ResidualMultiplier)
+		f32("logit_scale", c.LogitsScaling)
+		if c.AttentionMultiplier != 0 {
+			f32("attention.scale", c.AttentionMultiplier)
+		}
+	case "gemma2", "gemma3":
+		if c.QueryPreAttnScalar > 0 {
+			f32("attention.scale", 1/math.Sqrt(c.QueryPreAttnScalar))
+		}
+	case "smollm3":
+		for i := range c.NumHiddenLayers {
+			if c.UsesRope(i) != ((i+1)%4 != 0) {
+				return fmt.Errorf("smollm3: no_rope_layers differs from llama.cpp's every-fourth-layer rule at layer %d", i)
+			}
+		}
+	}
+	if c.NoRopeLayers != nil && l.Arch != "smollm3" {
+		return fmt.Errorf("%s: no_rope_layers has no GGUF form", c.ModelType)
+	}
+	return l.slidingKeys(u32)
+}
+
+// slidingKeys writes the sliding window and, when the layers that use it
+// are not the family's default, the per-layer pattern.
+func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
+	c := l.cfg
+	var pattern []bool
+	slides := false
+	for i := range c.NumHiddenLayers {
+		s := c.LayerType(i) == SlidingAttention
+		pattern = append(pattern, s)
+		slides = slides || s
+		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention {
+			return fmt.Errorf("%s: layer %d is %q, which a dense GGUF model cannot hold", c.ModelType, i, t)
+		}
+	}
+	if !slides || c.SlidingWindow <= 0 {
+		return nil
+	}
+	u32("attention.sliding_window", c.SlidingWindow)
+	def := true
+	for i, s := range pattern {
+		if s != (l.fam.swaPeriod == 0 || (i+1)%l.fam.swaPeriod != 0) {
+			def = false
+		}
+	}
+	if !def {
+		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".attention.sliding_window_pattern", Value: gguf.Array(pattern)})
+	}
+	return nil
+}
+
+// llama3FreqFactors computes rope_freqs.weight for Llama 3 rope scaling as
+// llama.cpp's converter does: per rotated pair, 1 for short wavelengths,
+// the factor for long ones and a smooth blend between, applied as a divisor
+// of the pair's frequency.
+func llama3FreqFactors(p RopeParams, headDim, rotary int) GGUFTensor {
+	factor := p.Factor
+	low, high := p.LowFreqFactor, p.HighFreqFactor
+	if low == 0 {
+		low = 1
+	}
+	if high == 0 {
+		high = 4
+	}
+	old := float64(p.OriginalMaxPositionEmbeddings)
+	if old == 0 {
+		old = 8192
+	}
+	lowWave, highWave := old/low, old/high
+	out := make([]float32, rotary/2)
+	for i := range out {
+		freq := float64(1 / float32(math.Pow(p.Theta, float64(float32(2*i)/float32(rotary)))))
+		wave := 2 * math.Pi / freq
+		switch {
+		case wave < highWave:
+			out[i] = 1
+		case wave > lowWave:
+			out[i] = float32(factor)
+		default:
+			smooth := (old/wave - low) / (high - low)
+			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+		}
+	}
+	return GGUFTensor{Name: ggufRopeFreqs, Dims: []int64{int64(len(out))}, Data: out}
+}

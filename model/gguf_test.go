@@ -1,0 +1,430 @@
+package model
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"lem/compute"
+	"lem/gguf"
+	"lem/internal/fixtures"
+)
+
+// TestPermuteRows checks the permutation against llama.cpp's converter
+// written out as index arithmetic: rows reshaped to (heads, 2, n/2) with the
+// last two axes swapped.
+func TestPermuteRows(t *testing.T) {
+	tests := []struct{ rows, heads, rowBytes int }{
+		{8, 1, 1}, {16, 4, 3}, {32, 2, 34}, {12, 3, 2},
+	}
+	for _, tc := range tests {
+		src := make([]byte, tc.rows*tc.rowBytes)
+		for i := range src {
+			src[i] = byte(i*7 + i/tc.rowBytes)
+		}
+		got, err := PermuteRows(src, tc.rows, tc.rowBytes, tc.heads, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := tc.rows / tc.heads
+		for h := range tc.heads {
+			for a := range 2 {
+				for j := range per / 2 {
+					// source index (h, a, j) of shape (heads, 2, per/2) lands at
+					// (h, j, a) of shape (heads, per/2, 2).
+					from := h*per + a*(per/2) + j
+					to := h*per + j*2 + a
+					if !bytes.Equal(got[to*tc.rowBytes:][:tc.rowBytes], src[from*tc.rowBytes:][:tc.rowBytes]) {
+						t.Fatalf("%+v: row %d is not source row %d", tc, to, from)
+					}
+				}
+			}
+		}
+		back, err := PermuteRows(got, tc.rows, tc.rowBytes, tc.heads, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(back, src) {
+			t.Fatalf("%+v: inverse does not restore the rows", tc)
+		}
+	}
+	if _, err := PermuteRows(make([]byte, 6), 6, 1, 4, false); err == nil {
+		t.Error("6 rows over 4 heads accepted")
+	}
+	if _, err := PermuteRows(make([]byte, 6), 6, 1, 2, false); err == nil {
+		t.Error("odd rows per head accepted")
+	}
+}
+
+func TestGGUFNames(t *testing.T) {
+	tests := []struct{ arch, hf, want string }{
+		{"llama", "model.embed_tokens.weight", "token_embd.weight"},
+		{"llama", "lm_head.weight", "output.weight"},
+		{"llama", "model.norm.weight", "output_norm.weight"},
+		{"llama", "model.layers.3.self_attn.q_proj.weight", "blk.3.attn_q.weight"},
+		{"llama", "model.layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight"},
+		{"qwen2", "model.layers.11.self_attn.k_proj.bias", "blk.11.attn_k.bias"},
+		{"qwen3", "model.layers.2.self_attn.q_norm.weight", "blk.2.attn_q_norm.weight"},
+		{"phi3", "model.layers.1.self_attn.qkv_proj.weight", "blk.1.attn_qkv.weight"},
+		{"phi3", "model.layers.1.mlp.gate_up_proj.weight", "blk.1.ffn_up.weight"},
+		{"gemma2", "model.layers.4.post_attention_layernorm.weight", "blk.4.post_attention_norm.weight"},
+		{"gemma2", "model.layers.4.pre_feedforward_layernorm.weight", "blk.4.ffn_norm.weight"},
+		{"gemma3", "model.layers.4.post_feedforward_layernorm.weight", "blk.4.post_ffw_norm.weight"},
+		{"olmo2", "model.layers.0.post_attention_layernorm.weight", "blk.0.post_attention_norm.weight"},
+		{"llama", "model.layers.x.self_attn.q_proj.weight", ""},
+		{"llama", "vision_tower.blocks.0.weight", ""},
+	}
+	for _, tc := range tests {
+		got, ok := ggufName(ggufFamilies[tc.arch], tc.hf)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("%s %s → %q, %v; want %q", tc.arch, tc.hf, got, ok, tc.want)
+		}
+	}
+}
+
+// writeGGUF builds a GGUF file in memory from metadata and F32 tensors.
+func writeGGUF(t *testing.T, kv []gguf.KV, tensors map[string][]int64, types map[string]gguf.Type) *gguf.File {
+	t.Helper()
+	w := gguf.NewWriter()
+	for _, e := range kv {
+		if err := w.SetKV(e.Key, e.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		typ := gguf.F32
+		if tt, ok := types[n]; ok {
+			typ = tt
+		}
+		size, err := typ.RowBytes(int(tensors[n][0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range tensors[n][1:] {
+			size *= int(d)
+		}
+		if err := w.AddTensor(n, typ, tensors[n], make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b bytes.Buffer
+	if _, err := w.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse("test.gguf", b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// tinyLlama returns the metadata and tensors of a two-layer llama GGUF.
+func tinyLlama() ([]gguf.KV, map[string][]int64) {
+	kv := []gguf.KV{
+		{Key: "general.architecture", Value: gguf.String("llama")},
+		{Key: "llama.block_count", Value: gguf.Uint32(2)},
+		{Key: "llama.embedding_length", Value: gguf.Uint32(32)},
+		{Key: "llama.feed_forward_length", Value: gguf.Uint32(64)},
+		{Key: "llama.attention.head_count", Value: gguf.Uint32(4)},
+		{Key: "llama.attention.head_count_kv", Value: gguf.Uint32(2)},
+		{Key: "llama.context_length", Value: gguf.Uint32(128)},
+		{Key: "llama.rope.freq_base", Value: gguf.Float32(500000)},
+		{Key: "llama.attention.layer_norm_rms_epsilon", Value: gguf.Float32(1e-5)},
+	}
+	tensors := map[string][]int64{
+		"token_embd.weight":  {32, 50},
+		"output_norm.weight": {32},
+	}
+	for i := range 2 {
+		p := "blk." + string(rune('0'+i)) + "."
+		tensors[p+"attn_norm.weight"] = []int64{32}
+		tensors[p+"ffn_norm.weight"] = []int64{32}
+		tensors[p+"attn_q.weight"] = []int64{32, 32}
+		tensors[p+"attn_k.weight"] = []int64{32, 16}
+		tensors[p+"attn_v.weight"] = []int64{32, 16}
+		tensors[p+"attn_output.weight"] = []int64{32, 32}
+		tensors[p+"ffn_gate.weight"] = []int64{32, 64}
+		tensors[p+"ffn_up.weight"] = []int64{32, 64}
+		tensors[p+"ffn_down.weight"] = []int64{64, 32}
+	}
+	return kv, tensors
+}
+
+// countingBackend fails the test on any allocation: GGUF problems must be
+// found before a model is built.
+type countingBackend struct {
+	compute.Backend
+	t *testing.T
+}
+
+func (c countingBackend) Weight(compute.DType, []int, []byte) (*compute.Tensor, error) {
+	c.t.Error("Weight called")
+	return nil, nil
+}
+
+func (c countingBackend) Alloc(compute.DType, ...int) *compute.Tensor {
+	c.t.Error("Alloc called")
+	return &compute.Tensor{}
+}
+
+func TestReadGGUF(t *testing.T) {
+	kv, tensors := tinyLlama()
+	g, err := ReadGGUF(writeGGUF(t, kv, tensors, nil), GGUFOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := g.Config
+	if c.ModelType != "llama" || c.NumHiddenLayers != 2 || c.HiddenSize != 32 || c.NumAttentionHeads != 4 ||
+		c.NumKeyValueHeads != 2 || c.HeadDim != 8 || c.VocabSize != 50 || !c.TieWordEmbeddings ||
+		c.MaxPositionEmbeddings != 128 || c.RopeParams.Theta != 500000 || !c.RopeParams.Interleaved {
+		t.Errorf("config: %+v", c)
+	}
+	s, ok := g.Lookup("model.layers.1.self_attn.k_proj.weight")
+	if !ok || !slices.Equal(s.Shape, []int{16, 32}) || s.DType != compute.F32 {
+		t.Errorf("k_proj: %v %v %v", ok, s.Shape, s.DType)
+	}
+	if _, ok := g.Lookup("lm_head.weight"); ok {
+		t.Error("lm_head of a tied model found")
+	}
+}
+
+// TestReadGGUFRejects checks that files lem cannot run are refused before
+// anything is allocated, with errors naming the architecture, key or
+// tensors at fault.
+func TestReadGGUFRejects(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(kv []gguf.KV, tensors map[string][]int64, types map[string]gguf.Type) []gguf.KV
+		wants []string
+	}{
+		{"unknown architecture", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			kv[0].Value = gguf.String("mamba")
+			return kv
+		}, []string{`"mamba"`, "llama"}},
+		{"no architecture", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			return kv[1:]
+		}, []string{"general.architecture"}},
+		{"tensor type", func(kv []gguf.KV, tensors map[string][]int64, types map[string]gguf.Type) []gguf.KV {
+			tensors["blk.0.attn_q.weight"] = []int64{256, 32}
+			tensors["blk.1.ffn_up.weight"] = []int64{256, 64}
+			types["blk.0.attn_q.weight"] = gguf.IQ2_XXS
+			types["blk.1.ffn_up.weight"] = gguf.TQ1_0
+			return kv
+		}, []string{"blk.0.attn_q.weight (IQ2_XXS)", "blk.1.ffn_up.weight (TQ1_0)"}},
+		{"unknown tensor", func(kv []gguf.KV, tensors map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			tensors["blk.0.ffn_gate_exps.weight"] = []int64{32, 64, 4}
+			return kv
+		}, []string{"blk.0.ffn_gate_exps.weight"}},
+		{"missing key", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			return slices.DeleteFunc(kv, func(e gguf.KV) bool { return e.Key == "llama.attention.head_count" })
+		}, []string{"llama.attention.head_count"}},
+		{"bad heads", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			kv = append(kv, gguf.KV{Key: "llama.attention.key_length", Value: gguf.Uint32(8)})
+			for i := range kv {
+				if kv[i].Key == "llama.attention.head_count_kv" {
+					kv[i].Value = gguf.Uint32(3)
+				}
+			}
+			return kv
+		}, []string{"head_count_kv"}},
+		{"wrong key type", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			for i := range kv {
+				if kv[i].Key == "llama.block_count" {
+					kv[i].Value = gguf.String("two")
+				}
+			}
+			return kv
+		}, []string{"llama.block_count"}},
+		{"no embeddings", func(kv []gguf.KV, tensors map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			delete(tensors, "token_embd.weight")
+			return kv
+		}, []string{"token_embd.weight"}},
+		{"rope scaling", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+			return append(kv, gguf.KV{Key: "llama.rope.scaling.type", Value: gguf.String("su-perb")})
+		}, []string{"su-perb"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kv, tensors := tinyLlama()
+			types := map[string]gguf.Type{}
+			kv = tc.edit(kv, tensors, types)
+			f := writeGGUF(t, kv, tensors, types)
+			_, err := ReadGGUF(f, GGUFOptions{})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			// The loading path refuses the file before touching the backend.
+			if _, err := LoadGGUF(f, countingBackend{t: t}, GGUFOptions{}); err == nil {
+				t.Error("LoadGGUF accepted")
+			}
+		})
+	}
+}
+
+// TestGGUFLayoutRoundTrip writes the metadata of every dense fixture's
+// config and reads it back: the hyperparameters, sliding layers and rope
+// frequencies the model is built from come out the same.
+func TestGGUFLayoutRoundTrip(t *testing.T) {
+	for _, name := range []string{"llama", "llama3-rope", "mistral", "qwen2", "qwen2-yarn", "qwen3", "phi3", "gemma2", "gemma3_text"} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := LoadConfig(fixtures.Dir(t, "archs", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := NewGGUFLayout(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv := append([]gguf.KV{{Key: "general.architecture", Value: gguf.String(l.Arch)}}, l.KV...)
+			tensors := map[string][]int64{"token_embd.weight": {int64(cfg.HiddenSize), int64(cfg.VocabSize)}}
+			if !cfg.TieWordEmbeddings {
+				tensors["output.weight"] = []int64{int64(cfg.HiddenSize), int64(cfg.VocabSize)}
+			}
+			w := gguf.NewWriter()
+			for _, e := range kv {
+				if err := w.SetKV(e.Key, e.Value); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for n, d := range tensors {
+				if err := w.AddTensor(n, gguf.F32, d, make([]byte, 4*d[0]*d[1])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, e := range l.Extra {
+				if err := w.AddTensor(e.Name, gguf.F32, e.Dims, f32Bytes(e.Data)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var b bytes.Buffer
+			if _, err := w.WriteTo(&b); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Parse(name, b.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := ReadGGUF(f, GGUFOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := g.Config
+			for _, c := range []struct {
+				what      string
+				got, want any
+			}{
+				{"layers", got.NumHiddenLayers, cfg.NumHiddenLayers},
+				{"hidden", got.HiddenSize, cfg.HiddenSize},
+				{"ff", got.IntermediateSize, cfg.IntermediateSize},
+				{"heads", got.NumAttentionHeads, cfg.NumAttentionHeads},
+				{"kv heads", got.NumKeyValueHeads, cfg.NumKeyValueHeads},
+				{"head dim", got.HeadDim, cfg.HeadDim},
+				{"vocab", got.VocabSize, cfg.VocabSize},
+				{"context", got.MaxPositionEmbeddings, cfg.MaxPositionEmbeddings},
+				{"eps", float32(got.RMSNormEps), float32(cfg.RMSNormEps)},
+				{"act", got.HiddenAct, cfg.HiddenAct},
+				{"final cap", float32(got.FinalLogitSoftcapping), float32(cfg.FinalLogitSoftcapping)},
+				{"attn cap", float32(got.AttnLogitSoftcapping), float32(cfg.AttnLogitSoftcapping)},
+				{"layer types", got.LayerTypes, cfg.LayerTypes},
+				{"tied", got.TieWordEmbeddings, cfg.TieWordEmbeddings},
+			} {
+				if !equalAny(c.got, c.want) {
+					t.Errorf("%s: got %v, want %v", c.what, c.got, c.want)
+				}
+			}
+			if cfg.QueryPreAttnScalar > 0 && math.Abs(got.QueryPreAttnScalar-cfg.QueryPreAttnScalar) > 1e-3*cfg.QueryPreAttnScalar {
+				t.Errorf("query_pre_attn_scalar: got %g, want %g", got.QueryPreAttnScalar, cfg.QueryPreAttnScalar)
+			}
+			if slices.Contains(cfg.LayerTypes, SlidingAttention) && got.SlidingWindow != cfg.SlidingWindow {
+				t.Errorf("window: got %d, want %d", got.SlidingWindow, cfg.SlidingWindow)
+			}
+			for _, lt := range []string{FullAttention, SlidingAttention} {
+				want, err := NewRope(cfg.Rope(lt), cfg.HeadDim, cfg.MaxPositionEmbeddings)
+				if err != nil {
+					t.Fatal(err)
+				}
+				have, err := NewRope(got.Rope(lt), got.HeadDim, got.MaxPositionEmbeddings)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if have.Dims != want.Dims || math.Abs(float64(have.Scale-want.Scale)) > 1e-6 {
+					t.Errorf("%s rope: dims %d scale %g, want %d %g", lt, have.Dims, have.Scale, want.Dims, want.Scale)
+				}
+				for i := range want.InvFreq {
+					if d := math.Abs(float64(have.InvFreq[i]-want.InvFreq[i])) / float64(want.InvFreq[i]); d > 1e-6 {
+						t.Errorf("%s rope: frequency %d is %g, want %g", lt, i, have.InvFreq[i], want.InvFreq[i])
+					}
+				}
+				if have.Interleaved != (l.Arch == "llama") {
+					t.Errorf("%s rope: interleaved %v for %s", lt, have.Interleaved, l.Arch)
+				}
+			}
+		})
+	}
+}
+
+func equalAny(a, b any) bool {
+	if as, ok := a.([]string); ok {
+		return slices.Equal(as, b.([]string))
+	}
+	return a == b
+}
+
+// TestGGUFLayoutRejects checks configs GGUF cannot express.
+func TestGGUFLayoutRejects(t *testing.T) {
+	for _, tc := range []struct{ name, json, want string }{
+		{"model type", `{"model_type":"mamba2","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1}`, "mamba2"},
+		{"rope", `{"model_type":"llama","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1,"rope_scaling":{"rope_type":"proportional","factor":2}}`, "proportional"},
+	} {
+		cfg, err := ParseConfig([]byte(tc.json))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewGGUFLayout(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func FuzzReadGGUF(f *testing.F) {
+	kv, tensors := tinyLlama()
+	w := gguf.NewWriter()
+	for _, e := range kv {
+		w.SetKV(e.Key, e.Value)
+	}
+	for n, d := range tensors {
+		size := int64(4)
+		for _, x := range d {
+			size *= x
+		}
+		w.AddTensor(n, gguf.F32, d, make([]byte, size))
+	}
+	var b bytes.Buffer
+	w.WriteTo(&b)
+	f.Add(b.Bytes())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		gf, err := gguf.Parse("fuzz", data)
+		if err != nil {
+			return
+		}
+		g, err := ReadGGUF(gf, GGUFOptions{DequantizeToF32: true})
+		if err != nil {
+			return
+		}
+		for _, n := range g.Names() {
+			g.Lookup(n)
+		}
+	})
+}

@@ -1,0 +1,270 @@
+package convert
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"lem/chat"
+	"lem/gguf"
+	"lem/model"
+	"lem/tokenizer"
+)
+
+// Token types of tokenizer.ggml.token_type.
+const (
+	tokNormal      = int32(tokenizer.TokenNormal)
+	tokUnknown     = int32(tokenizer.TokenUnknown)
+	tokControl     = int32(tokenizer.TokenControl)
+	tokUserDefined = int32(tokenizer.TokenUserDefined)
+	tokUnused      = int32(tokenizer.TokenUnused)
+	tokByte        = int32(tokenizer.TokenByte)
+)
+
+// errNoTokenizer marks a model directory without tokenizer.json.
+var errNoTokenizer = errors.New("no tokenizer.json")
+
+// readTokenizerJSON reads dir/tokenizer.json or tokenizer.json.gz.
+func readTokenizerJSON(dir string) ([]byte, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	f, err := os.Open(path)
+	gz := false
+	if errors.Is(err, fs.ErrNotExist) {
+		path += ".gz"
+		f, err = os.Open(path)
+		gz = true
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errNoTokenizer
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if gz {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		r = zr
+	}
+	return io.ReadAll(io.LimitReader(r, 1<<30))
+}
+
+// TokenizerKV returns the tokenizer.ggml.* and tokenizer.chat_template*
+// metadata of a Hugging Face model directory, as llama.cpp's converter
+// writes them, for a model of vocabSize embeddings: the token strings (in
+// the vocabulary's own alphabet, padded with unused [PADn] tokens up to
+// vocabSize), their types, the merges of a byte-level BPE vocabulary
+// ("gpt2", with the tokenizer.ggml.pre name of its split) or the scores of
+// a SentencePiece one ("llama", scores ranking the merges), the special
+// token ids, add_bos_token, and the chat templates. A directory without
+// tokenizer.json returns no keys and no error.
+func TokenizerKV(dir string, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
+	data, err := readTokenizerJSON(dir)
+	if errors.Is(err, errNoTokenizer) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec, err := tokenizer.ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := specKV(spec, tok, vocabSize, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: tokenizer: %w", dir, err)
+	}
+	set, err := chat.LoadDir(dir, chat.Options{})
+	switch {
+	case err == nil:
+		for _, name := range set.Names() {
+			key := "tokenizer.chat_template"
+			if name != chat.DefaultName {
+				key += "." + name
+			}
+			kv = append(kv, gguf.KV{Key: key, Value: gguf.String(set.Lookup(name).Source())})
+		}
+	case !errors.Is(err, chat.ErrNoTemplate):
+		return nil, err
+	}
+	return kv, nil
+}
+
+// specKV builds the tokenizer.ggml keys of a parsed tokenizer.
+func specKV(spec *tokenizer.Spec, tok *tokenizer.Tokenizer, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
+	if spec.Model != tokenizer.ModelBPE {
+		return nil, fmt.Errorf("%s vocabularies have no GGUF form lem writes (only BPE)", spec.Model)
+	}
+	byteLevel := slices.ContainsFunc(spec.Decoders, func(d tokenizer.Decoder) bool { return d.Kind == tokenizer.DecByteLevel })
+	if !byteLevel && !spec.ByteFallback {
+		return nil, errors.New("a BPE vocabulary that is neither byte-level nor SentencePiece-style (byte fallback) has no GGUF form")
+	}
+	n := max(vocabSize, len(spec.Vocab))
+	for _, a := range spec.Added {
+		n = max(n, int(a.ID)+1)
+	}
+	if vocabSize > 0 && n > vocabSize {
+		return nil, fmt.Errorf("the tokenizer has %d tokens, more than the model's %d embeddings", n, vocabSize)
+	}
+	tokens := make([]string, n)
+	types := make([]int32, n)
+	for i := range tokens {
+		if i < len(spec.Vocab) && spec.Vocab[i] != "" {
+			tokens[i] = spec.Vocab[i]
+			types[i] = tokNormal
+			if !byteLevel && isByteToken(tokens[i]) {
+				types[i] = tokByte
+			}
+		} else {
+			tokens[i] = fmt.Sprintf("[PAD%d]", i)
+			types[i] = tokUnused
+		}
+	}
+	if spec.Unk >= 0 && int(spec.Unk) < n {
+		types[spec.Unk] = tokUnknown
+	}
+	for _, a := range spec.Added {
+		tokens[a.ID] = a.Content
+		if a.Special {
+			types[a.ID] = tokControl
+		} else {
+			types[a.ID] = tokUserDefined
+		}
+	}
+	kv := []gguf.KV{}
+	add := func(key string, v gguf.Value) { kv = append(kv, gguf.KV{Key: key, Value: v}) }
+	if byteLevel {
+		pre, err := preName(spec)
+		if err != nil {
+			return nil, err
+		}
+		merges := make([]string, len(spec.Merges))
+		for i, m := range spec.Merges {
+			merges[i] = m[0] + " " + m[1]
+		}
+		add("tokenizer.ggml.model", gguf.String("gpt2"))
+		add("tokenizer.ggml.pre", gguf.String(pre))
+		add("tokenizer.ggml.tokens", gguf.Array(tokens))
+		add("tokenizer.ggml.token_type", gguf.Array(types))
+		add("tokenizer.ggml.merges", gguf.Array(merges))
+	} else {
+		add("tokenizer.ggml.model", gguf.String("llama"))
+		add("tokenizer.ggml.pre", gguf.String("default"))
+		add("tokenizer.ggml.tokens", gguf.Array(tokens))
+		add("tokenizer.ggml.scores", gguf.Array(mergeScores(spec, tokens)))
+		add("tokenizer.ggml.token_type", gguf.Array(types))
+		add("tokenizer.ggml.add_space_prefix", gguf.Bool(addsSpacePrefix(spec)))
+	}
+	id := func(key string, v int32) {
+		if v >= 0 && int(v) < n {
+			add(key, gguf.Uint32(uint32(v)))
+		}
+	}
+	eos := tok.EOS()
+	if eos < 0 && cfg != nil && len(cfg.EOSTokenIDs) > 0 {
+		eos = int32(cfg.EOSTokenIDs[0])
+	}
+	id("tokenizer.ggml.bos_token_id", tok.BOS())
+	id("tokenizer.ggml.eos_token_id", eos)
+	id("tokenizer.ggml.unknown_token_id", spec.Unk)
+	if cfg != nil && cfg.PadTokenID != nil {
+		id("tokenizer.ggml.padding_token_id", int32(*cfg.PadTokenID))
+	}
+	add("tokenizer.ggml.add_bos_token", gguf.Bool(tok.AddsBOS()))
+	add("tokenizer.ggml.add_eos_token", gguf.Bool(spec.AddEOS))
+	return kv, nil
+}
+
+// isByteToken reports whether s is a byte-fallback token <0xXX>.
+func isByteToken(s string) bool {
+	if len(s) != 6 || !strings.HasPrefix(s, "<0x") || s[5] != '>' {
+		return false
+	}
+	for _, c := range s[3:5] {
+		if !strings.ContainsRune("0123456789ABCDEF", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// preName returns the tokenizer.ggml.pre name of a byte-level BPE
+// vocabulary's split.
+func preName(spec *tokenizer.Spec) (string, error) {
+	var split string
+	digits := false
+	for _, p := range spec.PreTokenizers {
+		switch p.Kind {
+		case tokenizer.PreSplit:
+			split = p.Regex
+		case tokenizer.PreDigits:
+			digits = p.IndividualDigits
+		}
+	}
+	switch {
+	case split == tokenizer.PatternLlama3:
+		return "llama-bpe", nil
+	case split == tokenizer.PatternQwen2:
+		return "qwen2", nil
+	case split == tokenizer.PatternGPT4o:
+		return "gpt-4o", nil
+	case split == "" && digits:
+		return "smollm", nil
+	case split == "":
+		return "gpt-2", nil
+	}
+	return "", fmt.Errorf("the pre-tokenizer split %q has no tokenizer.ggml.pre name llama.cpp knows", split)
+}
+
+// mergeScores ranks a SentencePiece-style vocabulary's tokens for
+// score-based merging: the token a merge produces scores minus the merge's
+// rank, so merges apply in rank order; other tokens score below every
+// merge.
+func mergeScores(spec *tokenizer.Spec, tokens []string) []float32 {
+	id := make(map[string]int, len(tokens))
+	for i, t := range tokens {
+		if _, dup := id[t]; !dup {
+			id[t] = i
+		}
+	}
+	scores := make([]float32, len(tokens))
+	low := -float32(len(spec.Merges) + 1)
+	for i := range scores {
+		scores[i] = low
+	}
+	for rank, m := range spec.Merges {
+		if i, ok := id[m[0]+m[1]]; ok && scores[i] == low {
+			scores[i] = -float32(rank)
+		}
+	}
+	return scores
+}
+
+// addsSpacePrefix reports whether a SentencePiece-style tokenizer puts "▁"
+// in front of the text.
+func addsSpacePrefix(spec *tokenizer.Spec) bool {
+	for _, n := range spec.Normalizers {
+		if n.Kind == tokenizer.NormPrepend && n.Content == "▁" {
+			return true
+		}
+	}
+	for _, p := range spec.PreTokenizers {
+		if p.Kind == tokenizer.PreMetaspace && p.Prepend != tokenizer.PrependNever {
+			return true
+		}
+	}
+	return false
+}
