@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"lem/compute"
+	"lem/quant"
 )
 
 // Backend is the CPU implementation of compute.Backend. Float32 tensors are
@@ -16,6 +17,7 @@ type Backend struct {
 	pool    *Pool
 
 	cos, sin []float32 // RoPE scratch
+	wrow     []float32 // a dequantized weight row
 
 	attn     attnJob
 	attnFunc func(int) // b.attn.chunk, bound once
@@ -44,15 +46,17 @@ func f32(t *compute.Tensor) []float32 { return t.Buf.([]float32) }
 // Weight implements compute.Backend. The data is used in place.
 func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*compute.Tensor, error) {
 	t := &compute.Tensor{DType: dtype, Shape: append([]int(nil), shape...)}
-	if want := t.Len() * dtype.Size(); len(data) != want {
-		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
-	}
-	switch dtype {
-	case compute.F32, compute.BF16, compute.F16:
-		t.Buf = data
-	default:
+	if !dtype.Known() || dtype == compute.I32 {
 		return nil, fmt.Errorf("weight dtype %s not supported on the CPU", dtype)
 	}
+	rb, err := dtype.RowBytes(t.Cols())
+	if err != nil {
+		return nil, fmt.Errorf("weight of shape %v: %w", shape, err)
+	}
+	if want := t.Rows() * rb; len(data) != want {
+		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
+	}
+	t.Buf = data
 	return t, nil
 }
 
@@ -93,8 +97,8 @@ func (b *Backend) View(t *compute.Tensor, from, to int) *compute.Tensor {
 	case []int32:
 		v.Buf = buf[from*cols : to*cols]
 	case []byte:
-		es := t.DType.Size()
-		v.Buf = buf[from*cols*es : to*cols*es]
+		rb, _ := t.DType.RowBytes(cols)
+		v.Buf = buf[from*rb : to*rb]
 	}
 	return v
 }
@@ -106,6 +110,11 @@ func row(dst []float32, t *compute.Tensor, r int) {
 	case []float32:
 		copy(dst, buf[r*n:(r+1)*n])
 	case []byte:
+		if t.DType.Quantized() {
+			rb, _ := t.DType.RowBytes(n)
+			quant.Dequantize(dst[:n], buf[r*rb:(r+1)*rb], t.DType)
+			return
+		}
 		es := t.DType.Size()
 		ToF32(dst[:n], buf[r*n*es:(r+1)*n*es], t.DType)
 	}
@@ -145,6 +154,10 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	if w.Cols() != k {
 		panic(fmt.Sprintf("matmul: x has %d columns, w has %d", k, w.Cols()))
 	}
+	if w.DType.Quantized() {
+		b.matMulDequant(dst, x, w)
+		return
+	}
 	ws := Weights{DType: w.DType, Rows: w.Rows(), Cols: k}
 	switch buf := w.Buf.(type) {
 	case []byte:
@@ -156,6 +169,23 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 }
 
 // broadcast applies op to a and b, repeating b's single row when it has one.
+// matMulDequant is the generic product with quantized weights: each
+// weight row is dequantized and dotted with every activation row.
+func (b *Backend) matMulDequant(dst, x, w *compute.Tensor) {
+	n, k, m := x.Rows(), x.Cols(), w.Rows()
+	xs, d := f32(x), f32(dst)
+	if cap(b.wrow) < k {
+		b.wrow = make([]float32, k)
+	}
+	wr := b.wrow[:k]
+	for j := range m {
+		row(wr, w, j)
+		for i := range n {
+			d[i*m+j] = Dot(xs[i*k:(i+1)*k], wr)
+		}
+	}
+}
+
 func broadcast(dst, a, bt *compute.Tensor, op func(x, y float32) float32) {
 	d, as, bs := f32(dst), f32(a), f32(bt)
 	if len(bs) == len(as) {
