@@ -100,7 +100,8 @@ func (c *chatLoop) loop(ctx context.Context, in io.Reader) error {
 		if err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
-		switch strings.TrimSpace(msg) {
+		msg = strings.TrimSpace(msg)
+		switch msg {
 		case "":
 			continue
 		case "/bye", "/exit", "/quit":
