@@ -45,10 +45,17 @@ func TestChatModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	checkChatCases(t, m, loadChatCases(t, dir))
+}
+
+// checkChatCases renders, tokenizes and greedily continues each case on m
+// and compares with the reference.
+func checkChatCases(t *testing.T, m *Model, cases []chatCase) {
+	t.Helper()
 	if !slices.Contains(m.StopIDs, 2) {
 		t.Fatalf("stop ids %v lack <|im_end|> (2)", m.StopIDs)
 	}
-	for i, c := range loadChatCases(t, dir) {
+	for i, c := range cases {
 		in := map[string]json.RawMessage{"messages": c.Messages, "add_generation_prompt": json.RawMessage("true")}
 		if len(c.Tools) > 0 && string(c.Tools) != "null" {
 			in["tools"] = c.Tools

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"lem/compute/cpu"
 	"lem/engine"
+	"lem/tiny"
 )
 
 // runFlags are the flags of every verb that runs a model.
@@ -21,7 +24,28 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 
 // open loads the model at path with the flags' backend.
 func (f *runFlags) open(path string) (*engine.Model, error) {
-	return engine.Open(path, engine.Options{Backend: cpu.New(f.threads)})
+	return engine.Open(path, f.options())
+}
+
+func (f *runFlags) options() engine.Options {
+	return engine.Options{Backend: cpu.New(f.threads)}
+}
+
+// openModelArg opens the model a verb's optional PATH argument names: the
+// model at args[0], or lem-tiny, the model built into lem, when args is
+// empty.
+func openModelArg(args []string, rf runFlags) (*engine.Model, error) {
+	if len(args) == 0 {
+		return engine.OpenTiny(rf.options())
+	}
+	return rf.open(args[0])
+}
+
+// tinyNote introduces the built-in model at startup and tells how to run a
+// real one with verb ("run", "serve").
+func tinyNote(verb string) string {
+	return fmt.Sprintf("%s (embedded, %dM parameters) — point lem at a real model with `lem %s PATH`",
+		tiny.Name, (tiny.Parameters+500_000)/1_000_000, verb)
 }
 
 // sampleFlags are the sampling flags of generate and run.

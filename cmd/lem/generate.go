@@ -37,20 +37,22 @@ func newGenerateCmd() *cobra.Command {
 		ignoreEOS bool
 	)
 	cmd := &cobra.Command{
-		Use:   "generate PATH (--prompt TEXT | --prompt-ids IDS)",
+		Use:   "generate [PATH] (--prompt TEXT | --prompt-ids IDS)",
 		Short: "Generate text from a prompt",
-		Long: `Generate continues a prompt with the model at PATH and streams the text to
-standard output. --chat wraps the prompt as one user message in the model's
-chat template. With --temperature 0 decoding is greedy and deterministic.`,
-		Example: `  lem generate ../shared/fixtures/chat-model --chat --prompt "What is the capital of Japan?"
+		Long: `Generate continues a prompt with the model at PATH (without PATH, lem-tiny,
+the small model built into lem) and streams the text to standard output.
+--chat wraps the prompt as one user message in the model's chat template.
+With --temperature 0 decoding is greedy and deterministic.`,
+		Example: `  lem generate --chat --prompt "What is the capital of Japan?" --temperature 0
+  lem generate ../shared/fixtures/chat-model --chat --prompt "What is the capital of Japan?"
   lem generate model-dir --prompt "Once upon a time" --max-tokens 64 --temperature 0.8 --seed 1
   lem generate ../shared/fixtures/archs/llama --prompt-ids 73,5,38 --temperature 0 --max-tokens 24 --ignore-eos --json`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (prompt == "") == (promptIDs == "") {
 				return errors.New("give exactly one of --prompt and --prompt-ids")
 			}
-			m, err := rf.open(args[0])
+			m, err := openModelArg(args, rf)
 			if err != nil {
 				return err
 			}

@@ -25,32 +25,39 @@ func newRunCmd() *cobra.Command {
 		noThink   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "run PATH",
+		Use:   "run [PATH]",
 		Short: "Chat with a model in the terminal",
 		Long: `Run opens an interactive chat with the model at PATH, using its chat template
-and streaming the reply as it is generated.
+and streaming the reply as it is generated. Without PATH it chats with
+lem-tiny, the 5M-parameter model built into lem, which knows the capitals of
+30 countries, sums of small numbers, word reversal and greetings.
 
 Type a message and press Enter. End a line with \ to continue on the next
 line, or wrap several lines in """. Commands: /reset forgets the
 conversation, /bye (or Ctrl-D) quits. Ctrl-C stops the reply being generated.`,
-		Example: `  lem run ../shared/fixtures/chat-model
+		Example: `  lem run
+  lem run ../shared/fixtures/chat-model --no-think
   lem run model-dir --system "You are terse." --temperature 0.7`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := rf.open(args[0])
+			m, err := openModelArg(args, rf)
 			if err != nil {
 				return err
 			}
 			defer m.Close()
 			if m.Tokenizer == nil || m.Templates == nil {
-				return fmt.Errorf("%s: lem run needs a tokenizer and a chat template", args[0])
+				return fmt.Errorf("%s: lem run needs a tokenizer and a chat template", m.Name)
 			}
 			c := &chatLoop{m: m, sample: sf.params(), maxTokens: maxTokens, ctx: rf.ctx,
 				out: cmd.OutOrStdout(), system: system}
 			if noThink {
 				c.kwargs = map[string]any{"enable_thinking": false}
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "lem: %s on %s. /bye to quit, /reset to start over.\n", m.Name, m.Backend.Name())
+			name := m.Name
+			if len(args) == 0 {
+				name = tinyNote("run")
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "lem: %s\nlem: on %s. /bye to quit, /reset to start over.\n", name, m.Backend.Name())
 			return c.loop(cmd.Context(), cmd.InOrStdin())
 		},
 	}
