@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Pool is a set of worker goroutines that kernels split their work across.
@@ -42,17 +43,21 @@ type poolState struct {
 	nchunks int
 	next    atomic.Int64
 	mm      matmulTask
+	qm      qmatmulTask
 	stream  streamTask
 	fn      func(chunk int)
 
 	xp []float32 // packed activations
+	xq []byte    // quantized activations (qscratch)
 }
 
 type worker struct {
 	parker
-	args kargs
-	sum  uint64   // StreamRead's partial sum
-	_    [64]byte // keep neighbouring workers' fields on separate cache lines
+	args  kargs
+	qargs qargs
+	wf    []float32 // dequantized weight rows
+	sum   uint64    // StreamRead's partial sum
+	_     [64]byte  // keep neighbouring workers' fields on separate cache lines
 }
 
 // parker lets a goroutine sleep until woken without losing a wake-up that
@@ -62,15 +67,25 @@ type parker struct {
 	wake   chan struct{}
 }
 
-// sleep blocks until cond holds, once cond has failed after the caller
-// set p.parked; wakeup must be called after every change that can make
-// cond true.
+// sleep blocks until cond holds; wakeup must be called after every change
+// that can make cond true.
+//
+// A wake-up can arrive late: the waker may be descheduled between making
+// cond true and calling wakeup, while the sleeper notices cond by itself,
+// goes on, and parks again for a later event. The stale token then ends
+// that later sleep early, so sleep checks cond again after every wake-up
+// instead of trusting it.
 func (p *parker) sleep(cond func() bool) {
-	p.parked.Store(true)
-	if cond() && p.parked.CompareAndSwap(true, false) {
-		return
+	for {
+		p.parked.Store(true)
+		if cond() && p.parked.CompareAndSwap(true, false) {
+			return
+		}
+		<-p.wake
+		if cond() {
+			return
+		}
 	}
-	<-p.wake
 }
 
 // wakeup wakes the goroutine if it is asleep or about to be.
@@ -88,6 +103,10 @@ const (
 	taskGEMM
 	taskStream
 	taskFunc
+	taskQPack
+	taskQGEMV
+	taskQGEMM
+	taskQDequant
 )
 
 // NewPool returns a pool of the given number of threads; threads <= 0
@@ -222,6 +241,14 @@ func (s *poolState) work(wi int) {
 			s.stream.chunk(s.workers[wi], c)
 		case taskFunc:
 			s.fn(c)
+		case taskQPack:
+			s.qm.pack(c)
+		case taskQGEMV:
+			s.qm.gemv(&s.workers[wi].qargs, c)
+		case taskQGEMM:
+			s.qm.gemm(&s.workers[wi].qargs, c)
+		case taskQDequant:
+			s.qm.dequant(s.workers[wi], c)
 		}
 	}
 }
@@ -232,6 +259,17 @@ func (s *poolState) scratch(n int) []float32 {
 		s.xp = make([]float32, n)
 	}
 	return s.xp[:n]
+}
+
+// qscratch returns the quantized-activation buffer with room for n bytes,
+// 64-byte aligned.
+func (s *poolState) qscratch(n int) []byte {
+	if cap(s.xq) < n {
+		b := make([]byte, n+64)
+		off := int(-uintptr(unsafe.Pointer(&b[0])) & 63)
+		s.xq = b[off : off+n]
+	}
+	return s.xq[:n]
 }
 
 // Run calls fn(0) … fn(n-1) on the pool's threads, the caller's included,
