@@ -1,0 +1,193 @@
+package cuda
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"lem/compute"
+	"lem/engine"
+	"lem/internal/fixtures"
+	"lem/model"
+	"lem/safetensors"
+)
+
+// denseFixtures are the architectures of ../shared/fixtures/archs that the
+// dense decoder covers.
+var denseFixtures = []string{
+	"llama", "llama3-rope", "mistral", "qwen2", "qwen2-yarn", "qwen3",
+	"phi3", "gemma2", "gemma3_text",
+}
+
+const logitTolerance = 1e-3
+
+type archReference struct {
+	InputIDs     []int32 `json:"input_ids"`
+	GreedyPrompt []int32 `json:"greedy_prompt"`
+	GreedyIDs    []int32 `json:"greedy_ids"`
+}
+
+func loadReference(t *testing.T, dir string) (archReference, []float32) {
+	t.Helper()
+	var ref archReference
+	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Open(filepath.Join(dir, "reference.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lt, ok := f.Tensor("logits")
+	if !ok {
+		t.Fatal("reference.safetensors has no logits")
+	}
+	logits, err := lt.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, logits
+}
+
+func maxDiff(got, want []float32) float64 {
+	var d float64
+	for i := range got {
+		e := math.Abs(float64(got[i]) - float64(want[i]))
+		if math.IsNaN(e) {
+			return math.Inf(1)
+		}
+		d = max(d, e)
+	}
+	return d
+}
+
+func argmax(v []float32) int32 {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// TestDenseConformance runs each dense fixture on the GPU against the Hugging
+// Face reference logits: the whole sequence at once, token by token, in
+// chunks of 3, token by token through a captured CUDA graph, and greedy ids.
+func TestDenseConformance(t *testing.T) {
+	b := openGPU(t)
+	for _, name := range denseFixtures {
+		t.Run(name, func(t *testing.T) {
+			dir := fixtures.Dir(t, "archs", name)
+			m, err := model.OpenDir(dir, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			ref, want := loadReference(t, dir)
+			vocab := m.Config().VocabSize
+			row := func(i int) []float32 { return want[i*vocab : (i+1)*vocab] }
+			check := func(what string, worst float64) {
+				t.Helper()
+				t.Logf("%s: max |Δlogit| = %.2e", what, worst)
+				if worst > logitTolerance {
+					t.Errorf("%s: max |Δlogit| = %.2e > %.0e", what, worst, logitTolerance)
+				}
+			}
+
+			s := engine.NewSession(m, b, 64)
+			all, err := s.AppendAll(ref.InputIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst float64
+			for i, r := range all {
+				worst = max(worst, maxDiff(r, row(i)))
+			}
+			check("whole sequence", worst)
+
+			s = engine.NewSession(m, b, 64)
+			worst = 0
+			for i, id := range ref.InputIDs {
+				r, err := s.Append([]int32{id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				worst = max(worst, maxDiff(r, row(i)))
+			}
+			check("token by token", worst)
+
+			s = engine.NewSession(m, b, 64)
+			s.SetChunk(3)
+			r, err := s.Append(ref.InputIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("chunked prefill (last row)", maxDiff(r, row(len(ref.InputIDs)-1)))
+
+			check("token by token, CUDA graph", graphDecode(t, b, m, ref.InputIDs, want, vocab))
+
+			s = engine.NewSession(m, b, 64)
+			logits, err := s.Append(ref.GreedyPrompt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int32
+			for range ref.GreedyIDs {
+				id := argmax(logits)
+				got = append(got, id)
+				if logits, err = s.Append([]int32{id}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range got {
+				if got[i] != ref.GreedyIDs[i] {
+					t.Fatalf("greedy ids differ at step %d:\n got %v\nwant %v", i, got, ref.GreedyIDs)
+				}
+			}
+			if err := b.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// graphDecode feeds tokens one at a time, running the first step directly
+// and capturing the decode step as a CUDA graph that is replayed for the
+// rest with new ids and positions, and returns the worst logit difference.
+func graphDecode(t *testing.T, b *Backend, m model.Model, ids []int32, want []float32, vocab int) float64 {
+	t.Helper()
+	st := m.NewState(64)
+	idT, posT := b.Alloc(compute.I32, 1), b.Alloc(compute.I32, 1)
+	logits := b.Alloc(compute.F32, 1, vocab)
+	defer func() { b.Free(idT); b.Free(posT); b.Free(logits) }()
+	host := make([]float32, vocab)
+	var g *Graph
+	var worst float64
+	for i, id := range ids {
+		b.UploadInts(idT, []int32{id})
+		b.UploadInts(posT, []int32{int32(i)})
+		if i == 0 {
+			m.Forward(st, idT, posT, logits)
+		} else {
+			if g == nil {
+				var err error
+				g, err = b.Capture(func() { m.Forward(st, idT, posT, logits) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+			}
+			g.Launch()
+		}
+		b.Read(host, logits)
+		worst = max(worst, maxDiff(host, want[i*vocab:(i+1)*vocab]))
+	}
+	return worst
+}
