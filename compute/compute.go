@@ -271,3 +271,23 @@ type Backend interface {
 	// NewKVCache allocates a cache of capacity positions of width kvDim.
 	NewKVCache(capacity, kvDim int, ring bool) *KVCache
 }
+
+// Graph is a recorded sequence of operations that can be replayed.
+type Graph interface {
+	Launch()
+	Close() error
+}
+
+// GraphCapturer is implemented by backends that can record the operations
+// fn issues as a Graph (CUDA graphs), so that a decode step costs one launch.
+// The tensors fn uses must stay allocated while the graph lives; values such
+// as token ids and positions are passed through them.
+type GraphCapturer interface {
+	Capture(fn func()) (Graph, error)
+}
+
+// ErrorReporter is implemented by asynchronous backends: Err returns the
+// first failure of an operation since the backend was created.
+type ErrorReporter interface {
+	Err() error
+}

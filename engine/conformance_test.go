@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"lem/compute"
 	"lem/compute/cpu"
 	"lem/internal/fixtures"
 	"lem/model"
@@ -75,7 +76,11 @@ func TestDenseConformance(t *testing.T) {
 // testArch checks a fixture's logits fed at once and one token at a time,
 // and its greedy continuation.
 func testArch(t *testing.T, dir string) {
-	b := cpu.New(0)
+	testArchOn(t, dir, cpu.New(0))
+}
+
+// testArchOn is testArch on a given backend.
+func testArchOn(t *testing.T, dir string, b compute.Backend) {
 	m, err := model.OpenDir(dir, b)
 	if err != nil {
 		t.Fatal(err)

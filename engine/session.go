@@ -28,6 +28,12 @@ type Session struct {
 	logits   *compute.Tensor // [1, vocab]
 	host     []float32       // logits of the last position, on the host
 	posHost  []int32
+
+	// The decode step recorded as a graph on backends that can (CUDA):
+	// replaying it costs one launch instead of hundreds.
+	graph       compute.Graph
+	graphFailed bool
+	decodeSteps int
 }
 
 // NewSession allocates a session of up to ctx positions.
@@ -75,7 +81,20 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 		s.forward(tokens[lo:hi], s.logits)
 	}
 	s.b.Read(s.host, s.logits)
+	if err := s.err(); err != nil {
+		return nil, err
+	}
 	return s.host, nil
+}
+
+// err reports a failure of an asynchronous backend.
+func (s *Session) err() error {
+	if r, ok := s.b.(compute.ErrorReporter); ok {
+		if err := r.Err(); err != nil {
+			return fmt.Errorf("backend %s: %w", s.b.Name(), err)
+		}
+	}
+	return nil
 }
 
 // AppendAll runs the tokens as one forward pass and returns the logits of
@@ -121,8 +140,50 @@ func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
 	}
 	s.b.UploadInts(ids, tokens)
 	s.b.UploadInts(pos, p)
-	s.m.Forward(s.st, ids, pos, logits)
+	if n == 1 && logits == s.logits {
+		s.decode(ids, pos)
+	} else {
+		s.m.Forward(s.st, ids, pos, logits)
+	}
 	s.tokens = append(s.tokens, tokens...)
+}
+
+// decode runs one decode step, through a recorded graph where the backend
+// records them. The first step runs directly (it sizes the scratch
+// buffers); the second is captured; later ones replay it. The inputs are
+// the same tensors every step, so the graph reads the new id and position.
+func (s *Session) decode(ids, pos *compute.Tensor) {
+	run := func() { s.m.Forward(s.st, ids, pos, s.logits) }
+	gc, ok := s.b.(compute.GraphCapturer)
+	if !ok || s.graphFailed {
+		run()
+		return
+	}
+	s.decodeSteps++
+	if s.graph == nil && s.decodeSteps > 1 {
+		g, err := gc.Capture(run)
+		if err != nil {
+			s.graphFailed = true
+			run()
+			return
+		}
+		s.graph = g
+	}
+	if s.graph != nil {
+		s.graph.Launch()
+		return
+	}
+	run()
+}
+
+// Close releases the session's recorded graph, if any.
+func (s *Session) Close() error {
+	if s.graph != nil {
+		g := s.graph
+		s.graph = nil
+		return g.Close()
+	}
+	return nil
 }
 
 // Reset forgets every position; the caches are reused.

@@ -118,11 +118,18 @@ func (l *loader) has(name string) bool {
 // vector loads a small tensor (a norm weight or a bias) widened to F32, so
 // that elementwise operations need no conversion.
 func (l *loader) vector(name string, n int) *compute.Tensor {
-	w := l.weight(name, n)
-	if w == nil {
+	if l.err != nil {
 		return nil
 	}
-	s, _ := l.src.Lookup(name)
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("tensor %s is missing", name)
+		return nil
+	}
+	if !slices.Equal(s.Shape, []int{n}) {
+		l.err = fmt.Errorf("tensor %s has shape %v, want [%d]", name, s.Shape, n)
+		return nil
+	}
 	vals, err := toF32(s)
 	if err != nil {
 		l.err = fmt.Errorf("tensor %s: %w", name, err)

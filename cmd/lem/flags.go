@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"lem/compute/cpu"
+	"lem/compute/device"
 	"lem/engine"
 	"lem/tiny"
 )
@@ -15,20 +16,36 @@ import (
 type runFlags struct {
 	threads int
 	ctx     int
+	device  string
+	quiet   bool // no startup line on standard error
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
-	fs.IntVar(&f.ctx, "ctx", 0, "context length in tokens (0: the model's)")
+	fs.IntVar(&f.ctx, "ctx", 0, "context length in tokens (0: the model's, at most 8192)")
+	fs.StringVar(&f.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
 }
 
 // open loads the model at path with the flags' backend.
 func (f *runFlags) open(path string) (*engine.Model, error) {
-	return engine.Open(path, f.options())
+	opts, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	return engine.Open(path, opts)
 }
 
-func (f *runFlags) options() engine.Options {
-	return engine.Options{Backend: cpu.New(f.threads)}
+// options picks the backend --device names and says which on standard
+// error.
+func (f *runFlags) options() (engine.Options, error) {
+	b, desc, err := device.Open(f.device, f.threads)
+	if err != nil {
+		return engine.Options{}, err
+	}
+	if !f.quiet {
+		fmt.Fprintln(os.Stderr, "lem: device", desc)
+	}
+	return engine.Options{Backend: b}, nil
 }
 
 // openModelArg opens the model a verb's optional PATH argument names: the
@@ -36,7 +53,11 @@ func (f *runFlags) options() engine.Options {
 // empty.
 func openModelArg(args []string, rf runFlags) (*engine.Model, error) {
 	if len(args) == 0 {
-		return engine.OpenTiny(rf.options())
+		opts, err := rf.options()
+		if err != nil {
+			return nil, err
+		}
+		return engine.OpenTiny(opts)
 	}
 	return rf.open(args[0])
 }

@@ -226,7 +226,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 			id1, pos1 := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1)
 			host := make([]float32, vocab)
 			p := prompt
-			var graph *Graph
+			var graph compute.Graph
 			step := func() {
 				g.UploadInts(id1, []int32{int32(p * 13 % vocab)})
 				g.UploadInts(pos1, []int32{int32(p)})

@@ -168,7 +168,7 @@ func graphDecode(t *testing.T, b *Backend, m model.Model, ids []int32, want []fl
 	logits := b.Alloc(compute.F32, 1, vocab)
 	defer func() { b.Free(idT); b.Free(posT); b.Free(logits) }()
 	host := make([]float32, vocab)
-	var g *Graph
+	var g compute.Graph
 	var worst float64
 	for i, id := range ids {
 		b.UploadInts(idT, []int32{id})

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"lem/compute"
 	"unsafe"
 )
 
@@ -23,7 +24,7 @@ const streamCaptureModeRelaxed = 2
 // outlive the graph: no Read, Upload or UploadInts, and it should not
 // allocate (run it once uncaptured first so that scratch memory exists).
 // The graph is then replayed with Launch.
-func (b *Backend) Capture(fn func()) (*Graph, error) {
+func (b *Backend) Capture(fn func()) (compute.Graph, error) {
 	if b.capturing {
 		return nil, fmt.Errorf("cuda: nested graph capture")
 	}
