@@ -203,7 +203,8 @@ type Result struct {
 
 // ModelOptions configure a served model.
 type ModelOptions struct {
-	// Context is the session's context length in tokens (0: the model's).
+	// Context is the session's context length in tokens (0: the model's,
+	// at most engine.DefaultContext).
 	Context int
 	// Created is reported as the model's creation time (zero: now).
 	Created time.Time
@@ -243,7 +244,7 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	}
 	ctxLen := opts.Context
 	if ctxLen <= 0 {
-		ctxLen = m.ContextLength()
+		ctxLen = min(m.ContextLength(), engine.DefaultContext)
 	}
 	created := opts.Created
 	if created.IsZero() {
@@ -591,6 +592,13 @@ func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) erro
 		return nil, err
 	}
 	defer m.q.release()
+	defer func() {
+		if v := recover(); v != nil {
+			// A bug below: start the next request on a fresh session.
+			m.sess = nil
+			panic(v)
+		}
+	}()
 	if emit == nil {
 		emit = func(Event) error { return nil }
 	}
@@ -601,6 +609,7 @@ func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) erro
 		m.sess = m.eng.NewSession(m.ctxLen)
 	}
 	res := &Result{Choices: make([]Choice, p.n), Usage: Usage{PromptTokens: len(p.ids)}}
+	m.obs.promptTokens.Add(float64(len(p.ids)))
 	for i := range p.n {
 		cached, err := m.runChoice(ctx, p, i, &res.Choices[i], emit)
 		if i == 0 {
@@ -671,7 +680,6 @@ func (r *choiceRun) finish() {
 func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, emit func(Event) error) (int, error) {
 	req := p.req
 	kept := m.sess.Reuse(p.ids)
-	m.obs.promptTokens.Add(float64(len(p.ids)))
 	m.obs.cacheHits.Add(float64(kept))
 	sample := req.Sample
 	if i > 0 && sample.HasSeed {

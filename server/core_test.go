@@ -22,7 +22,7 @@ func samp(f func(*sampleP)) sampleP {
 }
 
 // newTestModel returns the chat model attached to a fresh server.
-func newTestModel(t *testing.T, cfg Config) (*Server, *Model) {
+func newTestModel(t testing.TB, cfg Config) (*Server, *Model) {
 	t.Helper()
 	m, err := NewModel("chat", openChatModel(t), ModelOptions{})
 	if err != nil {
@@ -293,5 +293,28 @@ func TestPrepareErrors(t *testing.T) {
 				t.Errorf("got %d %q %q (%s), want 400 %q %q", e.Status, e.Param, e.Code, e.Message, tt.param, tt.code)
 			}
 		})
+	}
+}
+
+func TestJSONObject(t *testing.T) {
+	_, m := newTestModel(t, Config{})
+	req := &Request{Messages: userMessage("What is the capital of Japan?"), JSON: true, MaxTokens: 200, Sample: m.SampleDefaults()}
+	req.Sample.Seed, req.Sample.HasSeed = 1, true
+	p, err := m.Prepare(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Generate(context.Background(), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Choices[0]
+	t.Logf("%s: %q", c.Finish, c.Content)
+	var v map[string]any
+	if c.Finish == FinishStop && json.Unmarshal([]byte(c.Content), &v) != nil {
+		t.Errorf("finished output %q is not a JSON object", c.Content)
+	}
+	if !strings.HasPrefix(strings.TrimSpace(c.Content), "{") || c.Reasoning != "" {
+		t.Errorf("content %q reasoning %q", c.Content, c.Reasoning)
 	}
 }

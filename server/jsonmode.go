@@ -1,15 +1,18 @@
 package server
 
 import (
-	"errors"
-
+	"lem/constrain"
 	"lem/engine"
 	"lem/tokenizer"
 )
 
 // newJSONFactory returns a maker of constraints that hold output to one
-// JSON value (response_format json_object). Stand-in until package
-// constrain exists.
+// JSON object (response_format json_object). The table behind it is built
+// once per model, on the first request that asks for JSON.
 func newJSONFactory(tok *tokenizer.Tokenizer) (func(stopIDs []int32) engine.Constraint, error) {
-	return nil, errors.New("JSON-constrained output is not available in this build")
+	j, err := constrain.JSON(tok)
+	if err != nil {
+		return nil, err
+	}
+	return func(stopIDs []int32) engine.Constraint { return j.New(stopIDs) }, nil
 }

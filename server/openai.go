@@ -331,6 +331,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	includeUsage := o.StreamOptions != nil && o.StreamOptions.IncludeUsage
 	st := newStream(w)
+	defer st.close()
 	enc := newChatChunker(id, created, m.id)
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
 		switch ev.Kind {
@@ -726,6 +727,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := newStream(w)
+	defer st.close()
 	enc := newCompletionChunker(id, created, m.id)
 	for pi, p := range preps {
 		res, err := m.Generate(r.Context(), p, func(ev Event) error {

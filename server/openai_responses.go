@@ -280,6 +280,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := newStream(w)
+	defer st.close()
 	rs.st = st
 	res, err := m.Generate(r.Context(), p, rs.event)
 	if err != nil {

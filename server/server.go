@@ -53,6 +53,7 @@ type Server struct {
 	models  []*Model
 	byID    map[string]*Model
 	mux     *http.ServeMux
+	methods map[string][]string // literal path → methods routed
 	metrics *metrics
 	store   *responseStore
 
@@ -79,7 +80,7 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, byID: map[string]*Model{}, mux: http.NewServeMux(),
-		metrics: newMetrics(), store: newResponseStore(1000)}
+		methods: map[string][]string{}, metrics: newMetrics(), store: newResponseStore(1000)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -111,6 +112,12 @@ func (s *Server) routes() {
 	s.openaiRoutes()
 	s.mux.HandleFunc("OPTIONS /", s.preflight)
 	s.handle("/", openaiErrors, open, func(w http.ResponseWriter, r *http.Request) {
+		if methods := s.methods[r.URL.Path]; len(methods) > 0 {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			openaiErrors(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeInvalidRequest,
+				Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
+			return
+		}
 		openaiErrors(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
@@ -216,6 +223,9 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 	route := pattern
 	if ew == nil {
 		ew = openaiErrors
+	}
+	if method, path, ok := strings.Cut(pattern, " "); ok && !strings.Contains(path, "{") {
+		s.methods[path] = append(s.methods[path], method)
 	}
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()

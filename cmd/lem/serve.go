@@ -33,9 +33,10 @@ func newServeCmd() *cobra.Command {
 		logFormat  string
 	)
 	cmd := &cobra.Command{
-		Use:   "serve PATH",
+		Use:   "serve [PATH]",
 		Short: "Serve a model over HTTP (OpenAI API)",
-		Long: `Serve loads the model at PATH and answers the OpenAI API on --addr:
+		Long: `Serve loads the model at PATH (with no PATH, lem-tiny, the small chat model
+built into lem) and answers the OpenAI API on --addr:
 POST /v1/chat/completions, /v1/completions and /v1/responses, GET /v1/models.
 GET /health and GET /metrics (Prometheus) are there too.
 
@@ -45,10 +46,11 @@ prefills only what is new. With --api-key (or LEM_API_KEY) every API route
 needs "Authorization: Bearer KEY" or "x-api-key: KEY"; /health stays open.
 SIGINT or SIGTERM stops taking requests and lets running ones finish for
 up to --drain.`,
-		Example: `  lem serve ../shared/fixtures/chat-model
+		Example: `  lem serve
+  lem serve ../shared/fixtures/chat-model
   lem serve model-dir --model-alias qwen3 --addr 0.0.0.0:8080 --api-key secret
   curl localhost:36911/v1/chat/completions -d '{"model":"chat-model","messages":[{"role":"user","content":"Hi"}]}'`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if apiKey == "" {
 				apiKey = os.Getenv("LEM_API_KEY")
@@ -66,15 +68,18 @@ up to --drain.`,
 			if !isLoopback(addr) && apiKey == "" {
 				log.Warn("listening beyond this machine without an API key: anyone who can reach " + addr + " can use the model; set --api-key or LEM_API_KEY")
 			}
-			id := alias
-			if id == "" {
-				id = filepath.Base(filepath.Clean(args[0]))
-			}
-			em, err := rf.open(args[0])
+			em, err := openModelArg(args, rf)
 			if err != nil {
 				return err
 			}
 			defer em.Close()
+			if len(args) == 0 {
+				log.Info(tinyNote("serve"))
+			}
+			id := alias
+			if id == "" {
+				id = filepath.Base(filepath.Clean(em.Name))
+			}
 			m, err := server.NewModel(id, em, server.ModelOptions{Context: rf.ctx})
 			if err != nil {
 				return err
@@ -92,7 +97,7 @@ up to --drain.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log.Info("serving", "model", id, "path", args[0], "backend", em.Backend.Name(),
+			log.Info("serving", "model", id, "path", em.Name, "backend", em.Backend.Name(),
 				"context", m.ContextLength(), "url", "http://"+ln.Addr().String())
 			return s.Serve(ctx, ln, drain)
 		},

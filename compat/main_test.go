@@ -1,0 +1,73 @@
+package compat
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"lem/engine"
+	"lem/internal/fixtures"
+	"lem/server"
+)
+
+var (
+	modelOnce sync.Once
+	model     *engine.Model
+	modelErr  error
+)
+
+// chatModel loads the chat-model fixture once.
+func chatModel(t *testing.T) *engine.Model {
+	t.Helper()
+	dir := fixtures.Dir(t, "chat-model")
+	modelOnce.Do(func() { model, modelErr = engine.Open(dir, engine.Options{}) })
+	if modelErr != nil {
+		t.Fatal(modelErr)
+	}
+	return model
+}
+
+// startServer runs the real server, serving the chat model as "chat-model",
+// on a loopback port until the test ends. It returns the base URL.
+func startServer(t *testing.T, cfg server.Config) (string, *server.Server) {
+	t.Helper()
+	m, err := server.NewModel("chat-model", chatModel(t), server.ModelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s, err := server.New(cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, 5*time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String(), s
+}
+
+// newClient returns an SDK client of the server at base.
+func newClient(base string, opts ...option.RequestOption) openai.Client {
+	return openai.NewClient(append([]option.RequestOption{
+		option.WithBaseURL(base + "/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0),
+	}, opts...)...)
+}

@@ -1,0 +1,48 @@
+// Package server serves models over HTTP: the OpenAI API today
+// (openai.go, openai_responses.go), with the Anthropic and Ollama dialects
+// to come as further files over the same core.
+//
+// # The core
+//
+// One dialect-neutral core (core.go) does everything between a decoded
+// request and a stream of events: it renders the conversation with the
+// model's chat template, tokenizes it, checks it against the context,
+// waits in the model's bounded FIFO queue (queue.go), reuses the longest
+// common token prefix of the model's resident session, generates, finds
+// stop sequences without ever emitting them (stop.go), splits the output
+// into content, reasoning and tool calls with package chat's output
+// parser, and counts tokens and latencies (metrics.go).
+//
+// A dialect adapter is a set of handlers that
+//
+//  1. register their routes in a method called from Server.routes, through
+//     Server.handle(pattern, errorWriter, flags, handler), which adds the
+//     request id, panic recovery, CORS, the API key check (unless flags
+//     has open), the body-size limit, metrics and the access log;
+//  2. decode the body with Server.readJSON (413 and 400 errors come back as
+//     *Error) and find the model with Server.Model (404 for an unknown id);
+//  3. fill a Request: chat.Message values (Messages), tool definitions in
+//     the {"type":"function","function":{…}} shape (Tools), a ToolChoice,
+//     template Kwargs (enable_thinking, …), MaxTokens, Sample (start from
+//     Model.SampleDefaults), Stop, N, Logprobs, JSON; a completion sets
+//     Prompt or PromptIDs instead of Messages. MaxTokensParam and
+//     PromptParam name the dialect's fields in error messages;
+//  4. call Model.Prepare, which validates and renders (every error an
+//     *Error, 400 for the client's mistakes, naming the field);
+//  5. call Model.Generate(ctx, prepared, emit). Without emit (nil) it
+//     returns the whole Result; with emit it calls it with EventStart once
+//     the request is admitted (send the stream's headers then), then
+//     EventContent, EventReasoning and EventToolCall events, and EventEnd
+//     per choice with its finish reason (FinishStop, FinishLength,
+//     FinishToolCalls) and the stop sequence that ended it. An error
+//     returned by emit, or the request's context ending (the client went
+//     away), stops generation within one token. Errors before EventStart
+//     (queue full: 429, shutting down: 503) are *Error values to send as
+//     the HTTP response; after it, the dialect reports them in-stream;
+//  6. write errors in the dialect's own shape with an errorWriter (see
+//     openaiErrors) mapping Error.Status, Code, Param and Message.
+//
+// Streams go through stream (sse.go), which sets a write deadline per
+// frame and flushes it; per-token frames should be appended by hand into
+// its buffer (see chatChunker) so that they allocate nothing.
+package server
