@@ -1,6 +1,6 @@
 // Package server serves models over HTTP: the OpenAI API today
 // (openai.go, openai_responses.go), with the Anthropic and Ollama dialects
-// to come as further files over the same core.
+// and Ollama (ollama.go) dialects over the same core.
 //
 // # The core
 //

@@ -110,6 +110,8 @@ func (s *Server) routes() {
 		s.metrics.handler().ServeHTTP(w, r)
 	})
 	s.openaiRoutes()
+	s.anthropicRoutes()
+	s.ollamaRoutes()
 	s.mux.HandleFunc("OPTIONS /", s.preflight)
 	s.handle("/", openaiErrors, open, func(w http.ResponseWriter, r *http.Request) {
 		if methods := s.methods[r.URL.Path]; len(methods) > 0 {

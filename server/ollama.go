@@ -1,0 +1,1050 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"lem/chat"
+)
+
+// This file is the Ollama dialect: /api/chat and /api/generate (streamed
+// as newline-delimited JSON unless "stream": false), /api/tags, /api/show,
+// /api/ps, /api/version and the liveness answer at /.
+//
+// Choices where Ollama and lem differ:
+//   - Sampling starts from the model's generation_config.json, not from
+//     Ollama's defaults (temperature 0.8, top_k 40, …); options override
+//     it. Options for Ollama's runner (num_ctx, num_gpu, num_thread, …)
+//     are accepted and ignored: lem sets the context when it loads a
+//     model.
+//   - num_predict is a bound, cut to what the context leaves after the
+//     prompt.
+//   - format "json", or a JSON schema, constrains the reply to one JSON
+//     object; the schema's own constraints are not enforced.
+//   - /api/generate returns no context and refuses one (Ollama deprecates
+//     it): multi-turn conversations go through /api/chat. template,
+//     suffix and images are refused.
+
+// ollamaVersion is the version of the Ollama API lem speaks, which
+// /api/version reports: clients compare it to decide what to send.
+const ollamaVersion = "0.17.4"
+
+func (s *Server) ollamaRoutes() {
+	s.handle("POST /api/chat", ollamaErrors, 0, s.ollamaChat)
+	s.handle("POST /api/generate", ollamaErrors, 0, s.ollamaGenerate)
+	s.handle("GET /api/tags", ollamaErrors, 0, s.ollamaTags)
+	s.handle("POST /api/show", ollamaErrors, 0, s.ollamaShow)
+	s.handle("GET /api/ps", ollamaErrors, 0, s.ollamaPS)
+	s.handle("GET /api/version", ollamaErrors, 0, s.ollamaVersionHandler)
+	// GET patterns answer HEAD too.
+	s.handle("GET /{$}", ollamaErrors, open, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("lem is running"))
+	})
+}
+
+// ollamaErrors writes an error in Ollama's shape: {"error": "…"}.
+func ollamaErrors(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Status, map[string]string{"error": e.Error()})
+}
+
+// ollamaName is the name:tag under which Ollama clients see a model.
+func ollamaName(id string) string {
+	if strings.Contains(id, ":") {
+		return id
+	}
+	return id + ":latest"
+}
+
+// ollamaModel finds the model a client names, with or without the
+// ":latest" tag; an empty name gives the default model.
+func (s *Server) ollamaModel(name string) (*Model, error) {
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return s.models[0], nil
+	}
+	if m := s.byID[name]; m != nil {
+		return m, nil
+	}
+	if base, ok := strings.CutSuffix(name, ":latest"); ok {
+		if m := s.byID[base]; m != nil {
+			return m, nil
+		}
+	}
+	return nil, &Error{Status: http.StatusNotFound, Code: CodeModelNotFound,
+		Message: fmt.Sprintf("model %q not found", name)}
+}
+
+// canThink reports whether the model's template has thinking markers.
+func (m *Model) canThink() bool {
+	return m.format.ThinkEnd != "" || m.format.Tools == chat.ToolsHarmony
+}
+
+// canCallTools reports whether the model's template writes tool calls.
+func (m *Model) canCallTools() bool {
+	return m.eng.Templates != nil && m.format.Tools != chat.ToolsNone
+}
+
+// olCommon are the fields /api/chat and /api/generate share.
+type olCommon struct {
+	Model       string                     `json:"model"`
+	Stream      *bool                      `json:"stream"`
+	Format      json.RawMessage            `json:"format"`
+	KeepAlive   json.RawMessage            `json:"keep_alive"`
+	Options     map[string]json.RawMessage `json:"options"`
+	Think       json.RawMessage            `json:"think"`
+	Logprobs    bool                       `json:"logprobs"`
+	TopLogprobs int                        `json:"top_logprobs"`
+	// Truncate and Shift are accepted and ignored.
+	Truncate json.RawMessage `json:"truncate"`
+	Shift    json.RawMessage `json:"shift"`
+}
+
+// stream reports whether the reply is streamed (Ollama's default).
+func (c *olCommon) stream() bool { return c.Stream == nil || *c.Stream }
+
+// unload reports whether keep_alive asks to unload the model (0).
+func (c *olCommon) unload() bool {
+	k := string(bytes.TrimSpace(c.KeepAlive))
+	return k == "0" || k == `"0"` || k == `"0s"` || k == `"0m"`
+}
+
+// apply sets the request's sampling, stops, logprobs, thinking and JSON
+// mode, and returns the token bound (num_predict; 0: none).
+func (c *olCommon) apply(m *Model, req *Request) (int, error) {
+	limit, err := olOptions(c.Options, req)
+	if err != nil {
+		return 0, err
+	}
+	if c.TopLogprobs < 0 || c.TopLogprobs > MaxTopLogprobs {
+		return 0, invalid("top_logprobs", "must be between 0 and %d, got %d", MaxTopLogprobs, c.TopLogprobs)
+	}
+	req.Logprobs, req.TopLogprobs = c.Logprobs || c.TopLogprobs > 0, c.TopLogprobs
+	if req.JSON, err = olFormat(c.Format); err != nil {
+		return 0, err
+	}
+	kw, err := olThink(c.Think)
+	if err != nil {
+		return 0, err
+	}
+	if on, _ := kw["enable_thinking"].(bool); on && !m.canThink() {
+		return 0, invalid("think", "%q does not support thinking", ollamaName(m.id))
+	}
+	req.Kwargs = kw
+	return limit, nil
+}
+
+// olThink reads think: true, false, or "high", "medium", "low" (thinking
+// on at that effort). Left out, the template's default holds.
+func olThink(raw json.RawMessage) (map[string]any, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var b bool
+	if json.Unmarshal(raw, &b) == nil {
+		return map[string]any{"enable_thinking": b}, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "high", "medium", "low":
+			return map[string]any{"enable_thinking": true, "reasoning_effort": s}, nil
+		}
+	}
+	return nil, invalid("think", "want true, false, \"high\", \"medium\" or \"low\", got %s", raw)
+}
+
+// olFormat reads format: "json", or a JSON schema of an object, both
+// giving a reply that is one JSON object.
+func olFormat(raw json.RawMessage) (bool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == `""` {
+		return false, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "json" {
+			return true, nil
+		}
+		return false, invalid("format", "want \"json\" or a JSON schema, got %q", s)
+	}
+	var schema struct {
+		Type json.RawMessage `json:"type"`
+	}
+	if raw[0] != '{' || json.Unmarshal(raw, &schema) != nil {
+		return false, invalid("format", "want \"json\" or a JSON schema object")
+	}
+	if t := string(bytes.TrimSpace(schema.Type)); t != "" && t != `"object"` {
+		return false, invalid("format", "only schemas of objects are supported, got type %s", t)
+	}
+	return true, nil
+}
+
+// olIgnored are options of Ollama's runner and samplers lem does not
+// have; they are accepted and have no effect.
+var olIgnored = map[string]bool{
+	"num_ctx": true, "num_keep": true, "typical_p": true, "tfs_z": true, "mirostat": true,
+	"mirostat_tau": true, "mirostat_eta": true, "penalize_newline": true, "numa": true,
+	"num_batch": true, "num_gpu": true, "main_gpu": true, "low_vram": true, "f16_kv": true,
+	"vocab_only": true, "use_mmap": true, "use_mlock": true, "num_thread": true,
+	"logits_all": true, "embedding_only": true, "num_gqa": true, "rope_frequency_base": true,
+	"rope_frequency_scale": true,
+}
+
+// olOptions applies options to req and returns num_predict as a bound
+// (0: none; Ollama's -1 and -2 mean none too). Unknown options are
+// ignored, as Ollama does; a known option of the wrong type is an error.
+func olOptions(opts map[string]json.RawMessage, req *Request) (int, error) {
+	limit := 0
+	disablePenalties := false
+	for key, raw := range opts {
+		raw = bytes.TrimSpace(raw)
+		if string(raw) == "null" || olIgnored[key] {
+			continue
+		}
+		where := "options." + key
+		num := func() (float64, error) {
+			var v float64
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return 0, invalid(where, "want a number, got %s", raw)
+			}
+			return v, nil
+		}
+		integer := func() (int, error) {
+			v, err := num()
+			if err != nil {
+				return 0, err
+			}
+			if v != math.Trunc(v) || math.Abs(v) > 1<<53 {
+				return 0, invalid(where, "want an integer, got %s", raw)
+			}
+			return int(v), nil
+		}
+		p := &req.Sample
+		var err error
+		switch key {
+		case "num_predict":
+			var n int
+			n, err = integer()
+			limit = max(n, 0)
+		case "temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty":
+			var v float64
+			if v, err = num(); err != nil {
+				break
+			}
+			dst := &p.Temperature
+			switch key {
+			case "top_p":
+				dst = &p.TopP
+			case "min_p":
+				dst = &p.MinP
+			case "repeat_penalty":
+				dst = &p.RepetitionPenalty
+			case "presence_penalty":
+				dst = &p.PresencePenalty
+			case "frequency_penalty":
+				dst = &p.FrequencyPenalty
+			}
+			*dst = float32(v)
+		case "top_k":
+			var k int
+			k, err = integer()
+			p.TopK = max(k, 0)
+		case "seed":
+			var seed int
+			if seed, err = integer(); err == nil && seed >= 0 {
+				p.Seed, p.HasSeed = uint64(seed), true
+			}
+		case "repeat_last_n":
+			var n int
+			if n, err = integer(); err == nil {
+				switch {
+				case n > 0:
+					p.PenaltyWindow = n
+				case n == 0:
+					disablePenalties = true
+				default:
+					p.PenaltyWindow = 0 // -1: the whole context
+				}
+			}
+		case "stop":
+			var stops stringList
+			if json.Unmarshal(raw, &stops) != nil {
+				return 0, invalid(where, "want an array of strings")
+			}
+			if len(stops) > MaxStops {
+				return 0, invalid(where, "at most %d stop sequences, got %d", MaxStops, len(stops))
+			}
+			for i, s := range stops {
+				if s == "" || len(s) > MaxStopLen {
+					return 0, invalid(fmt.Sprintf("%s[%d]", where, i), "a stop sequence must hold 1 to %d bytes", MaxStopLen)
+				}
+			}
+			req.Stop = stops
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if disablePenalties {
+		req.Sample.RepetitionPenalty, req.Sample.PresencePenalty, req.Sample.FrequencyPenalty = 0, 0, 0
+	}
+	return limit, nil
+}
+
+// olMessage is a chat message as Ollama clients send it.
+type olMessage struct {
+	Role       string            `json:"role"`
+	Content    string            `json:"content"`
+	Thinking   string            `json:"thinking"`
+	Images     []json.RawMessage `json:"images"`
+	ToolCalls  []olToolCall      `json:"tool_calls"`
+	ToolName   string            `json:"tool_name"`
+	ToolCallID string            `json:"tool_call_id"`
+}
+
+// olToolCall is a tool call, its arguments an object.
+type olToolCall struct {
+	ID       string `json:"id,omitempty"`
+	Function struct {
+		Index     int             `json:"index"`
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+// olChatRequest is an /api/chat request.
+type olChatRequest struct {
+	olCommon
+	olChatFields
+}
+
+type olChatFields struct {
+	Messages []olMessage       `json:"messages"`
+	Tools    []json.RawMessage `json:"tools"`
+}
+
+// UnmarshalJSON decodes the shared and the chat fields apart, so that
+// type errors name fields as clients spell them.
+func (o *olChatRequest) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, &o.olCommon); err != nil {
+		return err
+	}
+	return json.Unmarshal(data, &o.olChatFields)
+}
+
+// toRequest converts the chat request into a core request and returns
+// the token bound.
+func (o *olChatRequest) toRequest(m *Model) (*Request, int, error) {
+	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict"}
+	req.Messages = make([]chat.Message, len(o.Messages))
+	for i, msg := range o.Messages {
+		where := fmt.Sprintf("messages[%d]", i)
+		if len(msg.Images) > 0 {
+			return nil, 0, invalid(where+".images", "images are not supported: this server takes text only")
+		}
+		cm := chat.Message{Role: msg.Role, Content: chat.Text(msg.Content), ReasoningContent: msg.Thinking,
+			Name: msg.ToolName, ToolCallID: msg.ToolCallID}
+		for j, tc := range msg.ToolCalls {
+			if tc.Function.Name == "" {
+				return nil, 0, invalid(fmt.Sprintf("%s.tool_calls[%d].function.name", where, j), "is required")
+			}
+			args := bytes.TrimSpace(tc.Function.Arguments)
+			switch {
+			case len(args) == 0 || string(args) == "null":
+				args = []byte("{}")
+			case args[0] != '{' && args[0] != '"': // a string holding JSON is taken too
+				return nil, 0, invalid(fmt.Sprintf("%s.tool_calls[%d].function.arguments", where, j), "must be a JSON object")
+			}
+			cm.ToolCalls = append(cm.ToolCalls, chat.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: json.RawMessage(args)})
+		}
+		req.Messages[i] = cm
+	}
+	if len(o.Tools) > 0 {
+		if !m.canCallTools() {
+			return nil, 0, invalid("tools", "%q does not support tools", ollamaName(m.id))
+		}
+		for i, t := range o.Tools {
+			if toolName(t) == "" {
+				return nil, 0, invalid(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {\"name\": …, \"parameters\": …}}")
+			}
+		}
+		req.Tools = o.Tools
+	}
+	limit, err := o.apply(m, req)
+	return req, limit, err
+}
+
+// olGenerateRequest is an /api/generate request.
+type olGenerateRequest struct {
+	olCommon
+	olGenerateFields
+}
+
+// UnmarshalJSON decodes the shared and the generate fields apart (see
+// olChatRequest).
+func (o *olGenerateRequest) UnmarshalJSON(data []byte) error {
+	if err := json.Unmarshal(data, &o.olCommon); err != nil {
+		return err
+	}
+	return json.Unmarshal(data, &o.olGenerateFields)
+}
+
+type olGenerateFields struct {
+	Prompt   string            `json:"prompt"`
+	Suffix   string            `json:"suffix"`
+	System   string            `json:"system"`
+	Template string            `json:"template"`
+	Context  []int             `json:"context"`
+	Raw      bool              `json:"raw"`
+	Images   []json.RawMessage `json:"images"`
+}
+
+// toRequest converts the generate request: the prompt as a user message
+// (after system) through the chat template, or verbatim when raw.
+func (o *olGenerateRequest) toRequest(m *Model) (*Request, int, error) {
+	switch {
+	case o.Suffix != "":
+		return nil, 0, invalid("suffix", "is not supported: this server does not do fill-in-the-middle")
+	case o.Template != "":
+		return nil, 0, invalid("template", "is not supported: lem renders prompts with the model's own chat template (or none, with raw)")
+	case len(o.Context) > 0:
+		return nil, 0, invalid("context", "is not supported (Ollama deprecates it): send the conversation to /api/chat")
+	case len(o.Images) > 0:
+		return nil, 0, invalid("images", "images are not supported: this server takes text only")
+	}
+	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict"}
+	if o.Raw || m.eng.Templates == nil {
+		req.Prompt = o.System + o.Prompt
+		req.PromptParam = "prompt"
+	} else {
+		if o.System != "" {
+			req.Messages = append(req.Messages, chat.Message{Role: "system", Content: chat.Text(o.System)})
+		}
+		req.Messages = append(req.Messages, chat.Message{Role: "user", Content: chat.Text(o.Prompt)})
+		req.PromptParam = "prompt"
+	}
+	limit, err := o.apply(m, req)
+	return req, limit, err
+}
+
+// olMetrics are the timings and counts of a finished generation, in
+// nanoseconds as Ollama reports them.
+type olMetrics struct {
+	TotalDuration      int64 `json:"total_duration"`
+	LoadDuration       int64 `json:"load_duration"`
+	PromptEvalCount    int   `json:"prompt_eval_count"`
+	PromptEvalDuration int64 `json:"prompt_eval_duration"`
+	EvalCount          int   `json:"eval_count"`
+	EvalDuration       int64 `json:"eval_duration"`
+}
+
+// olTimer times a generation from its events. load_duration is the wait
+// for the model (lem keeps models loaded, so it is time in the queue);
+// prompt evaluation runs from admission to the first output, evaluation
+// from there to the end.
+type olTimer struct {
+	arrived, admitted, first, end time.Time
+}
+
+func (t *olTimer) mark(ev Event) {
+	now := time.Now()
+	switch ev.Kind {
+	case EventStart:
+		t.admitted = now
+	case EventEnd:
+		t.end = now
+	default:
+		if t.first.IsZero() {
+			t.first = now
+		}
+	}
+}
+
+func (t *olTimer) metrics(u Usage) *olMetrics {
+	now := time.Now()
+	admitted, end := t.admitted, t.end
+	if admitted.IsZero() {
+		admitted = now
+	}
+	if end.IsZero() {
+		end = now
+	}
+	first := t.first
+	if first.IsZero() {
+		first = end
+	}
+	return &olMetrics{
+		TotalDuration:      now.Sub(t.arrived).Nanoseconds(),
+		LoadDuration:       admitted.Sub(t.arrived).Nanoseconds(),
+		PromptEvalCount:    u.PromptTokens,
+		PromptEvalDuration: first.Sub(admitted).Nanoseconds(),
+		EvalCount:          u.CompletionTokens,
+		EvalDuration:       end.Sub(first).Nanoseconds(),
+	}
+}
+
+// olDoneReason maps a finish reason to done_reason.
+func olDoneReason(finish string) string {
+	if finish == FinishLength {
+		return "length"
+	}
+	return "stop"
+}
+
+// olMessageOut is the assistant message of a chat reply.
+type olMessageOut struct {
+	Role      string          `json:"role"`
+	Content   string          `json:"content"`
+	Thinking  string          `json:"thinking,omitempty"`
+	ToolCalls []olToolCallOut `json:"tool_calls,omitempty"`
+}
+
+// olToolCallOut is a tool call of a reply.
+type olToolCallOut struct {
+	ID       string `json:"id"`
+	Function struct {
+		Index     int             `json:"index"`
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+func olToolCalls(calls []ToolCall) []olToolCallOut {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]olToolCallOut, len(calls))
+	for i, c := range calls {
+		out[i].ID = c.ID
+		out[i].Function.Index, out[i].Function.Name, out[i].Function.Arguments = c.Index, c.Name, c.Arguments
+	}
+	return out
+}
+
+// olLogprob is a token's log-probability in Ollama's shape.
+type olLogprob struct {
+	Token       string         `json:"token"`
+	Logprob     float64        `json:"logprob"`
+	Bytes       []int          `json:"bytes,omitempty"`
+	TopLogprobs []olTopLogprob `json:"top_logprobs,omitempty"`
+}
+
+type olTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes,omitempty"`
+}
+
+func olLogprobs(lps []TokenLogprob) []olLogprob {
+	if lps == nil {
+		return nil
+	}
+	out := make([]olLogprob, len(lps))
+	for i, lp := range lps {
+		o := olLogprob{Token: lp.Token, Logprob: finiteLogprob(lp.Logprob), Bytes: tokenBytes(lp.Token)}
+		for _, t := range lp.Top {
+			o.TopLogprobs = append(o.TopLogprobs, olTopLogprob{Token: t.Token, Logprob: finiteLogprob(t.Logprob), Bytes: tokenBytes(t.Token)})
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// olChatResponse is an /api/chat reply or chunk.
+type olChatResponse struct {
+	Model      string       `json:"model"`
+	CreatedAt  time.Time    `json:"created_at"`
+	Message    olMessageOut `json:"message"`
+	Done       bool         `json:"done"`
+	DoneReason string       `json:"done_reason,omitempty"`
+	Logprobs   []olLogprob  `json:"logprobs,omitempty"`
+	*olMetrics
+}
+
+// olGenerateResponse is an /api/generate reply or chunk.
+type olGenerateResponse struct {
+	Model      string          `json:"model"`
+	CreatedAt  time.Time       `json:"created_at"`
+	Response   string          `json:"response"`
+	Thinking   string          `json:"thinking,omitempty"`
+	ToolCalls  []olToolCallOut `json:"tool_calls,omitempty"`
+	Done       bool            `json:"done"`
+	DoneReason string          `json:"done_reason,omitempty"`
+	Logprobs   []olLogprob     `json:"logprobs,omitempty"`
+	*olMetrics
+}
+
+func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
+	t := olTimer{arrived: time.Now()}
+	var o olChatRequest
+	if err := s.readJSON(r, &o); err != nil {
+		ollamaErrors(w, err)
+		return
+	}
+	m, err := s.ollamaModel(o.Model)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	name := o.Model
+	if name == "" {
+		name = ollamaName(m.id)
+	}
+	if len(o.Messages) == 0 {
+		// Ollama's way to load (or, with keep_alive 0, unload) a model.
+		reason := "load"
+		if o.unload() {
+			reason = "unload"
+		}
+		writeJSON(w, http.StatusOK, olChatResponse{Model: name, CreatedAt: time.Now().UTC(),
+			Message: olMessageOut{Role: "assistant"}, Done: true, DoneReason: reason})
+		return
+	}
+	req, limit, err := o.toRequest(m)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	s.olRun(w, r, m, req, limit, &t, newOlEncoder(name, true), o.stream())
+}
+
+func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
+	t := olTimer{arrived: time.Now()}
+	var o olGenerateRequest
+	if err := s.readJSON(r, &o); err != nil {
+		ollamaErrors(w, err)
+		return
+	}
+	m, err := s.ollamaModel(o.Model)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	name := o.Model
+	if name == "" {
+		name = ollamaName(m.id)
+	}
+	if o.Prompt == "" && o.System == "" && o.Template == "" {
+		reason := "load"
+		if o.unload() {
+			reason = "unload"
+		}
+		writeJSON(w, http.StatusOK, olGenerateResponse{Model: name, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
+		return
+	}
+	req, limit, err := o.toRequest(m)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	s.olRun(w, r, m, req, limit, &t, newOlEncoder(name, false), o.stream())
+}
+
+// olRun generates a chat or generate reply, streamed as NDJSON chunks
+// ended by one with done: true and the metrics, or whole.
+func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Request, limit int, t *olTimer, enc *olEncoder, streamed bool) {
+	p, err := prepareBounded(m, req, limit)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	if !streamed {
+		res, err := m.Generate(r.Context(), p, func(ev Event) error { t.mark(ev); return nil })
+		if err != nil {
+			s.generationFailed(w, r, err, ollamaErrors)
+			return
+		}
+		c := res.Choices[0]
+		met := t.metrics(res.Usage)
+		now := time.Now().UTC()
+		if enc.chat {
+			writeJSON(w, http.StatusOK, olChatResponse{Model: enc.model, CreatedAt: now, Done: true, DoneReason: olDoneReason(c.Finish),
+				Message:  olMessageOut{Role: "assistant", Content: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls)},
+				Logprobs: olLogprobs(c.Logprobs), olMetrics: met})
+		} else {
+			writeJSON(w, http.StatusOK, olGenerateResponse{Model: enc.model, CreatedAt: now, Done: true, DoneReason: olDoneReason(c.Finish),
+				Response: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls), Logprobs: olLogprobs(c.Logprobs), olMetrics: met})
+		}
+		return
+	}
+	st := newStream(w)
+	defer st.close()
+	var finish string
+	res, err := m.Generate(r.Context(), p, func(ev Event) error {
+		t.mark(ev)
+		switch ev.Kind {
+		case EventStart:
+			return st.start("application/x-ndjson")
+		case EventContent:
+			return st.write(enc.text(false, ev.Text, ev.Logprobs))
+		case EventReasoning:
+			return st.write(enc.text(true, ev.Text, ev.Logprobs))
+		case EventToolCall:
+			return st.write(enc.toolCall(ev.Call, ev.Logprobs))
+		case EventEnd:
+			finish = ev.Finish
+			if ev.Logprobs != nil {
+				// Logprobs of tokens that produced no text.
+				return st.write(enc.text(false, "", ev.Logprobs))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if !st.started {
+			s.generationFailed(w, r, err, ollamaErrors)
+		} else if r.Context().Err() == nil {
+			data, _ := json.Marshal(map[string]string{"error": AsError(err).Error()})
+			st.write(append(data, '\n'))
+		}
+		return
+	}
+	st.write(enc.done(olDoneReason(finish), t.metrics(res.Usage)))
+}
+
+// olEncoder encodes the chunks of a streamed chat or generate reply.
+// Text chunks are appended by hand into a reused buffer: encoding one
+// allocates nothing.
+type olEncoder struct {
+	model string
+	chat  bool   // /api/chat chunks (a message) or /api/generate (response)
+	head  []byte // {"model":…,"created_at":"
+	buf   []byte
+}
+
+func newOlEncoder(model string, chat bool) *olEncoder {
+	head := appendJSONString([]byte(`{"model":`), model)
+	head = append(head, `,"created_at":"`...)
+	return &olEncoder{model: model, chat: chat, head: head, buf: make([]byte, 0, 512)}
+}
+
+// start begins a chunk with the model and the time.
+func (e *olEncoder) start() []byte {
+	b := append(e.buf[:0], e.head...)
+	b = time.Now().UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
+
+// text encodes a chunk of reply text, or of thinking.
+func (e *olEncoder) text(thinking bool, text string, lps []TokenLogprob) []byte {
+	b := e.start()
+	if e.chat {
+		b = append(b, `,"message":{"role":"assistant","content":`...)
+	} else {
+		b = append(b, `,"response":`...)
+	}
+	if thinking {
+		b = append(b, `"","thinking":`...)
+	}
+	b = appendJSONString(b, text)
+	if e.chat {
+		b = append(b, '}')
+	}
+	return e.end(b, lps)
+}
+
+func (e *olEncoder) end(b []byte, lps []TokenLogprob) []byte {
+	if lps != nil {
+		data, _ := json.Marshal(olLogprobs(lps))
+		b = append(b, `,"logprobs":`...)
+		b = append(b, data...)
+	}
+	b = append(b, `,"done":false}`+"\n"...)
+	e.buf = b
+	return b
+}
+
+// toolCall encodes a chunk holding one tool call.
+func (e *olEncoder) toolCall(c *ToolCall, lps []TokenLogprob) []byte {
+	data, _ := json.Marshal(olToolCalls([]ToolCall{*c}))
+	b := e.start()
+	if e.chat {
+		b = append(b, `,"message":{"role":"assistant","content":"","tool_calls":`...)
+		b = append(b, data...)
+		b = append(b, '}')
+	} else {
+		b = append(b, `,"response":"","tool_calls":`...)
+		b = append(b, data...)
+	}
+	return e.end(b, lps)
+}
+
+// done encodes the last chunk.
+func (e *olEncoder) done(reason string, met *olMetrics) []byte {
+	now := time.Now().UTC()
+	var v any
+	if e.chat {
+		v = olChatResponse{Model: e.model, CreatedAt: now, Message: olMessageOut{Role: "assistant"}, Done: true, DoneReason: reason, olMetrics: met}
+	} else {
+		v = olGenerateResponse{Model: e.model, CreatedAt: now, Done: true, DoneReason: reason, olMetrics: met}
+	}
+	data, _ := json.Marshal(v)
+	return append(data, '\n')
+}
+
+// --- models ---
+
+// olDetails are a model's details in /api/tags, /api/ps and /api/show.
+type olDetails struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+}
+
+// olListed is a model in /api/tags and /api/ps.
+type olListed struct {
+	Name          string     `json:"name"`
+	Model         string     `json:"model"`
+	ModifiedAt    *time.Time `json:"modified_at,omitempty"`
+	Size          int64      `json:"size"`
+	Digest        string     `json:"digest"`
+	Details       olDetails  `json:"details"`
+	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
+	SizeVRAM      *int64     `json:"size_vram,omitempty"`
+	ContextLength int        `json:"context_length,omitempty"`
+}
+
+// modelFiles returns the size of a model's files (the file, or the
+// regular files of the directory) and whether it is a GGUF file.
+func modelFiles(path string) (size int64, gguf bool) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	if !st.IsDir() {
+		return st.Size(), true
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			size += info.Size()
+		}
+	}
+	return size, false
+}
+
+// paramCount estimates a model's parameters from its configuration:
+// embeddings, attention, MLP (or experts) and the output head.
+func (m *Model) paramCount() int64 {
+	c := m.eng.Net.Config()
+	h, v := int64(c.HiddenSize), int64(c.VocabSize)
+	heads, kv, hd := int64(c.NumAttentionHeads), int64(c.NumKeyValueHeads), int64(c.HeadDim)
+	if kv == 0 {
+		kv = heads
+	}
+	if hd == 0 && heads > 0 {
+		hd = h / heads
+	}
+	attn := h*heads*hd*2 + h*kv*hd*2
+	mlp := 3 * h * int64(c.IntermediateSize)
+	if c.NumExperts > 0 && c.MoEIntermediateSize > 0 {
+		mlp = 3*h*int64(c.MoEIntermediateSize)*int64(c.NumExperts) + h*int64(c.NumExperts) +
+			3*h*int64(c.SharedExpertIntermediateSize)
+	}
+	n := v*h + int64(c.NumHiddenLayers)*(attn+mlp+2*h) + h
+	if !c.TieWordEmbeddings {
+		n += v * h
+	}
+	return n
+}
+
+// humanCount writes a count as Ollama's parameter sizes: 7.6B, 494.0M.
+func humanCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.1fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// olDescribe returns a model's listing.
+func (m *Model) olDescribe() olListed {
+	cfg := m.eng.Net.Config()
+	size, isGGUF := modelFiles(m.eng.Name)
+	format := "safetensors"
+	if isGGUF {
+		format = "gguf"
+	}
+	quant := strings.ToUpper(map[string]string{"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[cfg.DType])
+	if q := cfg.Quantization; q != nil {
+		quant = "quantized"
+		if q.Method != "" {
+			quant = strings.ToUpper(q.Method)
+		}
+	}
+	if quant == "" {
+		quant = "unknown"
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d\x00%d", m.id, m.eng.Name, size, m.created.UnixNano()))
+	created := m.created.UTC()
+	return olListed{
+		Name: ollamaName(m.id), Model: ollamaName(m.id), ModifiedAt: &created, Size: size,
+		Digest: hex.EncodeToString(sum[:]),
+		Details: olDetails{Format: format, Family: cfg.ModelType, Families: []string{cfg.ModelType},
+			ParameterSize: humanCount(m.paramCount()), QuantizationLevel: quant},
+	}
+}
+
+func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
+	models := make([]olListed, len(s.models))
+	for i, m := range s.models {
+		models[i] = m.olDescribe()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}
+
+func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
+	// lem keeps its models loaded until it stops.
+	expires := time.Now().UTC().AddDate(100, 0, 0)
+	models := make([]olListed, len(s.models))
+	for i, m := range s.models {
+		d := m.olDescribe()
+		d.ModifiedAt = nil
+		d.ExpiresAt = &expires
+		vram := int64(0)
+		if strings.HasPrefix(strings.ToLower(m.eng.Backend.Name()), "cuda") {
+			vram = d.Size
+		}
+		d.SizeVRAM = &vram
+		d.ContextLength = m.ctxLen
+		models[i] = d
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+}
+
+func (s *Server) ollamaVersionHandler(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": ollamaVersion})
+}
+
+func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
+	var o struct {
+		Model   string `json:"model"`
+		Name    string `json:"name"`
+		Verbose bool   `json:"verbose"`
+	}
+	if err := s.readJSON(r, &o); err != nil {
+		ollamaErrors(w, err)
+		return
+	}
+	name := o.Model
+	if name == "" {
+		name = o.Name
+	}
+	if name == "" {
+		ollamaErrors(w, invalid("model", "is required"))
+		return
+	}
+	m, err := s.ollamaModel(name)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	d := m.olDescribe()
+	cfg := m.eng.Net.Config()
+	arch := cfg.ModelType
+	info := map[string]any{
+		"general.architecture":                     arch,
+		"general.basename":                         m.id,
+		"general.parameter_count":                  m.paramCount(),
+		arch + ".context_length":                   cfg.MaxPositionEmbeddings,
+		arch + ".embedding_length":                 cfg.HiddenSize,
+		arch + ".block_count":                      cfg.NumHiddenLayers,
+		arch + ".feed_forward_length":              cfg.IntermediateSize,
+		arch + ".attention.head_count":             cfg.NumAttentionHeads,
+		arch + ".attention.head_count_kv":          cfg.NumKeyValueHeads,
+		arch + ".attention.key_length":             cfg.HeadDim,
+		arch + ".vocab_size":                       cfg.VocabSize,
+		arch + ".attention.layer_norm_rms_epsilon": cfg.RMSNormEps,
+	}
+	if cfg.NumExperts > 0 {
+		info[arch+".expert_count"] = cfg.NumExperts
+		info[arch+".expert_used_count"] = cfg.NumExpertsPerTok
+	}
+	caps := []string{"completion"}
+	if m.canCallTools() {
+		caps = append(caps, "tools")
+	}
+	if m.canThink() {
+		caps = append(caps, "thinking")
+	}
+	template := ""
+	if m.eng.Templates != nil {
+		if t := m.eng.Templates.Default(); t != nil {
+			template = t.Source()
+		}
+	}
+	params := m.olParameters()
+	var mf strings.Builder
+	fmt.Fprintf(&mf, "# Modelfile generated by lem\n# To build a new Modelfile based on this, replace FROM with:\n# FROM %s\n\nFROM %s\n", d.Name, m.eng.Name)
+	if template != "" {
+		fmt.Fprintf(&mf, "TEMPLATE \"\"\"%s\"\"\"\n", template)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(params), "\n") {
+		if line != "" {
+			fmt.Fprintf(&mf, "PARAMETER %s\n", line)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"modelfile":    mf.String(),
+		"parameters":   params,
+		"template":     template,
+		"details":      d.Details,
+		"model_info":   info,
+		"capabilities": caps,
+		"modified_at":  d.ModifiedAt,
+	})
+}
+
+// olParameters lists the model's default sampling parameters and stop
+// tokens as a Modelfile's parameters.
+func (m *Model) olParameters() string {
+	var b strings.Builder
+	line := func(k, v string) { fmt.Fprintf(&b, "%-30s %s\n", k, v) }
+	if tok := m.eng.Tokenizer; tok != nil {
+		for _, id := range m.eng.StopIDs {
+			if t := tok.Token(id); t != "" {
+				line("stop", strconv.Quote(t))
+			}
+		}
+	}
+	p := m.SampleDefaults()
+	if g := m.eng.GenConfig; g != nil {
+		if g.Temperature != nil || (g.DoSample != nil && !*g.DoSample) {
+			line("temperature", fmt.Sprint(p.Temperature))
+		}
+		if g.TopK != nil {
+			line("top_k", fmt.Sprint(p.TopK))
+		}
+		if g.TopP != nil {
+			line("top_p", fmt.Sprint(p.TopP))
+		}
+		if g.MinP != nil {
+			line("min_p", fmt.Sprint(p.MinP))
+		}
+		if g.RepetitionPenalty != nil {
+			line("repeat_penalty", fmt.Sprint(p.RepetitionPenalty))
+		}
+	}
+	return b.String()
+}
