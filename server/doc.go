@@ -1,6 +1,6 @@
-// Package server serves models over HTTP: the OpenAI API today
-// (openai.go, openai_responses.go), with the Anthropic and Ollama dialects
-// and Ollama (ollama.go) dialects over the same core.
+// Package server serves models over HTTP in three dialects over one core:
+// OpenAI (openai.go, openai_responses.go), Anthropic (anthropic.go) and
+// Ollama (ollama.go).
 //
 // # The core
 //
