@@ -17,7 +17,6 @@ type Backend struct {
 	pool    *Pool
 
 	cos, sin []float32 // RoPE scratch
-	wrow     []float32 // a dequantized weight row
 
 	attn     attnJob
 	attnFunc func(int) // b.attn.chunk, bound once
@@ -154,10 +153,6 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	if w.Cols() != k {
 		panic(fmt.Sprintf("matmul: x has %d columns, w has %d", k, w.Cols()))
 	}
-	if w.DType.Quantized() {
-		b.matMulDequant(dst, x, w)
-		return
-	}
 	ws := Weights{DType: w.DType, Rows: w.Rows(), Cols: k}
 	switch buf := w.Buf.(type) {
 	case []byte:
@@ -169,23 +164,6 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 }
 
 // broadcast applies op to a and b, repeating b's single row when it has one.
-// matMulDequant is the generic product with quantized weights: each
-// weight row is dequantized and dotted with every activation row.
-func (b *Backend) matMulDequant(dst, x, w *compute.Tensor) {
-	n, k, m := x.Rows(), x.Cols(), w.Rows()
-	xs, d := f32(x), f32(dst)
-	if cap(b.wrow) < k {
-		b.wrow = make([]float32, k)
-	}
-	wr := b.wrow[:k]
-	for j := range m {
-		row(wr, w, j)
-		for i := range n {
-			d[i*m+j] = Dot(xs[i*k:(i+1)*k], wr)
-		}
-	}
-}
-
 func broadcast(dst, a, bt *compute.Tensor, op func(x, y float32) float32) {
 	d, as, bs := f32(dst), f32(a), f32(bt)
 	if len(bs) == len(as) {

@@ -27,8 +27,9 @@ import (
 //go:generate go run gen_kernels.go
 
 // Weights is a row-major matrix of Rows×Cols elements stored as
-// little-endian DType values (compute.F32, compute.F16 or compute.BF16),
-// typically a tensor sliced out of a memory-mapped safetensors file with
+// little-endian DType values (compute.F32, compute.F16 or compute.BF16) or
+// as blocks of a quantized type (Cols a whole number of blocks), typically
+// a tensor sliced out of a memory-mapped safetensors or GGUF file with
 // shape [out_features, in_features]. Data need not be aligned.
 type Weights struct {
 	DType      compute.DType
@@ -47,21 +48,26 @@ func F32Weights(rows, cols int, data []float32) Weights {
 
 // Row returns the bytes of row i.
 func (w Weights) Row(i int) []byte {
-	rb := w.Cols * w.DType.Size()
+	rb, _ := w.DType.RowBytes(w.Cols)
 	return w.Data[i*rb : (i+1)*rb]
 }
 
 // check panics unless w is a well-formed matrix of a supported type.
 func (w Weights) check() {
-	switch w.DType {
-	case compute.F32, compute.F16, compute.BF16:
+	switch {
+	case w.DType == compute.F32, w.DType == compute.F16, w.DType == compute.BF16:
+	case w.DType.Quantized():
+		if w.Cols%w.DType.BlockSize() != 0 {
+			panic(fmt.Sprintf("cpu: %s weights of %d columns: not a whole number of %d-element blocks", w.DType, w.Cols, w.DType.BlockSize()))
+		}
 	default:
 		panic(fmt.Sprintf("cpu: weights of dtype %s not supported", w.DType))
 	}
 	if w.Rows < 0 || w.Cols < 0 {
 		panic(fmt.Sprintf("cpu: weights of shape [%d %d]", w.Rows, w.Cols))
 	}
-	if need := w.Rows * w.Cols * w.DType.Size(); len(w.Data) < need {
+	rb, _ := w.DType.RowBytes(w.Cols)
+	if need := w.Rows * rb; len(w.Data) < need {
 		panic(fmt.Sprintf("cpu: %s weights [%d %d] need %d bytes, have %d", w.DType, w.Rows, w.Cols, need, len(w.Data)))
 	}
 }

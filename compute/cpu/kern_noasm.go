@@ -8,3 +8,10 @@ func detectLevel() level { return levelGeneric }
 var asmKernels []kernelSet
 
 var extraKernels []kernelSet
+
+var asmQKernels []qkernelSet
+
+const (
+	hasVNNI = false
+	hasVBMI = false
+)

@@ -26,8 +26,10 @@ const packChunk = 16
 // weight tiles are reused across blocks of activation rows. Work is split
 // over the pool's threads; pool may be nil for a shared default pool.
 //
+// Block-quantized weights are multiplied as described in qmatmul.go.
+//
 // MatMul panics if a slice is shorter than the shapes require or the
-// weights are not F32, F16 or BF16.
+// weights are of a type it does not know.
 func MatMul(dst, x []float32, n int, w Weights, pool *Pool) {
 	w.check()
 	m, k := w.Rows, w.Cols
@@ -43,13 +45,17 @@ func MatMul(dst, x []float32, n int, w Weights, pool *Pool) {
 	}
 	s := pool.lock()
 	defer s.mu.Unlock()
+	if w.DType.Quantized() {
+		matMulQuant(s, dst, x, n, w)
+		return
+	}
 
 	ks := kernels[active][w.DType]
 	kpad := (k + 31) &^ 31
 	t := &s.mm
 	*t = matmulTask{
 		ks: ks, dst: dst, x: x, w: w.Data,
-		n: n, m: m, k: k, kpad: kpad,
+		n: n, m: m, k: k, kpad: kpad, ldd: m,
 		xp: s.scratch(n * kpad),
 	}
 	t.kmain = k
@@ -78,6 +84,7 @@ type matmulTask struct {
 	dst, x       []float32
 	w            []byte
 	n, m, k      int
+	ldd          int // dst row stride in elements (m, unless a slice of a wider product)
 	kpad         int
 	kmain        int       // leading elements of each row the kernels handle
 	xp           []float32 // x packed for the kernels, n rows of kpad
@@ -139,7 +146,7 @@ func (t *matmulTask) gemm(a *kargs, c int) {
 	j1 := min(j0+t.tileM, t.m)
 	es := ks.dtype.Size()
 	rb := t.k * es
-	m, kpad := t.m, t.kpad
+	m, kpad := t.ldd, t.kpad
 	*a = kargs{nt: R, nr: C, dt: ks.dtype}
 	for kb := 0; kb < t.k; kb += gemmKC {
 		a.k = min(gemmKC, t.kmain-kb)
@@ -186,7 +193,7 @@ func (t *matmulTask) gemm(a *kargs, c int) {
 	if t.kmain < t.k {
 		for i := t0; i < t1; i++ {
 			for j := j0; j < j1; j++ {
-				t.dst[i*m+j] += t.tail(i, j)
+				t.dst[i*t.ldd+j] += t.tail(i, j)
 			}
 		}
 	}

@@ -1,0 +1,184 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	"lem/compute"
+)
+
+// benchQuantTypes are the four main types, Q5_0 and Q5_K (the other
+// integer kernels), and Q3_K for the dequantizing path.
+var benchQuantTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K, compute.Q5_0, compute.Q5_K, compute.Q3_K}
+
+// BenchmarkQGEMV measures the decode matrix-vector product with quantized
+// weights at the shapes of a 1B model (hidden 2048, MLP 8192), in GB/s of
+// weights streamed; membw is the bandwidth baseline of the same run (as
+// BenchmarkMemBandwidth). The weights are windows of benchBuf used in turn,
+// so that the last-level cache cannot hold them; their random bytes make
+// valid blocks.
+func BenchmarkQGEMV(b *testing.B) {
+	buf := benchBuf()
+	for _, th := range benchThreads {
+		b.Run(fmt.Sprintf("membw/threads=%d", th), func(b *testing.B) {
+			pool := NewPool(th)
+			defer pool.Close()
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				StreamRead(buf, pool)
+			}
+		})
+	}
+	for _, sh := range []struct{ m, k int }{{2048, 8192}, {8192, 2048}} {
+		for _, dt := range benchQuantTypes {
+			for _, l := range levels()[1:] {
+				if dt == compute.Q3_K && l != detectLevel() {
+					continue
+				}
+				for _, th := range benchThreads {
+					b.Run(fmt.Sprintf("%dx%d/%s/%s/threads=%d", sh.m, sh.k, dt, l, th), func(b *testing.B) {
+						rb, _ := dt.RowBytes(sh.k)
+						size := sh.m * rb
+						var ws []Weights
+						for off := 0; off+size <= len(buf); off += size {
+							ws = append(ws, Weights{DType: dt, Rows: sh.m, Cols: sh.k, Data: buf[off : off+size]})
+						}
+						x := randVec(rand.New(rand.NewPCG(1, 1)), sh.k)
+						dst := make([]float32, sh.m)
+						pool := NewPool(th)
+						defer pool.Close()
+						defer setLevel(setLevel(l))
+						b.SetBytes(int64(size))
+						i := 0
+						for b.Loop() {
+							MatMul(dst, x, 1, ws[i%len(ws)], pool)
+							i++
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkQGEMM measures prefill with quantized weights: a 512-token
+// prompt through a 2048×2048 projection, in GFLOP/s; bf16 is the float
+// baseline of the same run (as BenchmarkGEMM).
+func BenchmarkQGEMM(b *testing.B) {
+	const n, m, k = 512, 2048, 2048
+	x := randVec(rand.New(rand.NewPCG(1, 1)), n*k)
+	dst := make([]float32, n*m)
+	run := func(name string, w Weights, l level, th int) {
+		b.Run(fmt.Sprintf("%s/%s/threads=%d", name, l, th), func(b *testing.B) {
+			pool := NewPool(th)
+			defer pool.Close()
+			defer setLevel(setLevel(l))
+			for b.Loop() {
+				MatMul(dst, x, n, w, pool)
+			}
+			b.ReportMetric(2*n*m*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	for _, th := range benchThreads {
+		run("bf16", Weights{DType: compute.BF16, Rows: m, Cols: k, Data: benchBuf()[:m*k*2]}, detectLevel(), th)
+	}
+	for _, dt := range benchQuantTypes {
+		rb, _ := dt.RowBytes(k)
+		w := Weights{DType: dt, Rows: m, Cols: k, Data: benchBuf()[:m*rb]}
+		for _, l := range levels()[1:] {
+			if dt == compute.Q3_K && l != detectLevel() {
+				continue
+			}
+			for _, th := range benchThreads {
+				run(dt.String(), w, l, th)
+			}
+		}
+	}
+}
+
+// BenchmarkQKernels compares other micro-kernel shapes, one thread: as
+// gemv at 2048×8192 (GB/s) and gemm at 512×2048×2048 (GFLOP/s).
+func BenchmarkQKernels(b *testing.B) {
+	var cands []qkernelSet
+	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {
+		for l := levelAVX2; l <= detectLevel(); l++ {
+			if ks := qkernels[l][dt]; ks != nil && ks.level == l {
+				cands = append(cands, *ks)
+			}
+		}
+	}
+	extraFrom := len(cands)
+	for _, ks := range qextraKernels {
+		if ks.level <= detectLevel() && (ks.level < levelAVX512 || hasVNNI) {
+			cands = append(cands, ks)
+		}
+	}
+	for i, ks := range cands {
+		// The extra kernels serve as both gemv and gemm: only one-row
+		// shapes can do the former.
+		if i < extraFrom || ks.gemmR == 1 {
+			benchQGEMVKernel(b, ks)
+		}
+		if ks.gemmR > 1 {
+			benchQGEMMKernel(b, ks)
+		}
+	}
+}
+
+func benchQGEMVKernel(b *testing.B, ks qkernelSet) {
+	dt := ks.dtype
+	b.Run(fmt.Sprintf("gemv/%s/%s", dt, funcName2(ks.gemv)), func(b *testing.B) {
+		const m, k = 2048, 8192
+		buf := benchBuf()
+		rb, _ := dt.RowBytes(k)
+		size := m * rb
+		var ws []Weights
+		for off := 0; off+size <= len(buf); off += size {
+			ws = append(ws, Weights{DType: dt, Rows: m, Cols: k, Data: buf[off : off+size]})
+		}
+		x := randVec(rand.New(rand.NewPCG(1, 1)), k)
+		dst := make([]float32, m)
+		pool := NewPool(1)
+		defer pool.Close()
+		defer setLevel(setLevel(ks.level))
+		saved := qkernels[ks.level][dt]
+		defer func() { qkernels[ks.level][dt] = saved }()
+		k2 := ks
+		k2.gemm, k2.gemmR, k2.gemmC = saved.gemm, saved.gemmR, saved.gemmC
+		qkernels[ks.level][dt] = &k2
+		b.SetBytes(int64(size))
+		i := 0
+		for b.Loop() {
+			MatMul(dst, x, 1, ws[i%len(ws)], pool)
+			i++
+		}
+	})
+}
+
+func benchQGEMMKernel(b *testing.B, ks qkernelSet) {
+	dt := ks.dtype
+	b.Run(fmt.Sprintf("gemm/%s/%s", dt, funcName2(ks.gemm)), func(b *testing.B) {
+		const n, m, k = 512, 2048, 2048
+		rb, _ := dt.RowBytes(k)
+		w := Weights{DType: dt, Rows: m, Cols: k, Data: benchBuf()[:m*rb]}
+		x := randVec(rand.New(rand.NewPCG(1, 1)), n*k)
+		dst := make([]float32, n*m)
+		pool := NewPool(1)
+		defer pool.Close()
+		defer setLevel(setLevel(ks.level))
+		defer swapQKernels(ks)()
+		for b.Loop() {
+			MatMul(dst, x, n, w, pool)
+		}
+		b.ReportMetric(2*n*m*k*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
+
+func funcName2(f func(*qargs)) string {
+	name := runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
+	return name[strings.LastIndexByte(name, '.')+1:]
+}
