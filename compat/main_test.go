@@ -15,12 +15,17 @@ import (
 	"lem/engine"
 	"lem/internal/fixtures"
 	"lem/server"
+	"lem/tiny"
 )
 
 var (
 	modelOnce sync.Once
 	model     *engine.Model
 	modelErr  error
+
+	tinyOnce sync.Once
+	tinyM    *engine.Model
+	tinyErr  error
 )
 
 // chatModel loads the chat-model fixture once.
@@ -34,11 +39,40 @@ func chatModel(t *testing.T) *engine.Model {
 	return model
 }
 
+// tinyModel loads lem-tiny, the model built into lem, once. Its weights and
+// tokenizer are the chat-model fixture's, byte for byte, under lem's own
+// chat template. The other tests keep serving the fixture directory as
+// "chat-model": the server's Ollama listing takes a model's size from its
+// files on disk, which lem-tiny has none of (it lists with size 0, and
+// TestOllamaModels wants a size).
+func tinyModel(t *testing.T) *engine.Model {
+	t.Helper()
+	tinyOnce.Do(func() { tinyM, tinyErr = engine.OpenTiny(engine.Options{}) })
+	if tinyErr != nil {
+		t.Fatal(tinyErr)
+	}
+	return tinyM
+}
+
 // startServer runs the real server, serving the chat model as "chat-model",
 // on a loopback port until the test ends. It returns the base URL.
 func startServer(t *testing.T, cfg server.Config) (string, *server.Server) {
 	t.Helper()
-	m, err := server.NewModel("chat-model", chatModel(t), server.ModelOptions{})
+	return serve(t, cfg, "chat-model", chatModel(t))
+}
+
+// startTinyServer runs the real server serving lem-tiny as tiny.Name, as
+// `lem serve` with no model does.
+func startTinyServer(t *testing.T, cfg server.Config) (string, *server.Server) {
+	t.Helper()
+	return serve(t, cfg, tiny.Name, tinyModel(t))
+}
+
+// serve runs the real server, serving eng as id, on a loopback port until
+// the test ends. It returns the base URL.
+func serve(t *testing.T, cfg server.Config, id string, eng *engine.Model) (string, *server.Server) {
+	t.Helper()
+	m, err := server.NewModel(id, eng, server.ModelOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ var extraKernels []kernelSet
 
 var asmQKernels []qkernelSet
 
+var qextraKernels []qkernelSet
+
 const (
 	hasVNNI = false
 	hasVBMI = false
