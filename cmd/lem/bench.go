@@ -20,6 +20,7 @@ import (
 
 	"lem/compute/cpu"
 	"lem/engine"
+	"lem/gguf"
 	"lem/safetensors"
 	"lem/synth"
 )
@@ -150,7 +151,9 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	if n := max(o.prompt, o.gen+1); n > m.ContextLength() {
 		return nil, fmt.Errorf("%d positions exceed the model's context of %d", n, m.ContextLength())
 	}
-	hasHead := slices.ContainsFunc(stored, func(t synth.StoredTensor) bool { return t.Name == "lm_head.weight" })
+	hasHead := slices.ContainsFunc(stored, func(t synth.StoredTensor) bool {
+		return t.Name == "lm_head.weight" || t.Name == "output.weight"
+	})
 	rep.ModelType = cfg.ModelType
 	for _, t := range stored {
 		rep.SizeBytes += t.Bytes
@@ -274,28 +277,45 @@ func peakRSS() int64 {
 	return 0
 }
 
-// storedTensors lists the weights of the model directory at path, and
-// names the storage type holding most of their bytes.
+// storedTensors lists the weights of the model at path (a Hugging Face
+// directory or a GGUF file), and names the storage type holding most of
+// their bytes.
 func storedTensors(path string) ([]synth.StoredTensor, string, error) {
-	d, err := safetensors.OpenDir(path)
-	if err != nil {
-		return nil, "", err
-	}
-	defer d.Close()
 	var out []synth.StoredTensor
-	byType := map[safetensors.DType]int64{}
-	for _, name := range d.Names() {
-		t, _ := d.Tensor(name)
-		out = append(out, synth.StoredTensor{Name: name, Shape: slices.Clone(t.Shape), Bytes: int64(len(t.Data))})
-		byType[t.DType] += int64(len(t.Data))
+	byType := map[string]int64{}
+	if isGGUF(path) {
+		f, err := gguf.Open(path)
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.Close()
+		for _, t := range f.Tensors {
+			shape := make([]int, len(t.Dims))
+			for i, d := range t.Dims {
+				shape[len(t.Dims)-1-i] = int(d)
+			}
+			out = append(out, synth.StoredTensor{Name: t.Name, Shape: shape, Bytes: t.Size()})
+			byType[t.Type.String()] += t.Size()
+		}
+	} else {
+		d, err := safetensors.OpenDir(path)
+		if err != nil {
+			return nil, "", err
+		}
+		defer d.Close()
+		for _, name := range d.Names() {
+			t, _ := d.Tensor(name)
+			out = append(out, synth.StoredTensor{Name: name, Shape: slices.Clone(t.Shape), Bytes: int64(len(t.Data))})
+			byType[string(t.DType)] += int64(len(t.Data))
+		}
 	}
-	var top safetensors.DType
+	var top string
 	for dt, n := range byType {
 		if n > byType[top] || n == byType[top] && dt < top {
 			top = dt
 		}
 	}
-	return out, string(top), nil
+	return out, top, nil
 }
 
 func elements(shape []int) int64 {

@@ -118,3 +118,22 @@ func TestBenchCmdErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestBenchCmdGGUF(t *testing.T) {
+	dir := synthTiny(t)
+	path := filepath.Join(t.TempDir(), "tiny-q8_0.gguf")
+	if out, err := execLem(t, "quant", dir, "--gguf", "q8_0", "-o", path); err != nil {
+		t.Fatalf("quant: %v\n%s", err, out)
+	}
+	out, err := execLem(t, "bench", path, "-p", "16", "-n", "8", "-r", "1", "--threads", "2", "--mem-buffer", "64", "--json")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if !strings.Contains(rep.Label, "Q8_0") || rep.WeightBytesPerToken <= 0 || len(rep.Tests) != 2 || rep.Tests[1].AvgTS <= 0 {
+		t.Errorf("bench of a GGUF file: %+v", rep)
+	}
+}
