@@ -1,71 +1,17 @@
 package engine
 
 import (
-	"encoding/json"
-	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"lem/compute"
 	"lem/compute/cpu"
+	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
-	"lem/safetensors"
 )
 
-// denseFixtures are the architectures of ../shared/fixtures/archs that the
-// dense decoder covers.
-var denseFixtures = []string{
-	"llama", "llama3-rope", "mistral", "qwen2", "qwen2-yarn", "qwen3",
-	"phi3", "gemma2", "gemma3_text",
-}
-
-type archReference struct {
-	InputIDs     []int32 `json:"input_ids"`
-	GreedyPrompt []int32 `json:"greedy_prompt"`
-	GreedyIDs    []int32 `json:"greedy_ids"`
-}
-
-func loadReference(t *testing.T, dir string) (archReference, []float32) {
-	t.Helper()
-	var ref archReference
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Open(filepath.Join(dir, "reference.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	lt, ok := f.Tensor("logits")
-	if !ok {
-		t.Fatal("reference.safetensors has no logits")
-	}
-	logits, err := lt.Float32s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref, logits
-}
-
-// maxDiff returns the largest absolute difference between got and want.
-func maxDiff(got, want []float32) float64 {
-	var d float64
-	for i := range got {
-		d = max(d, math.Abs(float64(got[i])-float64(want[i])))
-	}
-	return d
-}
-
-const logitTolerance = 1e-3
-
 func TestDenseConformance(t *testing.T) {
-	for _, name := range denseFixtures {
+	for _, name := range archref.Dense {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
 			testArch(t, dir)
@@ -86,8 +32,7 @@ func testArchOn(t *testing.T, dir string, b compute.Backend) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	ref, want := loadReference(t, dir)
-	vocab := m.Config().VocabSize
+	ref := archref.Load(t, dir)
 
 	s := NewSession(m, b, 64)
 	all, err := s.AppendAll(ref.InputIDs)
@@ -96,11 +41,11 @@ func testArchOn(t *testing.T, dir string, b compute.Backend) {
 	}
 	var worst float64
 	for i, row := range all {
-		worst = max(worst, maxDiff(row, want[i*vocab:(i+1)*vocab]))
+		worst = max(worst, archref.MaxDiff(row, ref.Row(i)))
 	}
 	t.Logf("whole sequence: max |Δlogit| = %.2e", worst)
-	if worst > logitTolerance {
-		t.Errorf("whole sequence: max |Δlogit| = %.2e > %.0e", worst, logitTolerance)
+	if worst > archref.Tolerance {
+		t.Errorf("whole sequence: max |Δlogit| = %.2e > %.0e", worst, archref.Tolerance)
 	}
 
 	s = NewSession(m, b, 64)
@@ -110,11 +55,11 @@ func testArchOn(t *testing.T, dir string, b compute.Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		worst = max(worst, maxDiff(row, want[i*vocab:(i+1)*vocab]))
+		worst = max(worst, archref.MaxDiff(row, ref.Row(i)))
 	}
 	t.Logf("token by token: max |Δlogit| = %.2e", worst)
-	if worst > logitTolerance {
-		t.Errorf("token by token: max |Δlogit| = %.2e > %.0e", worst, logitTolerance)
+	if worst > archref.Tolerance {
+		t.Errorf("token by token: max |Δlogit| = %.2e > %.0e", worst, archref.Tolerance)
 	}
 
 	// Chunked prefill with a chunk smaller than the sliding window.
@@ -125,7 +70,7 @@ func testArchOn(t *testing.T, dir string, b compute.Backend) {
 		t.Fatal(err)
 	}
 	last := len(ref.InputIDs) - 1
-	if d := maxDiff(row, want[last*vocab:(last+1)*vocab]); d > logitTolerance {
+	if d := archref.MaxDiff(row, ref.Row(last)); d > archref.Tolerance {
 		t.Errorf("chunked prefill: last-row max |Δlogit| = %.2e", d)
 	}
 

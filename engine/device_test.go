@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"lem/compute/device"
+	"lem/internal/archref"
 	"lem/internal/fixtures"
 )
 
@@ -22,7 +23,7 @@ func TestConformanceOnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(desc)
-	for _, name := range denseFixtures {
+	for _, name := range archref.Dense {
 		t.Run(name, func(t *testing.T) { testArchOn(t, fixtures.Dir(t, "archs", name), b) })
 	}
 	t.Run("chat-model", func(t *testing.T) {

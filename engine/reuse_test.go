@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
 )
@@ -23,7 +24,7 @@ func TestReuse(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			ref, _ := loadReference(t, dir)
+			ref := archref.Load(t, dir)
 			first := ref.InputIDs[:30]
 			second := slices.Concat(ref.InputIDs[:25], []int32{7, 8, 9})
 
@@ -43,7 +44,7 @@ func TestReuse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d := maxDiff(got, want); d > 1e-5 {
+			if d := archref.MaxDiff(got, want); d > 1e-5 {
 				t.Errorf("reused prefix of %d: max |Δlogit| = %g", kept, d)
 			}
 			// gemma2's sliding layers hold 8 positions: rewinding 5 tokens

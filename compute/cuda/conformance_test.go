@@ -1,71 +1,14 @@
 package cuda
 
 import (
-	"encoding/json"
-	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"lem/compute"
 	"lem/engine"
+	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
-	"lem/safetensors"
 )
-
-// denseFixtures are the architectures of ../shared/fixtures/archs that the
-// dense decoder covers.
-var denseFixtures = []string{
-	"llama", "llama3-rope", "mistral", "qwen2", "qwen2-yarn", "qwen3",
-	"phi3", "gemma2", "gemma3_text",
-}
-
-const logitTolerance = 1e-3
-
-type archReference struct {
-	InputIDs     []int32 `json:"input_ids"`
-	GreedyPrompt []int32 `json:"greedy_prompt"`
-	GreedyIDs    []int32 `json:"greedy_ids"`
-}
-
-func loadReference(t *testing.T, dir string) (archReference, []float32) {
-	t.Helper()
-	var ref archReference
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Open(filepath.Join(dir, "reference.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	lt, ok := f.Tensor("logits")
-	if !ok {
-		t.Fatal("reference.safetensors has no logits")
-	}
-	logits, err := lt.Float32s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref, logits
-}
-
-func maxDiff(got, want []float32) float64 {
-	var d float64
-	for i := range got {
-		e := math.Abs(float64(got[i]) - float64(want[i]))
-		if math.IsNaN(e) {
-			return math.Inf(1)
-		}
-		d = max(d, e)
-	}
-	return d
-}
 
 func argmax(v []float32) int32 {
 	best := 0
@@ -82,7 +25,7 @@ func argmax(v []float32) int32 {
 // chunks of 3, token by token through a captured CUDA graph, and greedy ids.
 func TestDenseConformance(t *testing.T) {
 	b := openGPU(t)
-	for _, name := range denseFixtures {
+	for _, name := range archref.Dense {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
 			m, err := model.OpenDir(dir, b)
@@ -90,14 +33,15 @@ func TestDenseConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			ref, want := loadReference(t, dir)
+			ref := archref.Load(t, dir)
+			want := ref.Logits
 			vocab := m.Config().VocabSize
 			row := func(i int) []float32 { return want[i*vocab : (i+1)*vocab] }
 			check := func(what string, worst float64) {
 				t.Helper()
 				t.Logf("%s: max |Δlogit| = %.2e", what, worst)
-				if worst > logitTolerance {
-					t.Errorf("%s: max |Δlogit| = %.2e > %.0e", what, worst, logitTolerance)
+				if worst > archref.Tolerance {
+					t.Errorf("%s: max |Δlogit| = %.2e > %.0e", what, worst, archref.Tolerance)
 				}
 			}
 
@@ -108,7 +52,7 @@ func TestDenseConformance(t *testing.T) {
 			}
 			var worst float64
 			for i, r := range all {
-				worst = max(worst, maxDiff(r, row(i)))
+				worst = max(worst, archref.MaxDiff(r, row(i)))
 			}
 			check("whole sequence", worst)
 
@@ -119,7 +63,7 @@ func TestDenseConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				worst = max(worst, maxDiff(r, row(i)))
+				worst = max(worst, archref.MaxDiff(r, row(i)))
 			}
 			check("token by token", worst)
 
@@ -129,7 +73,7 @@ func TestDenseConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			check("chunked prefill (last row)", maxDiff(r, row(len(ref.InputIDs)-1)))
+			check("chunked prefill (last row)", archref.MaxDiff(r, row(len(ref.InputIDs)-1)))
 
 			check("token by token, CUDA graph", graphDecode(t, b, m, ref.InputIDs, want, vocab))
 
@@ -187,7 +131,7 @@ func graphDecode(t *testing.T, b *Backend, m model.Model, ids []int32, want []fl
 			g.Launch()
 		}
 		b.Read(host, logits)
-		worst = max(worst, maxDiff(host, want[i*vocab:(i+1)*vocab]))
+		worst = max(worst, archref.MaxDiff(host, want[i*vocab:(i+1)*vocab]))
 	}
 	return worst
 }

@@ -1,9 +1,7 @@
 package convert
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -11,49 +9,10 @@ import (
 	"lem/compute/cpu"
 	"lem/engine"
 	"lem/gguf"
+	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
-	"lem/safetensors"
 )
-
-// denseFixtures are the architectures of ../shared/fixtures/archs that GGUF
-// files hold.
-var denseFixtures = []string{
-	"llama", "llama3-rope", "mistral", "qwen2", "qwen2-yarn", "qwen3",
-	"phi3", "gemma2", "gemma3_text",
-}
-
-type archReference struct {
-	InputIDs     []int32 `json:"input_ids"`
-	GreedyPrompt []int32 `json:"greedy_prompt"`
-	GreedyIDs    []int32 `json:"greedy_ids"`
-}
-
-func loadReference(t *testing.T, dir string) (archReference, []float32) {
-	t.Helper()
-	var ref archReference
-	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &ref); err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Open(filepath.Join(dir, "reference.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	lt, ok := f.Tensor("logits")
-	if !ok {
-		t.Fatal("reference.safetensors has no logits")
-	}
-	logits, err := lt.Float32s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ref, logits
-}
 
 // runLogits feeds the 40 reference tokens at once and returns every row.
 func runLogits(t *testing.T, m model.Model, b compute.Backend, ids []int32) [][]float32 {
@@ -68,7 +27,7 @@ func runLogits(t *testing.T, m model.Model, b compute.Backend, ids []int32) [][]
 
 // greedy decodes len(ref.GreedyIDs) tokens after the prompt, one at a time
 // through the cache, and returns the ids and each step's logits.
-func greedy(t *testing.T, m model.Model, b compute.Backend, ref archReference) ([]int32, [][]float32) {
+func greedy(t *testing.T, m model.Model, b compute.Backend, ref *archref.Reference) ([]int32, [][]float32) {
 	t.Helper()
 	s := engine.NewSession(m, b, 64)
 	logits, err := s.Append(ref.GreedyPrompt)
@@ -98,17 +57,9 @@ func argmax(x []float32) int32 {
 	return int32(best)
 }
 
-func maxDiff(a, b []float32) float64 {
-	var d float64
-	for i := range a {
-		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return d
-}
-
 // forcedAgreement feeds the reference greedy run (prompt and continuation)
 // and counts the steps whose top-1 token is the reference's next token.
-func forcedAgreement(t *testing.T, m model.Model, b compute.Backend, ref archReference) int {
+func forcedAgreement(t *testing.T, m model.Model, b compute.Backend, ref *archref.Reference) int {
 	t.Helper()
 	seq := append(append([]int32{}, ref.GreedyPrompt...), ref.GreedyIDs...)
 	rows := runLogits(t, m, b, seq)
@@ -148,10 +99,11 @@ func TestGGUFConformance(t *testing.T) {
 		totals[tc.typ] = &tally{}
 	}
 	b := cpu.New(0)
-	for _, name := range denseFixtures {
+	for _, name := range archref.Dense {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
-			ref, want := loadReference(t, dir)
+			ref := archref.Load(t, dir)
+			want := ref.Logits
 			st, err := model.OpenDir(dir, b)
 			if err != nil {
 				t.Fatal(err)
@@ -161,7 +113,7 @@ func TestGGUFConformance(t *testing.T) {
 			base := runLogits(t, st, b, ref.InputIDs)
 			var refDiff, scale float64
 			for i, row := range base {
-				refDiff = max(refDiff, maxDiff(row, want[i*vocab:(i+1)*vocab]))
+				refDiff = max(refDiff, archref.MaxDiff(row, want[i*vocab:(i+1)*vocab]))
 				for _, v := range row {
 					scale = max(scale, math.Abs(float64(v)))
 				}
@@ -182,8 +134,8 @@ func TestGGUFConformance(t *testing.T) {
 					got := runLogits(t, m, b, ref.InputIDs)
 					var worst, worstRef float64
 					for i := range got {
-						worst = max(worst, maxDiff(got[i], base[i]))
-						worstRef = max(worstRef, maxDiff(got[i], want[i*vocab:(i+1)*vocab]))
+						worst = max(worst, archref.MaxDiff(got[i], base[i]))
+						worstRef = max(worstRef, archref.MaxDiff(got[i], want[i*vocab:(i+1)*vocab]))
 					}
 					agree := forcedAgreement(t, m, b, ref)
 					totals[tc.typ].agree += agree

@@ -12,6 +12,7 @@ import (
 
 	"lem/compute"
 	"lem/compute/cpu"
+	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
 	"lem/quant"
@@ -124,10 +125,10 @@ func (s *mlxSource) Lookup(name string) (model.Stored, bool) {
 func TestMLXConformance(t *testing.T) {
 	b := cpu.New(0)
 	agreeAll, stepsAll := 0, 0
-	for _, name := range denseFixtures {
+	for _, name := range archref.Dense {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
-			ref, _ := loadReference(t, dir)
+			ref := archref.Load(t, dir)
 			st, err := model.OpenDir(dir, b)
 			if err != nil {
 				t.Fatal(err)
@@ -169,7 +170,7 @@ func TestMLXConformance(t *testing.T) {
 			got := runLogits(t, m, b, ref.InputIDs)
 			var worst float64
 			for i := range got {
-				worst = max(worst, maxDiff(got[i], base[i]))
+				worst = max(worst, archref.MaxDiff(got[i], base[i]))
 			}
 			agree := forcedAgreement(t, m, b, ref)
 			agreeAll += agree
