@@ -79,6 +79,9 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 	for lo := 0; lo < len(tokens); lo += s.chunk {
 		hi := min(lo+s.chunk, len(tokens))
 		s.forward(tokens[lo:hi], s.logits)
+		if r, ok := s.st.(model.Recurrent); ok && len(tokens) > 1 {
+			r.Checkpoint(len(s.tokens))
+		}
 	}
 	s.b.Read(s.host, s.logits)
 	if err := s.err(); err != nil {
@@ -187,20 +190,30 @@ func (s *Session) Close() error {
 }
 
 // Reset forgets every position; the caches are reused.
-func (s *Session) Reset() { s.tokens = s.tokens[:0] }
+func (s *Session) Reset() {
+	s.tokens = s.tokens[:0]
+	if r, ok := s.st.(model.Recurrent); ok {
+		r.Restore(0)
+	}
+}
 
 // Reuse prepares the session for a new prompt: it keeps the longest common
 // prefix of the session's tokens and prompt that the state can rewind to
 // (always leaving at least one prompt token to run, so that there are
 // logits to sample from), and returns the number of tokens kept. The caller
-// appends prompt[kept:].
+// appends prompt[kept:]. A state with recurrent parts rewinds to its
+// nearest checkpoint at or before the common prefix.
 func (s *Session) Reuse(prompt []int32) int {
 	n := 0
 	for n < len(s.tokens) && n < len(prompt)-1 && s.tokens[n] == prompt[n] {
 		n++
 	}
-	if n < len(s.tokens) && !s.st.CanRewind(n, len(s.tokens)) {
-		n = 0
+	if n < len(s.tokens) {
+		if r, ok := s.st.(model.Recurrent); ok {
+			n = r.Restore(n)
+		} else if !s.st.CanRewind(n, len(s.tokens)) {
+			n = 0
+		}
 	}
 	s.tokens = s.tokens[:n]
 	return n

@@ -48,6 +48,22 @@ type State interface {
 	CanRewind(n, length int) bool
 }
 
+// Recurrent is implemented by states with recurrent parts (a delta-rule or
+// SSM state, the window of a short convolution): they fold each position in
+// and cannot drop it again, so they cannot rewind position by position.
+// Instead the engine records checkpoints at prefill chunk boundaries and
+// rewinds to the nearest one. CanRewind is not consulted for such states.
+type Recurrent interface {
+	// Checkpoint records the state as it is after length positions. A
+	// state keeps a bounded number of recent checkpoints.
+	Checkpoint(length int)
+	// Restore returns the state to the latest checkpoint at or before n
+	// that every layer can continue from (attention rings included),
+	// drops later checkpoints, and returns its length. 0 means the initial
+	// state: recurrent parts zeroed.
+	Restore(n int) int
+}
+
 // LoadFunc builds a model of one architecture from its config and tensors.
 type LoadFunc func(cfg *Config, src Source, b compute.Backend) (Model, error)
 
