@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -21,6 +20,7 @@ import (
 	"lem/compute/cpu"
 	"lem/engine"
 	"lem/gguf"
+	"lem/internal/mmap"
 	"lem/safetensors"
 	"lem/synth"
 )
@@ -251,7 +251,11 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	rep.PeakRSSBytes = peakRSS()
 	// The bandwidth baseline runs last so that its buffer stays out of the
 	// resident-set figure.
-	rep.MemBandwidthGBs = memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+	bw, err := memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+	if err != nil {
+		return nil, err
+	}
+	rep.MemBandwidthGBs = bw
 	for i := range rep.Tests {
 		if t := &rep.Tests[i]; t.NGen > 0 && rep.MemBandwidthGBs > 0 {
 			t.BandwidthPct = 100 * t.WeightGBs / rep.MemBandwidthGBs
@@ -328,9 +332,15 @@ func elements(shape []int) int64 {
 
 // memBandwidth measures the streaming-read bandwidth over a buffer of size
 // bytes with the given threads: the best of several passes, in 10^9 bytes
-// per second.
-func memBandwidth(size, threads int) float64 {
-	buf := make([]byte, size)
+// per second. The buffer lives in huge-page memory when the kernel allows,
+// so that the baseline is the fastest the machine reads, whichever way the
+// weights were loaded.
+func memBandwidth(size, threads int) (float64, error) {
+	buf, err := mmap.Anon(size)
+	if err != nil {
+		return 0, fmt.Errorf("memory bandwidth baseline: %w", err)
+	}
+	defer mmap.Free(buf)
 	for i := 0; i < len(buf); i += 4096 {
 		buf[i] = byte(i>>12) | 1 // back every page with memory
 	}
@@ -345,9 +355,7 @@ func memBandwidth(size, threads int) float64 {
 			best = max(best, float64(size)/s/1e9)
 		}
 	}
-	buf = nil
-	debug.FreeOSMemory()
-	return best
+	return best, nil
 }
 
 // meanStddev returns the mean and the sample standard deviation (0 for one

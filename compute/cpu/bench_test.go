@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"lem/compute"
+	"lem/internal/mmap"
 )
 
 // benchBuf is 256 MiB of random, finite 16-bit floats (bf16 or f16 bit
@@ -18,7 +19,10 @@ import (
 // windows of it, used in turn so that no two consecutive calls read the
 // same bytes and the 32 MiB last-level cache cannot hold what is read.
 var benchBuf = sync.OnceValue(func() []byte {
-	buf := make([]byte, 256<<20)
+	buf, err := mmap.Anon(256 << 20) // huge pages, as weights read with --no-mmap
+	if err != nil {
+		panic(err)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < len(buf); i += 8 {
 		r := rng.Uint64()

@@ -56,15 +56,30 @@ func (m *File) Close() error {
 	return err
 }
 
+// Anon returns size bytes of zeroed anonymous memory backed by transparent
+// huge pages where the kernel allows (the memory readAnon loads weights
+// into), for buffers that must stream like weights do, such as the
+// bandwidth baselines of benchmarks. Release it with Free.
+func Anon(size int) ([]byte, error) {
+	data, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("anonymous memory of %d bytes: %w", size, err)
+	}
+	_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
+	return data, nil
+}
+
+// Free releases memory from Anon.
+func Free(data []byte) error { return unix.Munmap(data) }
+
 // readAnon reads the file into anonymous memory backed by transparent huge
 // pages where the kernel allows, instead of mapping it: weights then stream
 // through 2 MiB pages, which hardware prefetchers cross without stopping.
 func readAnon(f *os.File, name string, size int) (*File, error) {
-	data, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	data, err := Anon(size)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	_ = unix.Madvise(data, unix.MADV_HUGEPAGE)
 	if _, err := io.ReadFull(f, data); err != nil {
 		unix.Munmap(data)
 		return nil, fmt.Errorf("read %s: %w", name, err)
