@@ -54,6 +54,20 @@ type Config struct {
 	NumKeyValueHeads      int // defaults to NumAttentionHeads
 	HeadDim               int // defaults to HiddenSize / NumAttentionHeads
 	MaxPositionEmbeddings int
+	// GlobalHeadDim is the head size of full-attention layers when it
+	// differs from HeadDim (Gemma 4's global_head_dim); 0 when absent. Use
+	// HeadDimFor.
+	GlobalHeadDim int
+
+	// Per-layer input embeddings (Gemma 3n, Gemma 4): a second token
+	// embedding of NumHiddenLayers × HiddenSizePerLayerInput values, one
+	// slice fed to each layer. 0 when the model has none.
+	HiddenSizePerLayerInput int
+	VocabSizePerLayerInput  int // defaults to VocabSize
+	// NumKVSharedLayers is the number of trailing layers that compute no
+	// keys and values of their own but attend over those of an earlier
+	// layer (Gemma 3n, Gemma 4). Use KVSource.
+	NumKVSharedLayers int
 
 	RMSNormEps   float64 // rms_norm_eps, norm_eps or rms_norm_epsilon
 	LayerNormEps float64 // layer_norm_eps, layer_norm_epsilon or norm_epsilon
@@ -330,6 +344,10 @@ func (c *Config) read(f *fields) error {
 	f.size("num_attention_heads", &c.NumAttentionHeads)
 	f.size("num_key_value_heads", &c.NumKeyValueHeads)
 	f.size("head_dim", &c.HeadDim)
+	f.size("global_head_dim", &c.GlobalHeadDim)
+	f.size("hidden_size_per_layer_input", &c.HiddenSizePerLayerInput)
+	f.size("vocab_size_per_layer_input", &c.VocabSizePerLayerInput)
+	f.size("num_kv_shared_layers", &c.NumKVSharedLayers)
 	if !f.size("max_position_embeddings", &c.MaxPositionEmbeddings) {
 		f.size("n_positions", &c.MaxPositionEmbeddings)
 	}
@@ -418,6 +436,12 @@ func (c *Config) read(f *fields) error {
 	if len(c.LayerTypes) != n {
 		return fmt.Errorf("key %q: %d entries for %d layers", f.prefix+"layer_types", len(c.LayerTypes), n)
 	}
+	if c.VocabSizePerLayerInput == 0 {
+		c.VocabSizePerLayerInput = c.VocabSize
+	}
+	if err := c.checkKVShared(f.prefix); err != nil {
+		return err
+	}
 	if c.NoRopeLayers == nil {
 		var interval int
 		if f.size("no_rope_layer_interval", &interval) && interval > 0 {
@@ -446,6 +470,24 @@ func (c *Config) read(f *fields) error {
 		return err
 	}
 	return f.err
+}
+
+// checkKVShared checks that every KV-shared layer has an earlier layer of
+// its type to read keys and values from.
+func (c *Config) checkKVShared(prefix string) error {
+	n, shared := c.NumHiddenLayers, c.NumKVSharedLayers
+	if shared == 0 {
+		return nil
+	}
+	if shared >= n {
+		return fmt.Errorf("key %q: %d shared layers leave none of the %d to compute keys and values", prefix+"num_kv_shared_layers", shared, n)
+	}
+	for i := n - shared; i < n; i++ {
+		if c.KVSource(i) < 0 {
+			return fmt.Errorf("key %q: layer %d (%s) has no earlier %s layer to share keys and values with", prefix+"num_kv_shared_layers", i, c.LayerType(i), c.LayerType(i))
+		}
+	}
+	return nil
 }
 
 // deriveLayerTypes builds layer_types for configs that predate it.
@@ -756,12 +798,32 @@ func (c *Config) LayerType(i int) string {
 }
 
 // HeadDimFor returns the attention head size of layer i, honouring
-// per_layer_config.
+// per_layer_config, then global_head_dim for full-attention layers.
 func (c *Config) HeadDimFor(i int) int {
 	if o, ok := c.perLayer[i]; ok && o.headDim > 0 {
 		return o.headDim
 	}
+	if c.GlobalHeadDim > 0 && c.LayerType(i) == FullAttention {
+		return c.GlobalHeadDim
+	}
 	return c.HeadDim
+}
+
+// KVSource returns the layer whose keys and values layer i attends over:
+// i itself, or, for the trailing NumKVSharedLayers layers, the last layer
+// of the same type before them (-1 when there is none, which ParseConfig
+// rejects).
+func (c *Config) KVSource(i int) int {
+	first := c.NumHiddenLayers - c.NumKVSharedLayers
+	if c.NumKVSharedLayers <= 0 || i < first {
+		return i
+	}
+	for j := first - 1; j >= 0; j-- {
+		if c.LayerType(j) == c.LayerType(i) {
+			return j
+		}
+	}
+	return -1
 }
 
 // KVHeadsFor returns the number of key/value heads of layer i, honouring

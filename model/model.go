@@ -147,3 +147,27 @@ func (l *loader) optionalVector(name string, n int) *compute.Tensor {
 	}
 	return l.vector(name, n)
 }
+
+// scalar reads a one-element tensor (a learned multiplier) as a float32.
+func (l *loader) scalar(name string) (float32, error) {
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		return 0, fmt.Errorf("tensor %s is missing", name)
+	}
+	if n := shapeLen(s.Shape); n != 1 {
+		return 0, fmt.Errorf("tensor %s has shape %v, want one value", name, s.Shape)
+	}
+	vals, err := toF32(s)
+	if err != nil {
+		return 0, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return vals[0], nil
+}
+
+func shapeLen(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
