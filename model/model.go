@@ -171,3 +171,33 @@ func shapeLen(shape []int) int {
 	}
 	return n
 }
+
+// clipped loads a small matrix widened to F32, its values clamped to
+// [-clip, clip] when clip is positive.
+func (l *loader) clipped(name string, clip float32, shape ...int) *compute.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("tensor %s is missing", name)
+		return nil
+	}
+	if !slices.Equal(s.Shape, shape) {
+		l.err = fmt.Errorf("tensor %s has shape %v, want %v", name, s.Shape, shape)
+		return nil
+	}
+	vals, err := toF32(s)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", name, err)
+		return nil
+	}
+	if clip > 0 {
+		for i, v := range vals {
+			vals[i] = min(max(v, -clip), clip)
+		}
+	}
+	t := l.b.Alloc(compute.F32, shape...)
+	l.b.Upload(t, vals)
+	return t
+}
