@@ -78,7 +78,13 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 	}
 	for lo := 0; lo < len(tokens); lo += s.chunk {
 		hi := min(lo+s.chunk, len(tokens))
-		s.forward(tokens[lo:hi], s.logits)
+		// Only the last chunk's logits are read; the model may skip
+		// work for the others.
+		var logits *compute.Tensor
+		if hi == len(tokens) {
+			logits = s.logits
+		}
+		s.forward(tokens[lo:hi], logits)
 	}
 	s.b.Read(s.host, s.logits)
 	if err := s.err(); err != nil {

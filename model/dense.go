@@ -149,6 +149,9 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 		m.mlp(l, s, h)
 		m.residual(x, s.o, l.postFFNorm)
 	}
+	if logits == nil {
+		return
+	}
 	out := x
 	if logits.Rows() == 1 && n > 1 {
 		out = b.View(x, n-1, n)

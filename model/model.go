@@ -33,6 +33,12 @@ type Model interface {
 	// state already holds). It writes logits for the last row into
 	// logits[1, vocab], or for every row into logits[n, vocab] when logits
 	// has n rows.
+	//
+	// logits may be nil when the caller reads no logits of this call (a
+	// prefill chunk that is not the last): the state is updated as
+	// always, and the model may skip work whose only product is this
+	// chunk's output, such as the output projection or layers that own no
+	// cache.
 	Forward(st State, ids, pos, logits *compute.Tensor)
 }
 
