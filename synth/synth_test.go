@@ -513,16 +513,8 @@ func TestSynthGemma4(t *testing.T) {
 	}
 	g.VocabSize, g.HiddenSize, g.IntermediateSize = 96, 32, 48
 	g.Heads, g.HeadDim, g.GlobalHeadDim, g.PerLayerInput = 2, 8, 16, 4
-	d, _ := ParseDType("f32")
 	dir := t.TempDir()
-	cfg, err := g.Config(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFile(dir, "config.json", cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := writeWeightsFile(filepath.Join(dir, "model.safetensors"), g, d, 3); err != nil {
+	if _, err := WriteGeometry(dir, g, Options{DType: "f32", Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	b := cpu.New(1)
