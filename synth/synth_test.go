@@ -511,7 +511,7 @@ func TestSynthGemma4(t *testing.T) {
 	if eff := float64(g.Params() - table); math.Abs(eff-2.3e9)/2.3e9 > 0.01 {
 		t.Errorf("parameters without the per-layer embedding table = %.4g, want 2.3e9 ± 1%%", eff)
 	}
-	g.VocabSize, g.HiddenSize, g.IntermediateSize = 96, 32, 48
+	g.VocabSize, g.HiddenSize, g.IntermediateSize = 320, 32, 48
 	g.Heads, g.HeadDim, g.GlobalHeadDim, g.PerLayerInput = 2, 8, 16, 4
 	dir := t.TempDir()
 	if _, err := WriteGeometry(dir, g, Options{DType: "f32", Seed: 3}); err != nil {
