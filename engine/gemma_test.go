@@ -13,9 +13,9 @@ import (
 )
 
 // gemmaNext are the fixtures of Gemma 3n and Gemma 4: per-layer inputs,
-// KV-shared layers, per-layer head sizes, proportional rope, AltUp, LAuReL
-// and activation sparsity.
-var gemmaNext = []string{"gemma3n_text", "gemma4_text", "gemma4_text-kvshared"}
+// KV-shared layers, per-layer head sizes, proportional rope, AltUp, LAuReL,
+// activation sparsity and Gemma 4's mixture-of-experts block.
+var gemmaNext = []string{"gemma3n_text", "gemma4_text", "gemma4_text-kvshared", "gemma4_text-moe"}
 
 func TestGemmaNextConformance(t *testing.T) {
 	for _, name := range gemmaNext {

@@ -16,6 +16,13 @@ import (
 //	z = y + RMSNorm(proj(gelu(gate_ple·y) ⊙ ple[layer]))
 //	out = z · layer_scalar
 //
+// With enable_moe_block the feed-forward part adds a mixture of experts
+// beside the MLP, routed on the block's input h (RMSNorm without weight, then
+// router.scale / √hidden), with top_k_experts of num_experts picked from the
+// softmax, renormalised and scaled per expert (see moeBlock):
+//
+//	y = h + RMSNorm(RMSNorm₁(MLP(RMSNorm(h))) + RMSNorm₂(MoE(RMSNorm'(h))))
+//
 // Embeddings are scaled by √hidden; ple is the per-layer embedding (see
 // perLayerEmbedding). Sliding-window layers use a default rope over heads of
 // head_dim; global layers may have wider heads (per_layer_config or
@@ -53,6 +60,11 @@ type gemma4Layer struct {
 	pleGate, pleProj, plePostNorm *compute.Tensor
 
 	scalar float32
+
+	// The mixture of experts beside the MLP, nil without one.
+	moe                                  *moeBlock
+	routerScale                          *compute.Tensor // [hidden]
+	postFF1Norm, preFF2Norm, postFF2Norm *compute.Tensor
 }
 
 func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
@@ -69,8 +81,6 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	switch {
 	case kEqV:
 		return fail(fmt.Errorf("config key %q: global layers whose values are their keys are not supported", "attention_k_eq_v"))
-	case moe:
-		return fail(fmt.Errorf("config key %q: the mixture-of-experts block is not supported", "enable_moe_block"))
 	case cfg.HiddenSizePerLayerInput > 0 && cfg.VocabSizePerLayerInput < cfg.VocabSize:
 		return fail(fmt.Errorf("config key %q: %d per-layer embeddings for a vocabulary of %d", "vocab_size_per_layer_input", cfg.VocabSizePerLayerInput, cfg.VocabSize))
 	}
@@ -91,6 +101,14 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	d := cfg.HiddenSizePerLayerInput
 	if d > 0 {
 		m.ple = loadPerLayerEmbedding(l, cfg)
+	}
+	var experts *moeSpec
+	if moe {
+		experts = &moeSpec{
+			router: "router.proj", experts: "experts", layout: moeFused,
+			hidden: hid, numExperts: cfg.NumExperts, topK: cfg.NumExpertsPerTok,
+			order: compute.SoftmaxTopK, normalize: true, inter: cfg.MoEIntermediateSize, act: act,
+		}
 	}
 	ropes, ones := map[string]*compute.Rope{}, onesCache(b)
 	for i := range cfg.NumHiddenLayers {
@@ -114,6 +132,16 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 			ly.pleGate = l.weight(p+"per_layer_input_gate.weight", d, hid)
 			ly.pleProj = l.weight(p+"per_layer_projection.weight", hid, d)
 			ly.plePostNorm = l.vector(p+"post_per_layer_input_norm.weight", hid)
+		}
+		if experts != nil {
+			ly.moe = l.moe(p, experts)
+			if ly.moe != nil {
+				ly.moe.routing.ExpertScale = l.vector(p+"router.per_expert_scale", cfg.NumExperts)
+			}
+			ly.routerScale = l.vector(p+"router.scale", hid)
+			ly.postFF1Norm = l.vector(p+"post_feedforward_layernorm_1.weight", hid)
+			ly.preFF2Norm = l.vector(p+"pre_feedforward_layernorm_2.weight", hid)
+			ly.postFF2Norm = l.vector(p+"post_feedforward_layernorm_2.weight", hid)
 		}
 		if l.has(p + "layer_scalar") {
 			if ly.scalar, err = l.scalar(p + "layer_scalar"); err != nil {
@@ -184,6 +212,19 @@ func (m *gemma4) layer(i int, st *kvState, s *scratch, x, ple, pos *compute.Tens
 	b.MatMul(u, h, l.up)
 	b.GLU(g, g, u, m.act)
 	b.MatMul(o, g, l.down)
+	if l.moe != nil {
+		b.RMSNorm(o, o, l.postFF1Norm, eps, 0)
+		rx, e := s.get("router in", hid), s.get("experts", hid)
+		b.RMSNorm(rx, x, l.routerScale, eps, 0)
+		b.Scale(rx, rx, 1/sqrt32(hid))
+		b.RMSNorm(h, x, l.preFF2Norm, eps, 0)
+		if s.moe == nil {
+			s.moe = newMoEScratch(b, s.n, l.moe)
+		}
+		l.moe.forward(e, h, rx, s.moe)
+		b.RMSNorm(e, e, l.postFF2Norm, eps, 0)
+		b.Add(o, o, e)
+	}
 	b.RMSNorm(o, o, l.postFFNorm, eps, 0)
 	b.Add(x, x, o)
 

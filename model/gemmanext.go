@@ -193,6 +193,7 @@ type scratch struct {
 	b    compute.Backend
 	n    int
 	bufs map[scratchKey]*compute.Tensor
+	moe  *moeScratch // routing of mixture-of-experts blocks, made on first use
 }
 
 type scratchKey struct {
