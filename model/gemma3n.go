@@ -196,10 +196,7 @@ func (m *gemma3n) Forward(state State, ids, pos, logits *compute.Tensor) {
 	s := st.scratchFor(b, ids.Len())
 	// xs are the streams; ps receive each layer's predictions, corrected
 	// in place, and become the next layer's streams.
-	xs, ps := make([]*compute.Tensor, m.k), make([]*compute.Tensor, m.k)
-	for j := range m.k {
-		xs[j], ps[j] = s.layer("stream", j, hid), s.layer("prediction", j, hid)
-	}
+	xs, ps := s.set("streams", m.k, hid), s.set("predictions", m.k, hid)
 	x0 := xs[0]
 	b.Embed(x0, m.embed, ids)
 	b.Scale(x0, x0, m.embedScale)

@@ -194,6 +194,7 @@ type scratch struct {
 	n    int
 	bufs map[scratchKey]*compute.Tensor
 	moe  *moeScratch // routing of mixture-of-experts blocks, made on first use
+	sets map[string][]*compute.Tensor
 }
 
 type scratchKey struct {
@@ -218,6 +219,22 @@ func (s *scratch) get(name string, cols int) *compute.Tensor {
 // layer returns layer i's own buffer [n, cols] called name.
 func (s *scratch) layer(name string, i, cols int) *compute.Tensor {
 	return s.buf(scratchKey{name: name, layer: i, rows: s.n, cols: cols})
+}
+
+// set returns k buffers [n, cols] called name.
+func (s *scratch) set(name string, k, cols int) []*compute.Tensor {
+	if ts, ok := s.sets[name]; ok {
+		return ts
+	}
+	ts := make([]*compute.Tensor, k)
+	for j := range ts {
+		ts[j] = s.layer(name, j, cols)
+	}
+	if s.sets == nil {
+		s.sets = map[string][]*compute.Tensor{}
+	}
+	s.sets[name] = ts
+	return ts
 }
 
 // row returns the buffer [1, cols] called name.
