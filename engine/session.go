@@ -78,7 +78,13 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 	}
 	for lo := 0; lo < len(tokens); lo += s.chunk {
 		hi := min(lo+s.chunk, len(tokens))
-		s.forward(tokens[lo:hi], s.logits)
+		// Only the last chunk's logits are read; the model may skip
+		// work for the others.
+		var logits *compute.Tensor
+		if hi == len(tokens) {
+			logits = s.logits
+		}
+		s.forward(tokens[lo:hi], logits)
 		if r, ok := s.st.(model.Recurrent); ok && len(tokens) > 1 {
 			r.Checkpoint(len(s.tokens))
 		}
@@ -156,12 +162,12 @@ func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
 // buffers); the second is captured; later ones replay it. The inputs are
 // the same tensors every step, so the graph reads the new id and position.
 func (s *Session) decode(ids, pos *compute.Tensor) {
-	run := func() { s.m.Forward(s.st, ids, pos, s.logits) }
 	gc, ok := s.b.(compute.GraphCapturer)
 	if !ok || s.graphFailed {
-		run()
+		s.m.Forward(s.st, ids, pos, s.logits)
 		return
 	}
+	run := func() { s.m.Forward(s.st, ids, pos, s.logits) }
 	s.decodeSteps++
 	if s.graph == nil && s.decodeSteps > 1 {
 		g, err := gc.Capture(run)

@@ -54,6 +54,20 @@ type Config struct {
 	NumKeyValueHeads      int // defaults to NumAttentionHeads
 	HeadDim               int // defaults to HiddenSize / NumAttentionHeads
 	MaxPositionEmbeddings int
+	// GlobalHeadDim is the head size of full-attention layers when it
+	// differs from HeadDim (Gemma 4's global_head_dim); 0 when absent. Use
+	// HeadDimFor.
+	GlobalHeadDim int
+
+	// Per-layer input embeddings (Gemma 3n, Gemma 4): a second token
+	// embedding of NumHiddenLayers × HiddenSizePerLayerInput values, one
+	// slice fed to each layer. 0 when the model has none.
+	HiddenSizePerLayerInput int
+	VocabSizePerLayerInput  int // defaults to VocabSize
+	// NumKVSharedLayers is the number of trailing layers that compute no
+	// keys and values of their own but attend over those of an earlier
+	// layer (Gemma 3n, Gemma 4). Use KVSource.
+	NumKVSharedLayers int
 
 	RMSNormEps   float64 // rms_norm_eps, norm_eps or rms_norm_epsilon
 	LayerNormEps float64 // layer_norm_eps, layer_norm_epsilon or norm_epsilon
@@ -107,8 +121,13 @@ type Config struct {
 	MoEIntermediateSize          int
 	SharedExpertIntermediateSize int
 	NormTopKProb                 bool
-	DecoderSparseStep            int
-	MLPOnlyLayers                []int
+	// DecoderSparseStep and MLPOnlyLayers say which layers are sparse
+	// (Qwen MoE): use SparseLayer.
+	DecoderSparseStep int
+	MLPOnlyLayers     []int
+	// SwiGLULimit clamps the gate and up projections of gpt-oss's experts
+	// (swiglu_limit; 7 when absent from a gpt_oss config).
+	SwiGLULimit float64
 
 	// RopeParams holds the rotary embedding parameters shared by all layers;
 	// RopeByLayerType those keyed by layer type when the config gives them
@@ -271,6 +290,7 @@ var familyDefaults = map[string]map[string]string{
 	"gemma2":       {"tie_word_embeddings": "true"},
 	"gemma3n_text": {"tie_word_embeddings": "true"},
 	"gemma4_text":  {"tie_word_embeddings": "true"},
+	"gpt_oss":      {"swiglu_limit": "7.0"},
 	"gemma3_text": {
 		"vocab_size":              "262208",
 		"hidden_size":             "2304",
@@ -330,6 +350,10 @@ func (c *Config) read(f *fields) error {
 	f.size("num_attention_heads", &c.NumAttentionHeads)
 	f.size("num_key_value_heads", &c.NumKeyValueHeads)
 	f.size("head_dim", &c.HeadDim)
+	f.size("global_head_dim", &c.GlobalHeadDim)
+	f.size("hidden_size_per_layer_input", &c.HiddenSizePerLayerInput)
+	f.size("vocab_size_per_layer_input", &c.VocabSizePerLayerInput)
+	f.size("num_kv_shared_layers", &c.NumKVSharedLayers)
 	if !f.size("max_position_embeddings", &c.MaxPositionEmbeddings) {
 		f.size("n_positions", &c.MaxPositionEmbeddings)
 	}
@@ -367,13 +391,14 @@ func (c *Config) read(f *fields) error {
 	f.ints("no_rope_layers", &c.NoRopeLayers)
 
 	_ = f.size("num_experts", &c.NumExperts) || f.size("num_local_experts", &c.NumExperts) || f.size("n_routed_experts", &c.NumExperts)
-	_ = f.size("num_experts_per_tok", &c.NumExpertsPerTok) || f.size("top_k_experts", &c.NumExpertsPerTok) || f.size("moe_topk", &c.NumExpertsPerTok)
+	_ = f.size("num_experts_per_tok", &c.NumExpertsPerTok) || f.size("top_k_experts", &c.NumExpertsPerTok) || f.size("moe_topk", &c.NumExpertsPerTok) || f.size("experts_per_token", &c.NumExpertsPerTok)
 	f.size("n_shared_experts", &c.NumSharedExperts)
 	f.size("moe_intermediate_size", &c.MoEIntermediateSize)
 	f.size("shared_expert_intermediate_size", &c.SharedExpertIntermediateSize)
 	f.boolean("norm_topk_prob", &c.NormTopKProb)
 	f.size("decoder_sparse_step", &c.DecoderSparseStep)
 	f.ints("mlp_only_layers", &c.MLPOnlyLayers)
+	f.float("swiglu_limit", &c.SwiGLULimit)
 	if f.err != nil {
 		return f.err
 	}
@@ -418,6 +443,12 @@ func (c *Config) read(f *fields) error {
 	if len(c.LayerTypes) != n {
 		return fmt.Errorf("key %q: %d entries for %d layers", f.prefix+"layer_types", len(c.LayerTypes), n)
 	}
+	if c.VocabSizePerLayerInput == 0 {
+		c.VocabSizePerLayerInput = c.VocabSize
+	}
+	if err := c.checkKVShared(f.prefix); err != nil {
+		return err
+	}
 	if c.NoRopeLayers == nil {
 		var interval int
 		if f.size("no_rope_layer_interval", &interval) && interval > 0 {
@@ -430,6 +461,12 @@ func (c *Config) read(f *fields) error {
 		}
 	} else if len(c.NoRopeLayers) != n {
 		return fmt.Errorf("key %q: %d entries for %d layers", f.prefix+"no_rope_layers", len(c.NoRopeLayers), n)
+	}
+	if c.NumExperts > 0 && c.NumExpertsPerTok > c.NumExperts {
+		return fmt.Errorf("key %q: %d experts per token of %d experts", f.prefix+"num_experts_per_tok", c.NumExpertsPerTok, c.NumExperts)
+	}
+	if c.SwiGLULimit < 0 || math.IsInf(c.SwiGLULimit, 0) {
+		return fmt.Errorf("key %q: %g is not a non-negative number", f.prefix+"swiglu_limit", c.SwiGLULimit)
 	}
 	for _, l := range c.MLPOnlyLayers {
 		if l < 0 || l >= n {
@@ -446,6 +483,24 @@ func (c *Config) read(f *fields) error {
 		return err
 	}
 	return f.err
+}
+
+// checkKVShared checks that every KV-shared layer has an earlier layer of
+// its type to read keys and values from.
+func (c *Config) checkKVShared(prefix string) error {
+	n, shared := c.NumHiddenLayers, c.NumKVSharedLayers
+	if shared == 0 {
+		return nil
+	}
+	if shared >= n {
+		return fmt.Errorf("key %q: %d shared layers leave none of the %d to compute keys and values", prefix+"num_kv_shared_layers", shared, n)
+	}
+	for i := n - shared; i < n; i++ {
+		if c.KVSource(i) < 0 {
+			return fmt.Errorf("key %q: layer %d (%s) has no earlier %s layer to share keys and values with", prefix+"num_kv_shared_layers", i, c.LayerType(i), c.LayerType(i))
+		}
+	}
+	return nil
 }
 
 // deriveLayerTypes builds layer_types for configs that predate it.
@@ -756,12 +811,32 @@ func (c *Config) LayerType(i int) string {
 }
 
 // HeadDimFor returns the attention head size of layer i, honouring
-// per_layer_config.
+// per_layer_config, then global_head_dim for full-attention layers.
 func (c *Config) HeadDimFor(i int) int {
 	if o, ok := c.perLayer[i]; ok && o.headDim > 0 {
 		return o.headDim
 	}
+	if c.GlobalHeadDim > 0 && c.LayerType(i) == FullAttention {
+		return c.GlobalHeadDim
+	}
 	return c.HeadDim
+}
+
+// KVSource returns the layer whose keys and values layer i attends over:
+// i itself, or, for the trailing NumKVSharedLayers layers, the last layer
+// of the same type before them (-1 when there is none, which ParseConfig
+// rejects).
+func (c *Config) KVSource(i int) int {
+	first := c.NumHiddenLayers - c.NumKVSharedLayers
+	if c.NumKVSharedLayers <= 0 || i < first {
+		return i
+	}
+	for j := first - 1; j >= 0; j-- {
+		if c.LayerType(j) == c.LayerType(i) {
+			return j
+		}
+	}
+	return -1
 }
 
 // KVHeadsFor returns the number of key/value heads of layer i, honouring
@@ -783,6 +858,18 @@ func (c *Config) IntermediateSizeFor(i int) int {
 		return c.IntermediateSizes[i]
 	}
 	return c.IntermediateSize
+}
+
+// SparseLayer reports whether layer i's feed-forward block is a mixture of
+// experts: the model has experts, the layer is not in mlp_only_layers, and
+// it is a multiple of decoder_sparse_step (counting from 1; a step of 0 or
+// 1 makes every layer sparse). Families with a switch of their own (Gemma
+// 4's enable_moe_block) check it as well.
+func (c *Config) SparseLayer(i int) bool {
+	if c.NumExperts == 0 || i < 0 || i >= c.NumHiddenLayers || slices.Contains(c.MLPOnlyLayers, i) {
+		return false
+	}
+	return c.DecoderSparseStep <= 1 || (i+1)%c.DecoderSparseStep == 0
 }
 
 // UsesRope reports whether layer i applies rotary embeddings (false only

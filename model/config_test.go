@@ -329,6 +329,33 @@ func TestFixtureExtras(t *testing.T) {
 		t.Errorf("LayerGet(0, head_dim) found an override")
 	}
 
+	for _, tt := range []struct {
+		name     string
+		perLayer int
+		shared   int
+		sources  []int
+		headDims []int
+	}{
+		{"gemma3n_text", 16, 2, []int{0, 1, 2, 3, 2, 3}, repeat6(16)},
+		{"gemma4_text", 16, 0, []int{0, 1, 2, 3, 4, 5}, []int{16, 16, 16, 32, 16, 32}},
+		{"gemma4_text-kvshared", 16, 2, []int{0, 1, 2, 3, 2, 3}, []int{16, 16, 16, 32, 16, 32}},
+	} {
+		c, err := LoadConfig(filepath.Join(root, tt.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sources, headDims []int
+		for i := range c.NumHiddenLayers {
+			sources = append(sources, c.KVSource(i))
+			headDims = append(headDims, c.HeadDimFor(i))
+		}
+		if c.HiddenSizePerLayerInput != tt.perLayer || c.VocabSizePerLayerInput != c.VocabSize || c.NumKVSharedLayers != tt.shared ||
+			!slices.Equal(sources, tt.sources) || !slices.Equal(headDims, tt.headDims) {
+			t.Errorf("%s: per-layer input %d × vocab %d, %d shared layers, KV sources %v, head dims %v; want %d, %d, %v, %v",
+				tt.name, c.HiddenSizePerLayerInput, c.VocabSizePerLayerInput, c.NumKVSharedLayers, sources, headDims, tt.perLayer, tt.shared, tt.sources, tt.headDims)
+		}
+	}
+
 	fh, err := LoadConfig(filepath.Join(root, "falcon_h1"))
 	if err != nil {
 		t.Fatal(err)
@@ -723,6 +750,29 @@ func TestFamilyExtras(t *testing.T) {
 			t.Errorf("per-layer: head %d/%d kv %d/%d ff %d/%d", c.HeadDimFor(0), c.HeadDimFor(1), c.KVHeadsFor(0), c.KVHeadsFor(1), c.IntermediateSizeFor(0), c.IntermediateSizeFor(1))
 		}
 	})
+	t.Run("global_head_dim and KV sharing", func(t *testing.T) {
+		c, err := ParseConfig([]byte(`{"vocab_size":10,"hidden_size":8,"num_hidden_layers":7,"num_attention_heads":2,"head_dim":4,
+			"global_head_dim":16,"num_kv_shared_layers":3,"hidden_size_per_layer_input":2,"vocab_size_per_layer_input":6,
+			"layer_types":["sliding_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","sliding_attention"],
+			"per_layer_config":{"3":{"head_dim":8}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var heads, sources []int
+		for i := range c.NumHiddenLayers {
+			heads = append(heads, c.HeadDimFor(i))
+			sources = append(sources, c.KVSource(i))
+		}
+		if want := []int{4, 4, 16, 8, 16, 4, 4}; !slices.Equal(heads, want) {
+			t.Errorf("head dims %v, want %v", heads, want)
+		}
+		if want := []int{0, 1, 2, 3, 2, 3, 3}; !slices.Equal(sources, want) {
+			t.Errorf("KV sources %v, want %v", sources, want)
+		}
+		if c.HiddenSizePerLayerInput != 2 || c.VocabSizePerLayerInput != 6 {
+			t.Errorf("per-layer input %d × %d", c.HiddenSizePerLayerInput, c.VocabSizePerLayerInput)
+		}
+	})
 	t.Run("integral floats and hidden_activation precedence", func(t *testing.T) {
 		c, err := ParseConfig([]byte(`{"vocab_size":1e1,"hidden_size":8.0,"num_hidden_layers":1,"hidden_act":"silu","hidden_activation":"gelu"}`))
 		if err != nil {
@@ -775,6 +825,12 @@ func TestConfigErrors(t *testing.T) {
 		{"model_type not a string", `{"model_type":5,` + base + `}`, `key "model_type": want a string`},
 		{"per_layer_config bad index", `{` + base + `,"per_layer_config":{"7":{"head_dim":4}}}`, `"7" is not a layer index in [0, 2)`},
 		{"per_layer_config bad value", `{` + base + `,"per_layer_config":{"1":{"head_dim":"x"}}}`, `key "per_layer_config.1.head_dim"`},
+		{"all layers KV-shared", `{` + base + `,"num_kv_shared_layers":2}`, `key "num_kv_shared_layers": 2 shared layers leave none of the 2`},
+		{"KV-shared layer without a source", `{` + base + `,"num_kv_shared_layers":1,"layer_types":["full_attention","sliding_attention"]}`,
+			`key "num_kv_shared_layers": layer 1 (sliding_attention) has no earlier sliding_attention layer`},
+		{"more experts per token than experts", `{` + base + `,"num_experts":4,"num_experts_per_tok":5}`, `key "num_experts_per_tok": 5 experts per token of 4 experts`},
+		{"negative swiglu_limit", `{` + base + `,"swiglu_limit":-1}`, `key "swiglu_limit": -1 is not a non-negative number`},
+		{"swiglu_limit as string", `{` + base + `,"swiglu_limit":"7"}`, `key "swiglu_limit": want a number`},
 		{"mlp_only_layers out of range", `{` + base + `,"mlp_only_layers":[5]}`, `key "mlp_only_layers": layer 5 out of range`},
 		{"no_rope_layers wrong length", `{` + base + `,"no_rope_layers":[1]}`, `key "no_rope_layers": 1 entries for 2 layers`},
 		{"quantization bits", `{` + base + `,"quantization":{"group_size":64,"bits":"4"}}`, `key "quantization.bits"`},
@@ -788,6 +844,48 @@ func TestConfigErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigMoE(t *testing.T) {
+	base := `"vocab_size":10,"hidden_size":8,"num_hidden_layers":4,"num_attention_heads":2`
+	tests := []struct {
+		name         string
+		json         string
+		experts, top int
+		limit        float64
+		sparse       []int // the layers SparseLayer reports
+	}{
+		{"dense", `{` + base + `}`, 0, 0, 0, nil},
+		{"dense with a stray top k", `{` + base + `,"num_experts_per_tok":2}`, 0, 2, 0, nil},
+		{"qwen3_moe every layer", `{"model_type":"qwen3_moe",` + base + `,"num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":1,"mlp_only_layers":[]}`, 8, 2, 0, []int{0, 1, 2, 3}},
+		{"num_local_experts, no step", `{` + base + `,"num_local_experts":8,"num_experts_per_tok":2}`, 8, 2, 0, []int{0, 1, 2, 3}},
+		{"sparse step 2", `{` + base + `,"num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":2}`, 8, 2, 0, []int{1, 3}},
+		{"step 0 means every layer", `{` + base + `,"num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":0}`, 8, 2, 0, []int{0, 1, 2, 3}},
+		{"mlp_only_layers", `{` + base + `,"num_experts":8,"num_experts_per_tok":2,"mlp_only_layers":[0,2]}`, 8, 2, 0, []int{1, 3}},
+		{"gpt_oss default limit", `{"model_type":"gpt_oss",` + base + `,"num_local_experts":4,"num_experts_per_tok":2}`, 4, 2, 7, []int{0, 1, 2, 3}},
+		{"gpt_oss given limit", `{"model_type":"gpt_oss",` + base + `,"num_local_experts":4,"num_experts_per_tok":2,"swiglu_limit":5.5}`, 4, 2, 5.5, []int{0, 1, 2, 3}},
+		{"openai experts_per_token", `{` + base + `,"num_experts":32,"experts_per_token":4,"swiglu_limit":7.0}`, 32, 4, 7, []int{0, 1, 2, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tt.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.NumExperts != tt.experts || c.NumExpertsPerTok != tt.top || c.SwiGLULimit != tt.limit {
+				t.Errorf("experts, top k, swiglu limit = %d, %d, %g, want %d, %d, %g", c.NumExperts, c.NumExpertsPerTok, c.SwiGLULimit, tt.experts, tt.top, tt.limit)
+			}
+			var sparse []int
+			for i := -1; i <= c.NumHiddenLayers; i++ {
+				if c.SparseLayer(i) {
+					sparse = append(sparse, i)
+				}
+			}
+			if !slices.Equal(sparse, tt.sparse) {
+				t.Errorf("sparse layers %v, want %v", sparse, tt.sparse)
 			}
 		})
 	}

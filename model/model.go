@@ -33,6 +33,12 @@ type Model interface {
 	// state already holds). It writes logits for the last row into
 	// logits[1, vocab], or for every row into logits[n, vocab] when logits
 	// has n rows.
+	//
+	// logits may be nil when the caller reads no logits of this call (a
+	// prefill chunk that is not the last): the state is updated as
+	// always, and the model may skip work whose only product is this
+	// chunk's output, such as the output projection or layers that own no
+	// cache.
 	Forward(st State, ids, pos, logits *compute.Tensor)
 }
 
@@ -162,4 +168,58 @@ func (l *loader) optionalVector(name string, n int) *compute.Tensor {
 		return nil
 	}
 	return l.vector(name, n)
+}
+
+// scalar reads a one-element tensor (a learned multiplier) as a float32.
+func (l *loader) scalar(name string) (float32, error) {
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		return 0, fmt.Errorf("tensor %s is missing", name)
+	}
+	if n := shapeLen(s.Shape); n != 1 {
+		return 0, fmt.Errorf("tensor %s has shape %v, want one value", name, s.Shape)
+	}
+	vals, err := toF32(s)
+	if err != nil {
+		return 0, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return vals[0], nil
+}
+
+func shapeLen(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// clipped loads a small matrix widened to F32, its values clamped to
+// [-clip, clip] when clip is positive.
+func (l *loader) clipped(name string, clip float32, shape ...int) *compute.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("tensor %s is missing", name)
+		return nil
+	}
+	if !slices.Equal(s.Shape, shape) {
+		l.err = fmt.Errorf("tensor %s has shape %v, want %v", name, s.Shape, shape)
+		return nil
+	}
+	vals, err := toF32(s)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", name, err)
+		return nil
+	}
+	if clip > 0 {
+		for i, v := range vals {
+			vals[i] = min(max(v, -clip), clip)
+		}
+	}
+	t := l.b.Alloc(compute.F32, shape...)
+	l.b.Upload(t, vals)
+	return t
 }

@@ -10,11 +10,14 @@ import (
 // NewRope computes the rotary embedding of one layer type: the inverse
 // frequency of each rotated pair and the scale applied to cos and sin,
 // following the rope_type of the config (default, linear, dynamic, llama3,
-// yarn, longrope).
+// yarn, longrope, proportional).
 //
 // headDim is the head size of the layers it serves; maxPos the model's
 // max_position_embeddings.
 func NewRope(p RopeParams, headDim, maxPos int) (*compute.Rope, error) {
+	if p.Type == "proportional" {
+		return proportionalRope(p, headDim)
+	}
 	partial := p.PartialRotaryFactor
 	if partial == 0 {
 		partial = 1
@@ -80,6 +83,35 @@ func NewRope(p RopeParams, headDim, maxPos int) (*compute.Rope, error) {
 	}
 	r.Interleaved = p.Interleaved
 	return r, nil
+}
+
+// proportionalRope is Gemma 4's partial rotary embedding of its global
+// layers: the whole head is split in halves as usual, but only the first
+// partial_rotary_factor of the pairs turn, at the frequencies a full-width
+// rope would give them (exponents over headDim, not over the rotated
+// width); the remaining pairs have frequency 0 and stay in place.
+func proportionalRope(p RopeParams, headDim int) (*compute.Rope, error) {
+	if headDim < 2 || headDim%2 != 0 {
+		return nil, fmt.Errorf("rope: proportional rope needs an even head size, got %d", headDim)
+	}
+	partial := p.PartialRotaryFactor
+	if partial == 0 {
+		partial = 1
+	}
+	theta, factor := p.Theta, p.Factor
+	if theta == 0 {
+		theta = 10000
+	}
+	if factor == 0 {
+		factor = 1
+	}
+	turning := int(math.Floor(partial * float64(headDim) / 2))
+	inv := make([]float32, headDim/2)
+	for i := range min(turning, len(inv)) {
+		exp := float32(2*i) / float32(headDim)
+		inv[i] = 1 / float32(math.Pow(theta, float64(exp))) / float32(factor)
+	}
+	return &compute.Rope{Dims: headDim, InvFreq: inv, Scale: 1}, nil
 }
 
 // llama3Rope applies Llama 3.1's frequency-dependent scaling: long

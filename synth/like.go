@@ -35,6 +35,16 @@ type Geometry struct {
 	QKNorm        bool // per-head RMSNorm of queries and keys (Qwen 3, Gemma 3)
 	Gemma         bool // sandwich norms stored as w - 1 (so 0 means identity)
 
+	// Gemma 4 (model type gemma4_text): PerLayerInput values of per-layer
+	// input embedding for each layer (0: none), heads of GlobalHeadDim on
+	// full-attention layers (0: HeadDim), and KVSharedLayers trailing
+	// layers that attend over the keys and values of earlier ones, with
+	// MLPs twice as wide when DoubleWideMLP. Its norms are plain weights.
+	PerLayerInput  int
+	GlobalHeadDim  int
+	KVSharedLayers int
+	DoubleWideMLP  bool
+
 	// BOS, EOS and Pad are the special token ids of config.json; -1 or nil
 	// when the model has none.
 	BOS, Pad int
@@ -56,6 +66,7 @@ var likes = map[string]func() *Geometry{
 	"qwen2.5-0.5b": qwen25_05b,
 	"qwen3-8b":     qwen3_8b,
 	"gemma-3-1b":   gemma3_1b,
+	"gemma-4-e2b":  gemma4_e2b,
 }
 
 // Likes returns the names Like accepts, sorted.
@@ -188,6 +199,42 @@ func gemma3_1b() *Geometry {
 	}
 }
 
+// gemma4_e2b is the text decoder of Gemma 4 E2B: 35 layers in groups of
+// four sliding-window layers and one global layer with heads twice as wide
+// and a proportional rope; the last 20 layers share the keys and values of
+// layers 13 and 14 and have MLPs twice as wide; every layer gets 256 values
+// of per-layer embedding (a table of 2.3B parameters, next to 2.3B
+// "effective" ones).
+func gemma4_e2b() *Geometry {
+	const layers = 35
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "sliding_attention"
+		if (i+1)%5 == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return &Geometry{
+		Name: "gemma-4-e2b", ModelType: "gemma4_text", Architecture: "Gemma4ForCausalLM",
+		VocabSize: 262144, HiddenSize: 1536, IntermediateSize: 6144, Layers: layers,
+		Heads: 8, KVHeads: 1, HeadDim: 256, MaxPositions: 131072,
+		RMSNormEps: 1e-6, HiddenAct: "gelu_pytorch_tanh", Tied: true, QKNorm: true,
+		PerLayerInput: 256, GlobalHeadDim: 512, KVSharedLayers: 20, DoubleWideMLP: true,
+		BOS: 2, EOS: []int{1, 106}, Pad: 0,
+		Extra: map[string]any{
+			"attention_bias": false, "attention_k_eq_v": false, "num_global_key_value_heads": nil,
+			"enable_moe_block": false, "num_experts": nil, "top_k_experts": nil, "moe_intermediate_size": nil,
+			"sliding_window": 512, "layer_types": types, "final_logit_softcapping": 30.0,
+			"use_bidirectional_attention": nil,
+			"rope_parameters": map[string]any{
+				"full_attention":    map[string]any{"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25},
+				"sliding_attention": defaultRope(1e4),
+			},
+		},
+		Generation: map[string]any{"do_sample": true, "temperature": 1.0, "top_k": 64, "top_p": 0.95},
+	}
+}
+
 // tiny is a few-megabyte Qwen 3-style model over the built-in tokenizer,
 // for end-to-end tests of serving, templates and benchmarking.
 func tiny() *Geometry {
@@ -244,6 +291,9 @@ func (g *Geometry) Tensors() []TensorSpec {
 	}
 	hid, ff, hd := g.HiddenSize, g.IntermediateSize, g.HeadDim
 	q, kv := g.Heads*hd, g.KVHeads*hd
+	if g.ModelType == "gemma4_text" {
+		return g.gemma4Tensors()
+	}
 	ts := []TensorSpec{{"model.embed_tokens.weight", []int{g.VocabSize, hid}, Normal}}
 	for i := range g.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
@@ -274,6 +324,60 @@ func (g *Geometry) Tensors() []TensorSpec {
 		add("mlp.down_proj.weight", Normal, hid, ff)
 	}
 	ts = append(ts, TensorSpec{"model.norm.weight", []int{hid}, norm})
+	if !g.Tied {
+		ts = append(ts, TensorSpec{"lm_head.weight", []int{g.VocabSize, hid}, Normal})
+	}
+	return ts
+}
+
+// gemma4Tensors lists the tensors of a Gemma 4 text decoder.
+func (g *Geometry) gemma4Tensors() []TensorSpec {
+	hid, p, n := g.HiddenSize, g.PerLayerInput, g.Layers
+	types, _ := g.Extra["layer_types"].([]string)
+	ts := []TensorSpec{{"model.embed_tokens.weight", []int{g.VocabSize, hid}, Normal}}
+	if p > 0 {
+		ts = append(ts,
+			TensorSpec{"model.embed_tokens_per_layer.weight", []int{g.VocabSize, n * p}, Normal},
+			TensorSpec{"model.per_layer_model_projection.weight", []int{n * p, hid}, Normal},
+			TensorSpec{"model.per_layer_projection_norm.weight", []int{p}, Ones})
+	}
+	for i := range n {
+		pre := fmt.Sprintf("model.layers.%d.", i)
+		add := func(name string, init Init, shape ...int) {
+			ts = append(ts, TensorSpec{pre + name, shape, init})
+		}
+		hd := g.HeadDim
+		if g.GlobalHeadDim > 0 && i < len(types) && types[i] == "full_attention" {
+			hd = g.GlobalHeadDim
+		}
+		shared := i >= n-g.KVSharedLayers
+		ff := g.IntermediateSize
+		if shared && g.DoubleWideMLP {
+			ff *= 2
+		}
+		add("input_layernorm.weight", Ones, hid)
+		add("self_attn.q_proj.weight", Normal, g.Heads*hd, hid)
+		add("self_attn.q_norm.weight", Ones, hd)
+		if !shared {
+			add("self_attn.k_proj.weight", Normal, g.KVHeads*hd, hid)
+			add("self_attn.v_proj.weight", Normal, g.KVHeads*hd, hid)
+			add("self_attn.k_norm.weight", Ones, hd)
+		}
+		add("self_attn.o_proj.weight", Normal, hid, g.Heads*hd)
+		add("post_attention_layernorm.weight", Ones, hid)
+		add("pre_feedforward_layernorm.weight", Ones, hid)
+		add("post_feedforward_layernorm.weight", Ones, hid)
+		add("mlp.gate_proj.weight", Normal, ff, hid)
+		add("mlp.up_proj.weight", Normal, ff, hid)
+		add("mlp.down_proj.weight", Normal, hid, ff)
+		if p > 0 {
+			add("per_layer_input_gate.weight", Normal, p, hid)
+			add("per_layer_projection.weight", Normal, hid, p)
+			add("post_per_layer_input_norm.weight", Ones, hid)
+		}
+		add("layer_scalar", Ones, 1)
+	}
+	ts = append(ts, TensorSpec{"model.norm.weight", []int{hid}, Ones})
 	if !g.Tied {
 		ts = append(ts, TensorSpec{"lm_head.weight", []int{g.VocabSize, hid}, Normal})
 	}
@@ -342,10 +446,17 @@ func (g *Geometry) Config(d DType) ([]byte, error) {
 		"attention_dropout":       0.0,
 		"use_cache":               true,
 	}
-	if g.Gemma {
+	if strings.HasPrefix(g.ModelType, "gemma") {
 		c["hidden_activation"] = g.HiddenAct
 	} else {
 		c["hidden_act"] = g.HiddenAct
+	}
+	if g.ModelType == "gemma4_text" {
+		c["hidden_size_per_layer_input"] = g.PerLayerInput
+		c["vocab_size_per_layer_input"] = g.VocabSize
+		c["global_head_dim"] = g.GlobalHeadDim
+		c["num_kv_shared_layers"] = g.KVSharedLayers
+		c["use_double_wide_mlp"] = g.DoubleWideMLP
 	}
 	maps.Copy(c, g.Extra)
 	ids(c, g.BOS, g.EOS, g.Pad)

@@ -60,11 +60,18 @@ var ownFiles = []string{
 // Write writes a random-weight model to dir, creating it if needed. dir
 // must be empty or hold only files that Write writes.
 func Write(dir string, opts Options) (*Result, error) {
-	start := time.Now()
 	g, err := Like(opts.Like)
 	if err != nil {
 		return nil, err
 	}
+	return WriteGeometry(dir, g, opts)
+}
+
+// WriteGeometry is Write for a geometry the caller has changed, for example
+// a Like result cut to fewer layers or a smaller vocabulary for a
+// benchmark. opts.Like is not read; g is updated to what is written.
+func WriteGeometry(dir string, g *Geometry, opts Options) (*Result, error) {
+	start := time.Now()
 	if opts.DType == "" {
 		opts.DType = "bf16"
 	}

@@ -35,6 +35,9 @@ func TestSynthLikeGeometry(t *testing.T) {
 		{"qwen2.5-0.5b", 0.494e9, "qwen2", "default", 0},
 		{"qwen3-8b", 8.191e9, "qwen3", "default", 0},
 		{"gemma-3-1b", 1.000e9, "gemma3_text", "default", 22},
+		// Published: 5.1B with the vision and audio encoders (about 0.45B),
+		// 2.3B "effective" without the per-layer embedding table.
+		{"gemma-4-e2b", 4.63e9, "gemma4_text", "proportional", 28},
 		{"tiny", 3.3e6, "qwen3", "default", 0},
 	}
 	if got, want := len(tests), len(Likes()); got != want {
@@ -499,3 +502,36 @@ func BenchmarkSynthWeights(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestSynthGemma4 checks the Gemma 4 E2B geometry against its published
+// effective size and that a shrunken copy of it loads and runs.
+func TestSynthGemma4(t *testing.T) {
+	g, _ := Like("gemma-4-e2b")
+	table := int64(g.VocabSize) * int64(g.Layers*g.PerLayerInput)
+	if eff := float64(g.Params() - table); math.Abs(eff-2.3e9)/2.3e9 > 0.01 {
+		t.Errorf("parameters without the per-layer embedding table = %.4g, want 2.3e9 ± 1%%", eff)
+	}
+	g.VocabSize, g.HiddenSize, g.IntermediateSize = 320, 32, 48
+	g.Heads, g.HeadDim, g.GlobalHeadDim, g.PerLayerInput = 2, 8, 16, 4
+	dir := t.TempDir()
+	if _, err := WriteGeometry(dir, g, Options{DType: "f32", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	b := cpu.New(1)
+	m, err := model.OpenDir(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s := engine.NewSession(m, b, 32)
+	s.SetChunk(5)
+	logits, err := s.Append([]int32{5, 9, 2, 40, 41, 7, 8, 90, 3, 3, 1, 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || math.Abs(float64(v)) > 30 {
+			t.Fatalf("logit %d = %g: not finite or beyond the soft cap", i, v)
+		}
+	}
+}

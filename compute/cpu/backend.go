@@ -20,6 +20,8 @@ type Backend struct {
 
 	attn     attnJob
 	attnFunc func(int) // b.attn.chunk, bound once
+
+	moe moeWork // Route and ApplyExperts scratch
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
