@@ -20,6 +20,10 @@ type Backend struct {
 
 	attn     attnJob
 	attnFunc func(int) // b.attn.chunk, bound once
+
+	ssm      ssmJob
+	ssmFunc  func(int) // b.ssm.piece, bound once
+	ssmChunk int       // block length of the chunked scan; 0: defaultSSMChunk
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -29,6 +33,7 @@ func New(threads int) *Backend {
 	}
 	b := &Backend{threads: threads, pool: NewPool(threads)}
 	b.attnFunc = b.attn.chunk
+	b.ssmFunc = b.ssm.piece
 	return b
 }
 
