@@ -163,3 +163,28 @@ func (l *loader) optionalVector(name string, n int) *compute.Tensor {
 	}
 	return l.vector(name, n)
 }
+
+// floats loads a tensor of the given stored shape widened to F32 and
+// reshaped to as (a convolution's [C, 1, K] weight as [C, K], say).
+func (l *loader) floats(name string, shape []int, as ...int) *compute.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("tensor %s is missing", name)
+		return nil
+	}
+	if !slices.Equal(s.Shape, shape) {
+		l.err = fmt.Errorf("tensor %s has shape %v, want %v", name, s.Shape, shape)
+		return nil
+	}
+	vals, err := toF32(s)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", name, err)
+		return nil
+	}
+	t := l.b.Alloc(compute.F32, as...)
+	l.b.Upload(t, vals)
+	return t
+}
