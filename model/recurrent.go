@@ -53,9 +53,10 @@ func (s *recurrentState[S]) recurrent(rows, cols int) *compute.Tensor {
 // Capacity implements State.
 func (s *recurrentState[S]) Capacity() int { return s.ctx }
 
-// CanRewind implements State: a recurrent state can only stay where it
-// is; rewinding goes through Restore.
-func (s *recurrentState[S]) CanRewind(n, length int) bool { return n == length }
+// CanRewind implements State: a state with recurrent tensors can only
+// stay where it is (rewinding goes through Restore); one without can
+// rewind anywhere.
+func (s *recurrentState[S]) CanRewind(n, length int) bool { return n == length || len(s.rec) == 0 }
 
 // advance records that n more positions have been folded in.
 func (s *recurrentState[S]) advance(n int) { s.length += n }
@@ -132,6 +133,12 @@ func (s *recurrentState[S]) Restore(n int) int {
 		return s.length
 	}
 	s.dropFrom(n + 1)
+	if len(s.rec) == 0 {
+		// Only full attention caches (an LFM2 whose layers all attend):
+		// any prefix is a state to continue from.
+		s.length = n
+		return n
+	}
 	if k := len(s.saved); k > 0 {
 		c := s.saved[k-1]
 		s.copyAll(s.rec, c.rec)
