@@ -165,7 +165,10 @@ func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*falconH1State)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n, m.newScratch)
+	s := st.scratchFor(n)
+	if s == nil {
+		s = st.keepScratch(n, m.newScratch(n))
+	}
 	b.Embed(s.x, m.embed, ids)
 	if m.embedScale != 1 {
 		b.Scale(s.x, s.x, m.embedScale)

@@ -164,7 +164,10 @@ func (m *lfm2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*lfm2State)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n, m.newScratch)
+	s := st.scratchFor(n)
+	if s == nil {
+		s = st.keepScratch(n, m.newScratch(n))
+	}
 	b.Embed(s.x, m.embed, ids)
 	for i := range m.layers {
 		l := &m.layers[i]

@@ -297,7 +297,10 @@ func (m *mamba2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*mamba2State)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n, m.newScratch)
+	s := st.scratchFor(n)
+	if s == nil {
+		s = st.keepScratch(n, m.newScratch(n))
+	}
 	b.Embed(s.x, m.embed, ids)
 	for i := range m.layers {
 		l := &m.layers[i]

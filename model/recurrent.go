@@ -61,18 +61,17 @@ func (s *recurrentState[S]) CanRewind(n, length int) bool { return n == length |
 // advance records that n more positions have been folded in.
 func (s *recurrentState[S]) advance(n int) { s.length += n }
 
-// scratchFor returns the scratch for chunks of n rows, made by alloc on
-// first use. It keeps the decode scratch and the latest chunk size only.
-func (s *recurrentState[S]) scratchFor(n int, alloc func(n int) *S) *S {
-	if sc, ok := s.scratch[n]; ok {
-		return sc
-	}
+// scratchFor returns the scratch kept for chunks of n rows, or nil.
+func (s *recurrentState[S]) scratchFor(n int) *S { return s.scratch[n] }
+
+// keepScratch keeps sc as the scratch for chunks of n rows, with the
+// decode scratch and no other, and returns it.
+func (s *recurrentState[S]) keepScratch(n int, sc *S) *S {
 	for k := range s.scratch {
 		if k != 1 {
 			delete(s.scratch, k)
 		}
 	}
-	sc := alloc(n)
 	s.scratch[n] = sc
 	return sc
 }

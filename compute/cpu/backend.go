@@ -24,6 +24,9 @@ type Backend struct {
 	ssm      ssmJob
 	ssmFunc  func(int) // b.ssm.piece, bound once
 	ssmChunk int       // block length of the chunked scan; 0: defaultSSMChunk
+
+	conv     convJob
+	convFunc func(int) // b.conv.piece, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -34,6 +37,7 @@ func New(threads int) *Backend {
 	b := &Backend{threads: threads, pool: NewPool(threads)}
 	b.attnFunc = b.attn.chunk
 	b.ssmFunc = b.ssm.piece
+	b.convFunc = b.conv.piece
 	return b
 }
 
