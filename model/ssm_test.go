@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -283,5 +284,95 @@ func TestRecurrentCheckpoints(t *testing.T) {
 	check(0)
 	if len(st.saved) != 0 {
 		t.Errorf("%d checkpoints left after restoring to 0", len(st.saved))
+	}
+}
+
+// syntheticFalconH1 returns a small Falcon-H1 with random weights and
+// every option the fixture leaves at its default: µP multipliers, the
+// gated RMSNorm over two groups, normalised before the gate, and a
+// clamped time step.
+func syntheticFalconH1(t *testing.T) (*Config, Source) {
+	cfg, err := ParseConfig([]byte(`{"model_type":"falcon_h1","vocab_size":40,"hidden_size":16,"num_hidden_layers":2,
+		"num_attention_heads":4,"num_key_value_heads":2,"head_dim":4,"intermediate_size":24,"hidden_act":"silu",
+		"rms_norm_eps":1e-5,"max_position_embeddings":128,"mamba_n_heads":4,"mamba_d_head":8,"mamba_d_state":6,
+		"mamba_n_groups":2,"mamba_d_ssm":32,"mamba_d_conv":3,"mamba_chunk_size":16,"mamba_rms_norm":true,
+		"mamba_norm_before_gate":true,"time_step_limit":[0.01,0.5],
+		"attention_in_multiplier":0.8,"attention_out_multiplier":0.9,"ssm_in_multiplier":1.25,"ssm_out_multiplier":0.7,
+		"key_multiplier":1.5,"lm_head_multiplier":0.5,"embedding_multiplier":2,"mlp_multipliers":[0.75,1.25],
+		"ssm_multipliers":[0.5,1.5,0.8,1.2,0.9]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	src := memSource{}
+	hid, inner, gn, heads := 16, 32, 12, 4
+	convDim := inner + 2*gn
+	src.add(r, "model.embed_tokens.weight", 1, 40, hid)
+	src.add(r, "model.final_layernorm.weight", 1, hid)
+	src.add(r, "lm_head.weight", 0.5, 40, hid)
+	for i := range 2 {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		src.add(r, p+"input_layernorm.weight", 1, hid)
+		src.add(r, p+"pre_ff_layernorm.weight", 1, hid)
+		src.add(r, p+"feed_forward.gate_proj.weight", 0.3, 24, hid)
+		src.add(r, p+"feed_forward.up_proj.weight", 0.3, 24, hid)
+		src.add(r, p+"feed_forward.down_proj.weight", 0.3, hid, 24)
+		a := p + "self_attn."
+		src.add(r, a+"q_proj.weight", 0.5, hid, hid)
+		src.add(r, a+"k_proj.weight", 0.5, 8, hid)
+		src.add(r, a+"v_proj.weight", 0.5, 8, hid)
+		src.add(r, a+"o_proj.weight", 0.5, hid, hid)
+		s := p + "mamba."
+		src.add(r, s+"in_proj.weight", 0.4, inner+convDim+heads, hid)
+		src.add(r, s+"out_proj.weight", 0.4, hid, inner)
+		src.add(r, s+"conv1d.weight", 0.6, convDim, 1, 3)
+		src.add(r, s+"conv1d.bias", 0.3, convDim)
+		src.add(r, s+"dt_bias", 1, heads)
+		src.add(r, s+"A_log", 1, heads)
+		src.add(r, s+"D", 1, heads)
+		src.add(r, s+"norm.weight", 1, inner)
+	}
+	return cfg, src
+}
+
+// TestFalconH1Options runs the options the fixture does not exercise:
+// whole, token by token and in chunks must agree.
+func TestFalconH1Options(t *testing.T) {
+	cfg, src := syntheticFalconH1(t)
+	b := cpu.New(2)
+	m, err := Load(cfg, src, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := m.(*falconH1)
+	if mx := f.layers[0].mixer; mx.ones == nil || mx.normGroup != 16 || !mx.normBeforeGate || mx.inScale == nil {
+		t.Fatalf("mixer options not applied: group %d, before gate %v, µP vector %v", mx.normGroup, mx.normBeforeGate, mx.inScale != nil)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	ids := make([]int32, 25)
+	for i := range ids {
+		ids[i] = int32(r.IntN(40))
+	}
+	whole := run(b, m, m.NewState(64), 0, ids, len(ids))
+	for _, chunk := range []int{1, 4, 10} {
+		if d := maxDiff(run(b, m, m.NewState(64), 0, ids, chunk), whole); d > 1e-5 {
+			t.Errorf("chunks of %d: max |Δlogit| = %.2e against the whole sequence", chunk, d)
+		}
+	}
+}
+
+func TestMuPVector(t *testing.T) {
+	cfg := &Config{
+		SSM:             SSMParams{Heads: 2, Groups: 1, StateSize: 1, Inner: 2},
+		SSMInMultiplier: 2, SSMMultipliers: [5]float64{1, 2, 3, 4, 5},
+	}
+	// z: 2 values, x: 2, B: 1, C: 1, dt: 2, each times ssm_in_multiplier.
+	want := []float32{2, 2, 4, 4, 6, 8, 10, 10}
+	if got := mupVector(cfg); !slices.Equal(got, want) {
+		t.Errorf("mupVector = %v, want %v", got, want)
+	}
+	cfg.SSMInMultiplier, cfg.SSMMultipliers = 1, [5]float64{1, 1, 1, 1, 1}
+	if got := mupVector(cfg); got != nil {
+		t.Errorf("mupVector of ones = %v, want nil", got)
 	}
 }
