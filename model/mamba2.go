@@ -71,7 +71,7 @@ type ssmSpec struct {
 	inScale        []float32 // nil: no scaling of the input projection
 }
 
-// backendCapabilities returns the optional backend interfaces a mixer
+// ssmCapabilities returns the optional backend interfaces a mixer
 // needs, or an error naming the one b lacks.
 func ssmCapabilities(b compute.Backend, modelType string) (compute.Convolver, compute.SSMScanner, error) {
 	conv, ok := b.(compute.Convolver)
