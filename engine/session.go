@@ -161,19 +161,21 @@ func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
 // records them. The first step runs directly (it sizes the scratch
 // buffers); the second is captured; later ones replay it. The inputs are
 // the same tensors every step, so the graph reads the new id and position.
+//
+// The step is written out rather than kept in a closure, which would be
+// allocated on every step.
 func (s *Session) decode(ids, pos *compute.Tensor) {
 	gc, ok := s.b.(compute.GraphCapturer)
 	if !ok || s.graphFailed {
 		s.m.Forward(s.st, ids, pos, s.logits)
 		return
 	}
-	run := func() { s.m.Forward(s.st, ids, pos, s.logits) }
 	s.decodeSteps++
 	if s.graph == nil && s.decodeSteps > 1 {
-		g, err := gc.Capture(run)
+		g, err := gc.Capture(func() { s.m.Forward(s.st, ids, pos, s.logits) })
 		if err != nil {
 			s.graphFailed = true
-			run()
+			s.m.Forward(s.st, ids, pos, s.logits)
 			return
 		}
 		s.graph = g
@@ -182,7 +184,7 @@ func (s *Session) decode(ids, pos *compute.Tensor) {
 		s.graph.Launch()
 		return
 	}
-	run()
+	s.m.Forward(s.st, ids, pos, s.logits)
 }
 
 // Close releases the session's recorded graph, if any.

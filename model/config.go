@@ -129,6 +129,32 @@ type Config struct {
 	// (swiglu_limit; 7 when absent from a gpt_oss config).
 	SwiGLULimit float64
 
+	// State-space layers: Mamba2, and the SSM half of Falcon-H1 layers.
+	SSM SSMParams
+	// ConvKernel is the width of short causal convolutions: conv_kernel
+	// or mamba_d_conv (the convolution before a scan), or conv_L_cache
+	// (LFM2's convolution layers); 0 when absent.
+	ConvKernel int
+
+	// LFM2 sizes its feed-forward layers from intermediate_size: with
+	// block_auto_adjust_ff_dim, two thirds of it, times
+	// block_ffn_dim_multiplier (0 when absent: no multiplier), rounded up
+	// to a multiple of block_multiple_of. Use FeedForwardSize.
+	FFAutoAdjust    bool
+	FFDimMultiplier float64
+	FFMultipleOf    int
+
+	// Falcon-H1 µP multipliers, each 1 when absent: on the attention
+	// input and output, the SSM input and output, the keys and the
+	// logits; MLPMultipliers on the gate projection and the MLP output;
+	// SSMMultipliers on the z, x, B, C and dt parts of the SSM input
+	// projection (mlp_multipliers, ssm_multipliers).
+	AttentionInMultiplier, AttentionOutMultiplier float64
+	SSMInMultiplier, SSMOutMultiplier             float64
+	KeyMultiplier, LMHeadMultiplier               float64
+	MLPMultipliers                                [2]float64
+	SSMMultipliers                                [5]float64
+
 	// RopeParams holds the rotary embedding parameters shared by all layers;
 	// RopeByLayerType those keyed by layer type when the config gives them
 	// per type (Gemma 3, Gemma 4). Use the Rope method.
@@ -175,6 +201,31 @@ type RopeParams struct {
 	// split. GGUF files of the llama family need it: llama.cpp's converter
 	// permutes their Q and K rows so that rope pairs are adjacent.
 	Interleaved bool
+}
+
+// SSMParams describe the selective state-space (Mamba2) layers of a
+// model. Falcon-H1 spells their keys with a mamba_ prefix (mamba_n_heads,
+// mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_ssm, mamba_expand,
+// mamba_chunk_size); a Mamba2 config, which has none of those, uses the
+// plain keys (num_heads, head_dim, state_size or ssm_state_size, n_groups,
+// expand, chunk_size).
+type SSMParams struct {
+	Heads, HeadDim, StateSize int
+	Groups                    int // groups sharing B and C; 1 when absent
+	// Inner is the number of channels the scan runs on: mamba_d_ssm, or
+	// else expand × hidden_size.
+	Inner     int
+	ChunkSize int // block length of the reference's chunked scan
+	// TimeStepMin and TimeStepMax clamp the time step after its softplus
+	// (time_step_limit, whose bounds may be written {"__float__":
+	// "Infinity"}); 0 and +Inf when absent.
+	TimeStepMin, TimeStepMax float64
+	// RMSNorm applies the gated RMSNorm to the scan's output
+	// (mamba_rms_norm; true when absent, except for Falcon-H1, whose
+	// default is false); NormBeforeGate normalises before multiplying by
+	// silu(z) rather than after (mamba_norm_before_gate; false when
+	// absent, except for Falcon-H1).
+	RMSNorm, NormBeforeGate bool
 }
 
 // QuantParams are the parameters of grouped integer quantization.
@@ -291,6 +342,7 @@ var familyDefaults = map[string]map[string]string{
 	"gemma3n_text": {"tie_word_embeddings": "true"},
 	"gemma4_text":  {"tie_word_embeddings": "true"},
 	"gpt_oss":      {"swiglu_limit": "7.0"},
+	"falcon_h1":    {"mamba_rms_norm": "false", "mamba_norm_before_gate": "true"},
 	"gemma3_text": {
 		"vocab_size":              "262208",
 		"hidden_size":             "2304",
@@ -399,6 +451,7 @@ func (c *Config) read(f *fields) error {
 	f.size("decoder_sparse_step", &c.DecoderSparseStep)
 	f.ints("mlp_only_layers", &c.MLPOnlyLayers)
 	f.float("swiglu_limit", &c.SwiGLULimit)
+	c.readSSM(f)
 	if f.err != nil {
 		return f.err
 	}
@@ -501,6 +554,104 @@ func (c *Config) checkKVShared(prefix string) error {
 		}
 	}
 	return nil
+}
+
+// readSSM reads the state-space, short-convolution and Falcon-H1 keys.
+func (c *Config) readSSM(f *fields) {
+	s := &c.SSM
+	// Falcon-H1's keys carry a mamba_ prefix; plain Mamba2's do not.
+	if f.has("mamba_d_state") || f.has("mamba_n_heads") {
+		f.size("mamba_n_heads", &s.Heads)
+		f.size("mamba_d_head", &s.HeadDim)
+		f.size("mamba_d_state", &s.StateSize)
+		f.size("mamba_n_groups", &s.Groups)
+		f.size("mamba_chunk_size", &s.ChunkSize)
+		if !f.size("mamba_d_ssm", &s.Inner) {
+			var expand float64
+			if f.float("mamba_expand", &expand) {
+				s.Inner = int(expand * float64(c.HiddenSize))
+			}
+		}
+	} else if f.has("state_size") || f.has("ssm_state_size") {
+		f.size("num_heads", &s.Heads)
+		f.size("head_dim", &s.HeadDim)
+		_ = f.size("state_size", &s.StateSize) || f.size("ssm_state_size", &s.StateSize)
+		f.size("n_groups", &s.Groups)
+		f.size("chunk_size", &s.ChunkSize)
+		var expand float64
+		if f.float("expand", &expand) {
+			s.Inner = int(expand * float64(c.HiddenSize))
+		}
+	}
+	if s.Groups == 0 {
+		s.Groups = 1
+	}
+	s.TimeStepMin, s.TimeStepMax = 0, math.Inf(1)
+	if lim, ok := f.extFloats("time_step_limit"); ok {
+		if len(lim) != 2 || !(lim[0] <= lim[1]) {
+			f.fail("time_step_limit", "a [min, max] pair", f.raw["time_step_limit"])
+		} else {
+			s.TimeStepMin, s.TimeStepMax = lim[0], lim[1]
+		}
+	}
+	s.RMSNorm = true
+	f.boolean("mamba_rms_norm", &s.RMSNorm)
+	f.boolean("mamba_norm_before_gate", &s.NormBeforeGate)
+	_ = f.size("conv_kernel", &c.ConvKernel) || f.size("mamba_d_conv", &c.ConvKernel) || f.size("conv_L_cache", &c.ConvKernel)
+
+	f.boolean("block_auto_adjust_ff_dim", &c.FFAutoAdjust)
+	f.float("block_ffn_dim_multiplier", &c.FFDimMultiplier)
+	f.size("block_multiple_of", &c.FFMultipleOf)
+
+	for _, m := range []struct {
+		key string
+		dst *float64
+	}{
+		{"attention_in_multiplier", &c.AttentionInMultiplier},
+		{"attention_out_multiplier", &c.AttentionOutMultiplier},
+		{"ssm_in_multiplier", &c.SSMInMultiplier},
+		{"ssm_out_multiplier", &c.SSMOutMultiplier},
+		{"key_multiplier", &c.KeyMultiplier},
+		{"lm_head_multiplier", &c.LMHeadMultiplier},
+	} {
+		*m.dst = 1
+		f.float(m.key, m.dst)
+	}
+	c.MLPMultipliers = [2]float64{1, 1}
+	c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
+	for _, m := range []struct {
+		key string
+		dst []float64
+	}{
+		{"mlp_multipliers", c.MLPMultipliers[:]},
+		{"ssm_multipliers", c.SSMMultipliers[:]},
+	} {
+		var v []float64
+		if f.floats(m.key, &v) {
+			if len(v) != len(m.dst) {
+				f.fail(m.key, fmt.Sprintf("a list of %d numbers", len(m.dst)), f.raw[m.key])
+				continue
+			}
+			copy(m.dst, v)
+		}
+	}
+}
+
+// FeedForwardSize returns the width of LFM2's feed-forward layers (see
+// FFAutoAdjust); intermediate_size for other families.
+func (c *Config) FeedForwardSize() int {
+	ff := c.IntermediateSize
+	if !c.FFAutoAdjust {
+		return ff
+	}
+	ff = 2 * ff / 3
+	if c.FFDimMultiplier != 0 {
+		ff = int(c.FFDimMultiplier * float64(ff))
+		if m := c.FFMultipleOf; m > 0 {
+			ff = m * ((ff + m - 1) / m)
+		}
+	}
+	return ff
 }
 
 // deriveLayerTypes builds layer_types for configs that predate it.
@@ -1226,6 +1377,46 @@ func (f *fields) sizes(key string, dst *[]int) bool {
 	}
 	*dst = v
 	return true
+}
+
+// extFloats reads a list of numbers that may hold non-finite values as
+// transformers 5 writes them: {"__float__": "Infinity"}, "-Infinity" or
+// "NaN".
+func (f *fields) extFloats(key string) ([]float64, bool) {
+	raw, ok := f.get(key)
+	if !ok {
+		return nil, false
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		f.fail(key, "a list of numbers", raw)
+		return nil, false
+	}
+	v := make([]float64, len(list))
+	for i, r := range list {
+		if json.Unmarshal(r, &v[i]) == nil {
+			continue
+		}
+		var ext struct {
+			Float string `json:"__float__"`
+		}
+		if json.Unmarshal(r, &ext) != nil {
+			f.fail(key, "a list of numbers", raw)
+			return nil, false
+		}
+		switch ext.Float {
+		case "Infinity", "inf":
+			v[i] = math.Inf(1)
+		case "-Infinity", "-inf":
+			v[i] = math.Inf(-1)
+		case "NaN", "nan":
+			v[i] = math.NaN()
+		default:
+			f.fail(key, "a list of numbers", raw)
+			return nil, false
+		}
+	}
+	return v, true
 }
 
 func (f *fields) floats(key string, dst *[]float64) bool {

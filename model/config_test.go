@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -366,6 +367,96 @@ func TestFixtureExtras(t *testing.T) {
 	}
 	if fh.EmbeddingMultiplier != 1 || fh.NormEps() != 1e-5 {
 		t.Errorf("falcon_h1: embedding multiplier %g, eps %g", fh.EmbeddingMultiplier, fh.NormEps())
+	}
+}
+
+// TestStateSpaceConfigs checks the SSM, short-convolution and Falcon-H1
+// keys of the fixtures and of published-style configs.
+func TestStateSpaceConfigs(t *testing.T) {
+	inf := math.Inf(1)
+	fixture := func(name string) func() (*Config, error) {
+		return func() (*Config, error) { return LoadConfig(filepath.Join(fixtures.Dir(t, "archs"), name)) }
+	}
+	parse := func(js string) func() (*Config, error) {
+		return func() (*Config, error) { return ParseConfig([]byte(js)) }
+	}
+	falconMults := `"attention_in_multiplier":0.5,"attention_out_multiplier":0.25,"ssm_in_multiplier":2,
+		"ssm_out_multiplier":0.125,"key_multiplier":0.75,"lm_head_multiplier":0.0625,"embedding_multiplier":6,
+		"mlp_multipliers":[0.5,2],"ssm_multipliers":[1,2,3,4,5]`
+	tests := []struct {
+		name       string
+		load       func() (*Config, error)
+		ssm        SSMParams
+		conv, ff   int
+		mults      [6]float64 // attention in, out; ssm in, out; key; lm head
+		mlp        [2]float64
+		ssmMults   [5]float64
+		layerTypes []string
+	}{
+		{
+			name: "mamba2 fixture", load: fixture("mamba2"),
+			ssm:  SSMParams{Heads: 8, HeadDim: 16, StateSize: 16, Groups: 1, Inner: 128, ChunkSize: 8, TimeStepMax: inf, RMSNorm: true},
+			conv: 4, mults: [6]float64{1, 1, 1, 1, 1, 1}, mlp: [2]float64{1, 1}, ssmMults: [5]float64{1, 1, 1, 1, 1},
+		},
+		{
+			name: "falcon_h1 fixture", load: fixture("falcon_h1"),
+			ssm:  SSMParams{Heads: 128, HeadDim: 8, StateSize: 256, Groups: 1, Inner: 1024, ChunkSize: 256, TimeStepMax: inf, NormBeforeGate: true},
+			conv: 4, ff: 128, mults: [6]float64{1, 1, 1, 1, 1, 1}, mlp: [2]float64{1, 1}, ssmMults: [5]float64{1, 1, 1, 1, 1},
+		},
+		{
+			name: "lfm2 fixture", load: fixture("lfm2"),
+			ssm:  SSMParams{Groups: 1, TimeStepMax: inf, RMSNorm: true},
+			conv: 3, ff: 256, mults: [6]float64{1, 1, 1, 1, 1, 1}, mlp: [2]float64{1, 1}, ssmMults: [5]float64{1, 1, 1, 1, 1},
+		},
+		{
+			name: "falcon_h1 with multipliers, expand and a finite time step limit",
+			load: parse(`{"model_type":"falcon_h1","vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2,
+				"mamba_n_heads":4,"mamba_d_head":4,"mamba_d_state":16,"mamba_n_groups":2,"mamba_d_ssm":null,"mamba_expand":2,
+				"mamba_d_conv":4,"mamba_chunk_size":128,"mamba_rms_norm":true,"mamba_norm_before_gate":false,
+				"time_step_limit":[0.001,{"__float__":"Infinity"}],` + falconMults + `}`),
+			ssm:  SSMParams{Heads: 4, HeadDim: 4, StateSize: 16, Groups: 2, Inner: 16, ChunkSize: 128, TimeStepMin: 0.001, TimeStepMax: inf, RMSNorm: true},
+			conv: 4, ff: 0, mults: [6]float64{0.5, 0.25, 2, 0.125, 0.75, 0.0625}, mlp: [2]float64{0.5, 2}, ssmMults: [5]float64{1, 2, 3, 4, 5},
+		},
+		{
+			name: "lfm2 1.2b style: convolution layers and a rounded feed-forward size",
+			load: parse(`{"model_type":"lfm2","vocab_size":10,"hidden_size":8,"num_hidden_layers":4,"num_attention_heads":2,
+				"intermediate_size":12288,"block_auto_adjust_ff_dim":true,"block_ffn_dim_multiplier":1.0,"block_multiple_of":256,
+				"conv_L_cache":3,"full_attn_idxs":[1,3]}`),
+			ssm:  SSMParams{Groups: 1, TimeStepMax: inf, RMSNorm: true},
+			conv: 3, ff: 8192, mults: [6]float64{1, 1, 1, 1, 1, 1}, mlp: [2]float64{1, 1}, ssmMults: [5]float64{1, 1, 1, 1, 1},
+			layerTypes: []string{"conv", full, "conv", full},
+		},
+		{
+			name: "mamba2 with ssm_state_size and a clamped time step",
+			load: parse(`{"model_type":"mamba2","vocab_size":10,"hidden_size":8,"num_hidden_layers":1,"num_heads":2,"head_dim":8,
+				"ssm_state_size":4,"expand":2,"conv_kernel":2,"time_step_limit":[0.0,0.1]}`),
+			ssm:  SSMParams{Heads: 2, HeadDim: 8, StateSize: 4, Groups: 1, Inner: 16, TimeStepMax: 0.1, RMSNorm: true},
+			conv: 2, mults: [6]float64{1, 1, 1, 1, 1, 1}, mlp: [2]float64{1, 1}, ssmMults: [5]float64{1, 1, 1, 1, 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := tt.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.SSM != tt.ssm {
+				t.Errorf("SSM = %+v\nwant %+v", c.SSM, tt.ssm)
+			}
+			if c.ConvKernel != tt.conv {
+				t.Errorf("ConvKernel = %d, want %d", c.ConvKernel, tt.conv)
+			}
+			if tt.ff != 0 && c.FeedForwardSize() != tt.ff {
+				t.Errorf("FeedForwardSize() = %d, want %d", c.FeedForwardSize(), tt.ff)
+			}
+			mults := [6]float64{c.AttentionInMultiplier, c.AttentionOutMultiplier, c.SSMInMultiplier, c.SSMOutMultiplier, c.KeyMultiplier, c.LMHeadMultiplier}
+			if mults != tt.mults || c.MLPMultipliers != tt.mlp || c.SSMMultipliers != tt.ssmMults {
+				t.Errorf("multipliers = %v %v %v, want %v %v %v", mults, c.MLPMultipliers, c.SSMMultipliers, tt.mults, tt.mlp, tt.ssmMults)
+			}
+			if tt.layerTypes != nil && !slices.Equal(c.LayerTypes, tt.layerTypes) {
+				t.Errorf("LayerTypes = %q, want %q", c.LayerTypes, tt.layerTypes)
+			}
+		})
 	}
 }
 
@@ -833,6 +924,12 @@ func TestConfigErrors(t *testing.T) {
 		{"swiglu_limit as string", `{` + base + `,"swiglu_limit":"7"}`, `key "swiglu_limit": want a number`},
 		{"mlp_only_layers out of range", `{` + base + `,"mlp_only_layers":[5]}`, `key "mlp_only_layers": layer 5 out of range`},
 		{"no_rope_layers wrong length", `{` + base + `,"no_rope_layers":[1]}`, `key "no_rope_layers": 1 entries for 2 layers`},
+		{"time_step_limit not a pair", `{` + base + `,"time_step_limit":[0.1]}`, `key "time_step_limit": want a [min, max] pair`},
+		{"time_step_limit reversed", `{` + base + `,"time_step_limit":[1,0]}`, `key "time_step_limit": want a [min, max] pair`},
+		{"time_step_limit bad float", `{` + base + `,"time_step_limit":[0,{"__float__":"lots"}]}`, `key "time_step_limit": want a list of numbers`},
+		{"ssm_multipliers too short", `{` + base + `,"ssm_multipliers":[1,2]}`, `key "ssm_multipliers": want a list of 5 numbers`},
+		{"mlp_multipliers not numbers", `{` + base + `,"mlp_multipliers":"x"}`, `key "mlp_multipliers": want a list of numbers`},
+		{"mamba_d_state a string", `{` + base + `,"mamba_d_state":"16"}`, `key "mamba_d_state": want a non-negative integer`},
 		{"quantization bits", `{` + base + `,"quantization":{"group_size":64,"bits":"4"}}`, `key "quantization.bits"`},
 		{"quantization module", `{` + base + `,"quantization":{"bits":4,"lm_head":{"bits":"x"}}}`, `key "quantization.lm_head.bits"`},
 	}

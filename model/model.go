@@ -197,6 +197,18 @@ func shapeLen(shape []int) int {
 // clipped loads a small matrix widened to F32, its values clamped to
 // [-clip, clip] when clip is positive.
 func (l *loader) clipped(name string, clip float32, shape ...int) *compute.Tensor {
+	return l.widened(name, clip, shape, shape)
+}
+
+// reshaped loads a tensor of the given stored shape widened to F32 and
+// reshaped to as (a convolution's [C, 1, K] weight as [C, K], say).
+func (l *loader) reshaped(name string, shape []int, as ...int) *compute.Tensor {
+	return l.widened(name, 0, shape, as)
+}
+
+// widened loads a tensor of the given stored shape as an F32 tensor of
+// shape as, clamping its values to [-clip, clip] when clip is positive.
+func (l *loader) widened(name string, clip float32, shape, as []int) *compute.Tensor {
 	if l.err != nil {
 		return nil
 	}
@@ -219,7 +231,7 @@ func (l *loader) clipped(name string, clip float32, shape ...int) *compute.Tenso
 			vals[i] = min(max(v, -clip), clip)
 		}
 	}
-	t := l.b.Alloc(compute.F32, shape...)
+	t := l.b.Alloc(compute.F32, as...)
 	l.b.Upload(t, vals)
 	return t
 }

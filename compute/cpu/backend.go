@@ -22,6 +22,13 @@ type Backend struct {
 	attnFunc func(int) // b.attn.chunk, bound once
 
 	moe moeWork // Route and ApplyExperts scratch
+
+	ssm      ssmJob
+	ssmFunc  func(int) // b.ssm.piece, bound once
+	ssmChunk int       // block length of the chunked scan; 0: defaultSSMChunk
+
+	conv     convJob
+	convFunc func(int) // b.conv.piece, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -31,6 +38,8 @@ func New(threads int) *Backend {
 	}
 	b := &Backend{threads: threads, pool: NewPool(threads)}
 	b.attnFunc = b.attn.chunk
+	b.ssmFunc = b.ssm.piece
+	b.convFunc = b.conv.piece
 	return b
 }
 

@@ -1,0 +1,208 @@
+package model
+
+import (
+	"fmt"
+
+	"lem/compute"
+)
+
+// Falcon-H1: every layer runs attention and a Mamba2 mixer side by side on
+// the same normalised input and adds both to the residual stream, then a
+// SwiGLU MLP. µP multipliers scale the embeddings, each branch's input and
+// output, the keys, the MLP's gate and output, the parts of the mixer's
+// input projection, and the logits:
+//
+//	h = RMSNorm(x)
+//	x = x + Mixer(h·ssm_in)·ssm_out + Attn(h·attn_in)·attn_out
+//	y = x + down(silu(gate(RMSNorm(x))·m_gate) ⊙ up(RMSNorm(x)))·m_down
+//
+// with embeddings ·embedding_multiplier, keys ·key_multiplier, the mixer's
+// in_proj output ⊙ the µP vector (ssm_multipliers over its z, x, B, C and
+// dt parts), and logits ·lm_head_multiplier.
+func init() {
+	Register("falcon_h1", loadFalconH1)
+}
+
+type falconH1 struct {
+	cfg                 *Config
+	b                   compute.Backend
+	embed, norm, output *compute.Tensor
+	layers              []falconH1Layer
+	embedScale          float32
+	logitScale          float32
+	attnIn, attnOut     float32
+	ssmOut              float32
+	eps                 float32
+}
+
+type falconH1Layer struct {
+	inNorm, ffNorm *compute.Tensor
+	attn           *hybridAttention
+	mixer          ssmMixer
+	mlp            gatedMLP
+}
+
+type falconH1Scratch struct {
+	x, h, ha, o, m, last, g, u *compute.Tensor
+	attn                       *attnScratch
+	ssm                        *ssmScratch
+}
+
+// falconH1State holds per layer a KV cache, a convolution window and an
+// SSM state.
+type falconH1State struct {
+	*recurrentState[falconH1Scratch]
+	conv, ssm []*compute.Tensor
+}
+
+// mupVector returns the per-column scale of the mixer's input projection:
+// ssm_multipliers over its z, x, B, C and dt parts, times
+// ssm_in_multiplier (which scales the projection's input), or nil when
+// every entry is 1.
+func mupVector(cfg *Config) []float32 {
+	p := cfg.SSM
+	gn := p.Groups * p.StateSize
+	parts := [5]int{p.Inner, p.Inner, gn, gn, p.Heads}
+	var v []float32
+	ones := true
+	for i, n := range parts {
+		s := float32(cfg.SSMMultipliers[i] * cfg.SSMInMultiplier)
+		ones = ones && s == 1
+		for range n {
+			v = append(v, s)
+		}
+	}
+	if ones {
+		return nil
+	}
+	return v
+}
+
+func loadFalconH1(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	if err := checkSSM(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.HiddenAct != "silu" && cfg.HiddenAct != "swish" {
+		return nil, fmt.Errorf("falcon_h1: hidden_act %q: only silu is supported", cfg.HiddenAct)
+	}
+	conv, scan, err := ssmCapabilities(b, cfg.ModelType)
+	if err != nil {
+		return nil, err
+	}
+	rope, err := fullRope(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hid, vocab, ff := cfg.HiddenSize, cfg.VocabSize, cfg.IntermediateSize
+	eps := cfg.NormEps()
+	m := &falconH1{
+		cfg: cfg, b: b, eps: float32(eps),
+		embedScale: float32(cfg.EmbeddingMultiplier), logitScale: float32(cfg.LMHeadMultiplier),
+		attnIn: float32(cfg.AttentionInMultiplier), attnOut: float32(cfg.AttentionOutMultiplier),
+		ssmOut: float32(cfg.SSMOutMultiplier),
+	}
+	l := &loader{src: src, b: b}
+	m.embed = l.weight("model.embed_tokens.weight", vocab, hid)
+	m.norm = l.vector("model.final_layernorm.weight", hid)
+	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
+		m.output = l.weight("lm_head.weight", vocab, hid)
+	} else {
+		m.output = m.embed
+	}
+	mup := mupVector(cfg)
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ly := falconH1Layer{
+			inNorm: l.vector(p+"input_layernorm.weight", hid),
+			ffNorm: l.vector(p+"pre_ff_layernorm.weight", hid),
+			attn:   loadHybridAttention(l, cfg, p+"self_attn.", attnNames{o: "o_proj"}, rope),
+			mlp:    loadGatedMLP(l, p+"feed_forward.", "gate_proj", "up_proj", "down_proj", hid, ff),
+			mixer: loadSSMMixer(l, ssmSpec{
+				prefix: p + "mamba.", hidden: hid, p: cfg.SSM, convKernel: cfg.ConvKernel,
+				eps: eps, norm: cfg.SSM.RMSNorm, normBeforeGate: cfg.SSM.NormBeforeGate,
+				normGroups: cfg.SSM.Groups, inScale: mup,
+			}),
+		}
+		ly.attn.keyScale = float32(cfg.KeyMultiplier)
+		ly.mlp.gateScale = float32(cfg.MLPMultipliers[0])
+		ly.mlp.downScale = float32(cfg.MLPMultipliers[1])
+		ly.mixer.convolver, ly.mixer.scanner = conv, scan
+		m.layers = append(m.layers, ly)
+	}
+	if l.err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
+	}
+	return m, nil
+}
+
+func (m *falconH1) Config() *Config { return m.cfg }
+
+// NewState implements Model.
+func (m *falconH1) NewState(ctx int) State {
+	st := &falconH1State{recurrentState: newRecurrentState[falconH1Scratch](m.b, ctx)}
+	for _, l := range m.layers {
+		a, p := l.attn.attn, l.mixer.ssm
+		st.caches = append(st.caches, m.b.NewKVCache(ctx, a.KVHeads*a.HeadDim, false))
+		st.conv = append(st.conv, st.recurrent(m.cfg.ConvKernel-1, l.mixer.convDim))
+		st.ssm = append(st.ssm, st.recurrent(p.Heads, p.HeadDim*p.StateSize))
+	}
+	return st
+}
+
+func (m *falconH1) newScratch(n int) *falconH1Scratch {
+	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, cols) }
+	hid, ff := m.cfg.HiddenSize, m.cfg.IntermediateSize
+	return &falconH1Scratch{
+		x: f(hid), h: f(hid), ha: f(hid), o: f(hid), m: f(hid),
+		last: m.b.Alloc(compute.F32, 1, hid), g: f(ff), u: f(ff),
+		attn: m.layers[0].attn.newScratch(m.b, n),
+		ssm:  m.layers[0].mixer.newScratch(m.b, n),
+	}
+}
+
+// Forward implements Model.
+func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
+	st := state.(*falconH1State)
+	b := m.b
+	n := ids.Len()
+	s := st.scratchFor(n)
+	if s == nil {
+		s = st.keepScratch(n, m.newScratch(n))
+	}
+	b.Embed(s.x, m.embed, ids)
+	if m.embedScale != 1 {
+		b.Scale(s.x, s.x, m.embedScale)
+	}
+	for i := range m.layers {
+		l := &m.layers[i]
+		b.RMSNorm(s.h, s.x, l.inNorm, m.eps, 0)
+		// The SSM branch (ssm_in_multiplier is part of the mixer's µP vector).
+		l.mixer.forward(b, s.ssm, s.m, s.h, st.conv[i], st.ssm[i])
+		scaledAdd(b, s.x, s.m, m.ssmOut)
+		// The attention branch.
+		ha := s.h
+		if m.attnIn != 1 {
+			ha = s.ha
+			b.Scale(ha, s.h, m.attnIn)
+		}
+		l.attn.forward(b, s.attn, s.o, ha, pos, st.caches[i])
+		scaledAdd(b, s.x, s.o, m.attnOut)
+		// The MLP.
+		b.RMSNorm(s.h, s.x, l.ffNorm, m.eps, 0)
+		l.mlp.forward(b, s.o, s.h, s.g, s.u)
+		b.Add(s.x, s.x, s.o)
+	}
+	st.advance(n)
+	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps)
+	if m.logitScale != 1 {
+		b.Scale(logits, logits, m.logitScale)
+	}
+}
+
+// scaledAdd computes x += y·s.
+func scaledAdd(b compute.Backend, x, y *compute.Tensor, s float32) {
+	if s != 1 {
+		b.Scale(y, y, s)
+	}
+	b.Add(x, x, y)
+}

@@ -1,0 +1,201 @@
+package model
+
+import (
+	"fmt"
+
+	"lem/compute"
+)
+
+// LFM2: pre-norm blocks whose mixer is either grouped-query attention
+// (per-head RMSNorm on queries and keys, rope) or a gated short
+// convolution, each followed by a SwiGLU MLP; layer_types (or
+// full_attn_idxs) says which layers attend.
+//
+//	h = x + Mixer(RMSNorm(x))
+//	y = h + w2(silu(w1(RMSNorm(h))) ⊙ w3(RMSNorm(h)))
+//
+// The short convolution gates its input and its output:
+//
+//	B, C, x = in_proj(h)
+//	out     = out_proj(C ⊙ conv(B ⊙ x))
+//
+// where conv is a depthwise causal convolution of conv_L_cache taps.
+func init() {
+	Register("lfm2", loadLFM2)
+}
+
+type lfm2 struct {
+	cfg                 *Config
+	b                   compute.Backend
+	embed, norm, output *compute.Tensor
+	layers              []lfm2Layer
+	ff                  int
+	eps                 float32
+}
+
+type lfm2Layer struct {
+	opNorm, ffnNorm *compute.Tensor
+	attn            *hybridAttention // nil in convolution layers
+	conv            *shortConv       // nil in attention layers
+	mlp             gatedMLP
+}
+
+// shortConv is LFM2's gated short convolution.
+type shortConv struct {
+	inProj, inBias, outProj, outBias *compute.Tensor
+	w, bias                          *compute.Tensor // F32 [hidden, K]
+	convolver                        compute.Convolver
+}
+
+type lfm2Scratch struct {
+	x, h, o, last, g, u *compute.Tensor
+	bcx, cb, cc, cx, cy *compute.Tensor
+	attn                *attnScratch
+}
+
+// lfm2State holds a KV cache per attention layer and a convolution window
+// [K-1, hidden] per convolution layer.
+type lfm2State struct {
+	*recurrentState[lfm2Scratch]
+	conv []*compute.Tensor
+}
+
+func loadLFM2(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	hid, vocab := cfg.HiddenSize, cfg.VocabSize
+	m := &lfm2{cfg: cfg, b: b, eps: float32(cfg.NormEps()), ff: cfg.FeedForwardSize()}
+	rope, err := fullRope(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var conv compute.Convolver
+	for i := range cfg.NumHiddenLayers {
+		switch t := cfg.LayerType(i); t {
+		case FullAttention:
+		case "conv":
+			if conv == nil {
+				var ok bool
+				if conv, ok = b.(compute.Convolver); !ok {
+					return nil, fmt.Errorf("%s: backend %s cannot run causal convolutions (compute.Convolver)", cfg.ModelType, b.Name())
+				}
+			}
+			if cfg.ConvKernel < 1 {
+				return nil, fmt.Errorf("%s: conv_L_cache %d", cfg.ModelType, cfg.ConvKernel)
+			}
+		default:
+			return nil, fmt.Errorf("%s: layer %d has unsupported type %q", cfg.ModelType, i, t)
+		}
+	}
+	l := &loader{src: src, b: b}
+	m.embed = l.weight("model.embed_tokens.weight", vocab, hid)
+	// The reference calls the final norm embedding_norm.
+	m.norm = l.vector("model.embedding_norm.weight", hid)
+	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
+		m.output = l.weight("lm_head.weight", vocab, hid)
+	} else {
+		m.output = m.embed
+	}
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ly := lfm2Layer{
+			opNorm:  l.vector(p+"operator_norm.weight", hid),
+			ffnNorm: l.vector(p+"ffn_norm.weight", hid),
+			mlp:     loadGatedMLP(l, p+"feed_forward.", "w1", "w3", "w2", hid, m.ff),
+		}
+		if cfg.LayerType(i) == FullAttention {
+			ly.attn = loadHybridAttention(l, cfg, p+"self_attn.", attnNames{o: "out_proj", qNorm: "q_layernorm", kNorm: "k_layernorm"}, rope)
+		} else {
+			c := p + "conv."
+			ly.conv = &shortConv{
+				inProj:    l.weight(c+"in_proj.weight", 3*hid, hid),
+				inBias:    l.optionalVector(c+"in_proj.bias", 3*hid),
+				outProj:   l.weight(c+"out_proj.weight", hid, hid),
+				outBias:   l.optionalVector(c+"out_proj.bias", hid),
+				w:         l.reshaped(c+"conv.weight", []int{hid, 1, cfg.ConvKernel}, hid, cfg.ConvKernel),
+				bias:      l.optionalVector(c+"conv.bias", hid),
+				convolver: conv,
+			}
+		}
+		m.layers = append(m.layers, ly)
+	}
+	if l.err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
+	}
+	return m, nil
+}
+
+func (m *lfm2) Config() *Config { return m.cfg }
+
+// NewState implements Model.
+func (m *lfm2) NewState(ctx int) State {
+	st := &lfm2State{recurrentState: newRecurrentState[lfm2Scratch](m.b, ctx)}
+	for _, l := range m.layers {
+		var cache *compute.KVCache
+		var conv *compute.Tensor
+		if l.attn != nil {
+			cache = m.b.NewKVCache(ctx, l.attn.attn.KVHeads*l.attn.attn.HeadDim, false)
+		} else {
+			conv = st.recurrent(m.cfg.ConvKernel-1, m.cfg.HiddenSize)
+		}
+		st.caches = append(st.caches, cache)
+		st.conv = append(st.conv, conv)
+	}
+	return st
+}
+
+func (m *lfm2) newScratch(n int) *lfm2Scratch {
+	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, cols) }
+	hid := m.cfg.HiddenSize
+	s := &lfm2Scratch{
+		x: f(hid), h: f(hid), o: f(hid), last: m.b.Alloc(compute.F32, 1, hid),
+		g: f(m.ff), u: f(m.ff),
+		bcx: f(3 * hid), cb: f(hid), cc: f(hid), cx: f(hid), cy: f(hid),
+	}
+	for _, l := range m.layers {
+		if l.attn != nil {
+			s.attn = l.attn.newScratch(m.b, n)
+			break
+		}
+	}
+	return s
+}
+
+// Forward implements Model.
+func (m *lfm2) Forward(state State, ids, pos, logits *compute.Tensor) {
+	st := state.(*lfm2State)
+	b := m.b
+	n := ids.Len()
+	s := st.scratchFor(n)
+	if s == nil {
+		s = st.keepScratch(n, m.newScratch(n))
+	}
+	b.Embed(s.x, m.embed, ids)
+	for i := range m.layers {
+		l := &m.layers[i]
+		b.RMSNorm(s.h, s.x, l.opNorm, m.eps, 0)
+		if l.attn != nil {
+			l.attn.forward(b, s.attn, s.o, s.h, pos, st.caches[i])
+		} else {
+			l.conv.forward(b, s, s.o, s.h, st.conv[i])
+		}
+		b.Add(s.x, s.x, s.o)
+		b.RMSNorm(s.h, s.x, l.ffnNorm, m.eps, 0)
+		l.mlp.forward(b, s.o, s.h, s.g, s.u)
+		b.Add(s.x, s.x, s.o)
+	}
+	st.advance(n)
+	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps)
+}
+
+// forward computes out_proj(C ⊙ conv(B ⊙ x)) for h, continuing from the
+// layer's convolution window.
+func (c *shortConv) forward(b compute.Backend, s *lfm2Scratch, out, h, window *compute.Tensor) {
+	project(b, s.bcx, h, c.inProj, c.inBias)
+	hid := h.Cols()
+	b.Columns(s.cb, s.bcx, 0)
+	b.Columns(s.cc, s.bcx, hid)
+	b.Columns(s.cx, s.bcx, 2*hid)
+	b.Mul(s.cb, s.cb, s.cx)
+	c.convolver.CausalConv(s.cy, s.cb, c.w, c.bias, window, false)
+	b.Mul(s.cy, s.cc, s.cy)
+	project(b, out, s.cy, c.outProj, c.outBias)
+}

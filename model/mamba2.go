@@ -1,0 +1,328 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"lem/compute"
+)
+
+// Mamba2: a stack of selective state-space mixers with pre-norm residual
+// connections, no attention and no MLP.
+//
+//	y = x + Mixer(RMSNorm(x))
+//
+// The mixer (shared with Falcon-H1) projects its input into a gate z, the
+// convolution input xBC and a time step dt per head; xBC goes through a
+// short causal convolution and SiLU and splits into the scan input x and
+// its input and output projections B and C; the scan folds every position
+// into a per-head state of head_dim × state_size values:
+//
+//	z, xBC, dt = in_proj(h)
+//	x, B, C    = split(silu(conv1d(xBC)))
+//	Δ_t        = clamp(softplus(dt_t + dt_bias), time_step_limit)
+//	s_t        = exp(Δ_t·A)·s_{t-1} + Δ_t·x_t ⊗ B_t,   A = -exp(A_log)
+//	y_t        = s_t·C_t + D·x_t
+//	out        = out_proj(RMSNorm(y ⊙ silu(z)))
+//
+// Falcon-H1 may normalise before the gate, or not at all.
+func init() {
+	Register("mamba2", loadMamba2)
+}
+
+// ssmMixer is one Mamba2 mixer.
+type ssmMixer struct {
+	inProj, inBias   *compute.Tensor
+	outProj, outBias *compute.Tensor
+	// inScale multiplies the input projection column by column (Falcon-H1's
+	// µP vector times ssm_in_multiplier); nil when it is all ones.
+	inScale        *compute.Tensor
+	conv, convBias *compute.Tensor // F32 [convDim, K]
+	// norm is the gated RMSNorm's weight (nil: the output is only gated);
+	// normGroup the number of channels normalised together, with ones of
+	// that length when it is less than the whole width.
+	norm, ones     *compute.Tensor
+	normGroup      int
+	normBeforeGate bool
+	eps            float32
+
+	ssm            compute.SSM
+	inner, convDim int
+	convolver      compute.Convolver
+	scanner        compute.SSMScanner
+}
+
+// ssmScratch holds a mixer's intermediate values for one chunk length.
+type ssmScratch struct {
+	proj, z, xbc, conv, x, b, c, dt, y *compute.Tensor
+}
+
+// ssmSpec is what a family's config says about its mixers.
+type ssmSpec struct {
+	prefix         string // tensor name prefix up to the mixer, e.g. "backbone.layers.0.mixer."
+	hidden         int
+	p              SSMParams
+	convKernel     int
+	act            string
+	eps            float64
+	norm           bool // gated RMSNorm on the output
+	normBeforeGate bool
+	normGroups     int       // groups of the gated RMSNorm
+	inScale        []float32 // nil: no scaling of the input projection
+}
+
+// ssmCapabilities returns the optional backend interfaces a mixer
+// needs, or an error naming the one b lacks.
+func ssmCapabilities(b compute.Backend, modelType string) (compute.Convolver, compute.SSMScanner, error) {
+	conv, ok := b.(compute.Convolver)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: backend %s cannot run causal convolutions (compute.Convolver)", modelType, b.Name())
+	}
+	scan, ok := b.(compute.SSMScanner)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: backend %s cannot run selective state-space scans (compute.SSMScanner)", modelType, b.Name())
+	}
+	return conv, scan, nil
+}
+
+// checkSSM validates the geometry of a family's SSM layers.
+func checkSSM(cfg *Config) error {
+	p := cfg.SSM
+	switch {
+	case p.Heads <= 0 || p.HeadDim <= 0 || p.StateSize <= 0:
+		return fmt.Errorf("%s: SSM heads %d × %d with state size %d: want positive sizes", cfg.ModelType, p.Heads, p.HeadDim, p.StateSize)
+	case p.Heads*p.HeadDim != p.Inner:
+		return fmt.Errorf("%s: SSM heads %d × head dim %d ≠ %d inner channels", cfg.ModelType, p.Heads, p.HeadDim, p.Inner)
+	case p.Heads%p.Groups != 0:
+		return fmt.Errorf("%s: %d SSM heads are not a multiple of %d groups", cfg.ModelType, p.Heads, p.Groups)
+	case cfg.ConvKernel < 1:
+		return fmt.Errorf("%s: convolution width %d", cfg.ModelType, cfg.ConvKernel)
+	}
+	return nil
+}
+
+// loadSSMMixer reads one mixer's tensors.
+func loadSSMMixer(l *loader, s ssmSpec) ssmMixer {
+	p := s.p
+	gn := p.Groups * p.StateSize
+	convDim := p.Inner + 2*gn
+	proj := p.Inner + convDim + p.Heads
+	m := ssmMixer{
+		inner: p.Inner, convDim: convDim, eps: float32(s.eps),
+		normBeforeGate: s.normBeforeGate,
+		ssm: compute.SSM{
+			Heads: p.Heads, HeadDim: p.HeadDim, Groups: p.Groups, StateSize: p.StateSize,
+			DTMin: float32(p.TimeStepMin), DTMax: float32(p.TimeStepMax),
+		},
+	}
+	m.inProj = l.weight(s.prefix+"in_proj.weight", proj, s.hidden)
+	m.inBias = l.optionalVector(s.prefix+"in_proj.bias", proj)
+	m.outProj = l.weight(s.prefix+"out_proj.weight", s.hidden, p.Inner)
+	m.outBias = l.optionalVector(s.prefix+"out_proj.bias", s.hidden)
+	m.conv = l.reshaped(s.prefix+"conv1d.weight", []int{convDim, 1, s.convKernel}, convDim, s.convKernel)
+	m.convBias = l.optionalVector(s.prefix+"conv1d.bias", convDim)
+	m.ssm.DTBias = l.vector(s.prefix+"dt_bias", p.Heads)
+	m.ssm.D = l.vector(s.prefix+"D", p.Heads)
+	if aLog := l.vector(s.prefix+"A_log", p.Heads); aLog != nil {
+		// A = -exp(A_log), computed once.
+		v := make([]float32, p.Heads)
+		l.b.Read(v, aLog)
+		for i, a := range v {
+			v[i] = -float32(math.Exp(float64(a)))
+		}
+		l.b.Upload(aLog, v)
+		m.ssm.A = aLog
+	}
+	if s.norm {
+		m.norm = l.vector(s.prefix+"norm.weight", p.Inner)
+		m.normGroup = p.Inner / s.normGroups
+		if m.normGroup != p.Inner {
+			m.ones = l.b.Alloc(compute.F32, m.normGroup)
+			ones := make([]float32, m.normGroup)
+			for i := range ones {
+				ones[i] = 1
+			}
+			l.b.Upload(m.ones, ones)
+		}
+	}
+	if s.inScale != nil {
+		m.inScale = l.b.Alloc(compute.F32, proj)
+		l.b.Upload(m.inScale, s.inScale)
+	}
+	return m
+}
+
+func (m *ssmMixer) newScratch(b compute.Backend, n int) *ssmScratch {
+	gn := m.ssm.Groups * m.ssm.StateSize
+	f := func(cols int) *compute.Tensor { return b.Alloc(compute.F32, n, cols) }
+	return &ssmScratch{
+		proj: f(m.inner + m.convDim + m.ssm.Heads),
+		z:    f(m.inner), xbc: f(m.convDim), conv: f(m.convDim),
+		x: f(m.inner), b: f(gn), c: f(gn), dt: f(m.ssm.Heads), y: f(m.inner),
+	}
+}
+
+// forward runs the mixer on h [n, hidden], continuing from the layer's
+// convolution window and SSM state, and writes its output to out.
+func (m *ssmMixer) forward(b compute.Backend, s *ssmScratch, out, h, convState, ssmState *compute.Tensor) {
+	project(b, s.proj, h, m.inProj, m.inBias)
+	if m.inScale != nil {
+		b.Mul(s.proj, s.proj, m.inScale)
+	}
+	b.Columns(s.z, s.proj, 0)
+	b.Columns(s.xbc, s.proj, m.inner)
+	b.Columns(s.dt, s.proj, m.inner+m.convDim)
+
+	m.convolver.CausalConv(s.conv, s.xbc, m.conv, m.convBias, convState, true)
+	gn := m.ssm.Groups * m.ssm.StateSize
+	b.Columns(s.x, s.conv, 0)
+	b.Columns(s.b, s.conv, m.inner)
+	b.Columns(s.c, s.conv, m.inner+gn)
+
+	m.scanner.SSMScan(s.y, s.x, s.dt, s.b, s.c, ssmState, &m.ssm)
+
+	switch {
+	case m.norm == nil:
+		b.GLU(s.y, s.z, s.y, compute.SiLU)
+	case m.normBeforeGate:
+		m.gatedNorm(b, s.y)
+		b.GLU(s.y, s.z, s.y, compute.SiLU)
+	default:
+		b.GLU(s.y, s.z, s.y, compute.SiLU)
+		m.gatedNorm(b, s.y)
+	}
+	project(b, out, s.y, m.outProj, m.outBias)
+}
+
+// gatedNorm is the RMSNorm of the gated output, over groups of normGroup
+// channels.
+func (m *ssmMixer) gatedNorm(b compute.Backend, y *compute.Tensor) {
+	if m.ones == nil {
+		b.RMSNorm(y, y, m.norm, m.eps, 0)
+		return
+	}
+	b.RMSNorm(y, y, m.ones, m.eps, 0)
+	b.Mul(y, y, m.norm)
+}
+
+// mamba2 is a Mamba2 language model.
+type mamba2 struct {
+	cfg                 *Config
+	b                   compute.Backend
+	embed, norm, output *compute.Tensor
+	layers              []mamba2Layer
+	eps                 float32
+}
+
+type mamba2Layer struct {
+	norm  *compute.Tensor
+	mixer ssmMixer
+}
+
+type mamba2Scratch struct {
+	x, h, o, last *compute.Tensor
+	ssm           *ssmScratch
+}
+
+// mamba2State holds, per layer, the convolution window [K-1, convDim] and
+// the SSM state [heads, head_dim × state_size].
+type mamba2State struct {
+	*recurrentState[mamba2Scratch]
+	conv, ssm []*compute.Tensor
+}
+
+func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	if err := checkSSM(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.HiddenAct != "silu" && cfg.HiddenAct != "swish" {
+		return nil, fmt.Errorf("mamba2: hidden_act %q: only silu is supported", cfg.HiddenAct)
+	}
+	conv, scan, err := ssmCapabilities(b, cfg.ModelType)
+	if err != nil {
+		return nil, err
+	}
+	eps := cfg.NormEps()
+	m := &mamba2{cfg: cfg, b: b, eps: float32(eps)}
+	hid, vocab := cfg.HiddenSize, cfg.VocabSize
+	l := &loader{src: src, b: b}
+	m.embed = l.weight("backbone.embeddings.weight", vocab, hid)
+	m.norm = l.vector("backbone.norm_f.weight", hid)
+	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
+		m.output = l.weight("lm_head.weight", vocab, hid)
+	} else {
+		m.output = m.embed
+	}
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("backbone.layers.%d.", i)
+		ly := mamba2Layer{norm: l.vector(p+"norm.weight", hid)}
+		// The reference gates before normalising, over the whole width.
+		ly.mixer = loadSSMMixer(l, ssmSpec{
+			prefix: p + "mixer.", hidden: hid, p: cfg.SSM, convKernel: cfg.ConvKernel,
+			eps: eps, norm: true, normGroups: 1,
+		})
+		ly.mixer.convolver, ly.mixer.scanner = conv, scan
+		m.layers = append(m.layers, ly)
+	}
+	if l.err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
+	}
+	return m, nil
+}
+
+func (m *mamba2) Config() *Config { return m.cfg }
+
+// NewState implements Model.
+func (m *mamba2) NewState(ctx int) State {
+	st := &mamba2State{recurrentState: newRecurrentState[mamba2Scratch](m.b, ctx)}
+	for _, l := range m.layers {
+		p := l.mixer.ssm
+		st.conv = append(st.conv, st.recurrent(m.cfg.ConvKernel-1, l.mixer.convDim))
+		st.ssm = append(st.ssm, st.recurrent(p.Heads, p.HeadDim*p.StateSize))
+	}
+	return st
+}
+
+func (m *mamba2) newScratch(n int) *mamba2Scratch {
+	hid := m.cfg.HiddenSize
+	return &mamba2Scratch{
+		x: m.b.Alloc(compute.F32, n, hid), h: m.b.Alloc(compute.F32, n, hid),
+		o: m.b.Alloc(compute.F32, n, hid), last: m.b.Alloc(compute.F32, 1, hid),
+		ssm: m.layers[0].mixer.newScratch(m.b, n),
+	}
+}
+
+// Forward implements Model.
+func (m *mamba2) Forward(state State, ids, pos, logits *compute.Tensor) {
+	st := state.(*mamba2State)
+	b := m.b
+	n := ids.Len()
+	s := st.scratchFor(n)
+	if s == nil {
+		s = st.keepScratch(n, m.newScratch(n))
+	}
+	b.Embed(s.x, m.embed, ids)
+	for i := range m.layers {
+		l := &m.layers[i]
+		b.RMSNorm(s.h, s.x, l.norm, m.eps, 0)
+		l.mixer.forward(b, s.ssm, s.o, s.h, st.conv[i], st.ssm[i])
+		b.Add(s.x, s.x, s.o)
+	}
+	st.advance(n)
+	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps)
+}
+
+// outputLogits applies the final norm and the output projection to the
+// last row of x, or to every row when logits has a row for each. h and
+// last are scratch of x's shape and of one row.
+func outputLogits(b compute.Backend, logits, x, h, last, norm, output *compute.Tensor, eps float32) {
+	if logits == nil {
+		return // a prefill chunk before the last: no logits wanted
+	}
+	n := x.Rows()
+	if logits.Rows() == 1 && n > 1 {
+		x, h = b.View(x, n-1, n), last
+	}
+	b.RMSNorm(h, x, norm, eps, 0)
+	b.MatMul(logits, h, output)
+}

@@ -1,0 +1,155 @@
+package model
+
+import (
+	"fmt"
+
+	"lem/compute"
+)
+
+// maxCheckpoints bounds the checkpoints a recurrent state keeps. When a
+// new one would exceed it, the one whose loss leaves the smallest gap is
+// dropped, so that the survivors thin out towards the start of the
+// sequence: recent boundaries (where a conversation's next turn usually
+// diverges) stay close, while old ones still cover the whole prompt.
+const maxCheckpoints = 8
+
+// recurrentState is the per-sequence state of a model with recurrent
+// layers: KV caches for the layers that attend (full caches: nothing is
+// ever overwritten that a rewind would need), and recurrent tensors (SSM
+// states, convolution windows) for the layers that fold each position in.
+// It implements Recurrent by copying the recurrent tensors at
+// checkpoints. S is the model's scratch for one chunk length.
+type recurrentState[S any] struct {
+	b       compute.Backend
+	ctx     int
+	caches  []*compute.KVCache // per layer; nil where the layer does not attend
+	rec     []*compute.Tensor  // every recurrent tensor, F32 [rows, cols]
+	length  int                // positions folded in
+	saved   []checkpoint       // by increasing length
+	spare   [][]*compute.Tensor
+	zero    []*compute.Tensor // zeros shaped like rec, made by the first rewind to 0
+	scratch map[int]*S
+}
+
+// checkpoint is a copy of the recurrent tensors after length positions.
+type checkpoint struct {
+	length int
+	rec    []*compute.Tensor
+}
+
+var _ Recurrent = (*recurrentState[struct{}])(nil)
+
+func newRecurrentState[S any](b compute.Backend, ctx int) *recurrentState[S] {
+	return &recurrentState[S]{b: b, ctx: ctx, scratch: map[int]*S{}}
+}
+
+// recurrent allocates a zeroed recurrent tensor of rows × cols values.
+func (s *recurrentState[S]) recurrent(rows, cols int) *compute.Tensor {
+	t := s.b.Alloc(compute.F32, rows, cols)
+	s.rec = append(s.rec, t)
+	return t
+}
+
+// Capacity implements State.
+func (s *recurrentState[S]) Capacity() int { return s.ctx }
+
+// CanRewind implements State: a state with recurrent tensors can only
+// stay where it is (rewinding goes through Restore); one without can
+// rewind anywhere.
+func (s *recurrentState[S]) CanRewind(n, length int) bool { return n == length || len(s.rec) == 0 }
+
+// advance records that n more positions have been folded in.
+func (s *recurrentState[S]) advance(n int) { s.length += n }
+
+// scratchFor returns the scratch kept for chunks of n rows, or nil.
+func (s *recurrentState[S]) scratchFor(n int) *S { return s.scratch[n] }
+
+// keepScratch keeps sc as the scratch for chunks of n rows, with the
+// decode scratch and no other, and returns it.
+func (s *recurrentState[S]) keepScratch(n int, sc *S) *S {
+	for k := range s.scratch {
+		if k != 1 {
+			delete(s.scratch, k)
+		}
+	}
+	s.scratch[n] = sc
+	return sc
+}
+
+// copyAll copies the tensors of src into dst, one by one.
+func (s *recurrentState[S]) copyAll(dst, src []*compute.Tensor) {
+	for i, t := range src {
+		s.b.Columns(dst[i], t, 0)
+	}
+}
+
+// Checkpoint implements Recurrent.
+func (s *recurrentState[S]) Checkpoint(length int) {
+	if length != s.length {
+		panic(fmt.Sprintf("recurrent state: checkpoint at %d, but the state holds %d positions", length, s.length))
+	}
+	s.dropFrom(length)
+	if len(s.saved) == maxCheckpoints {
+		s.evict()
+	}
+	var rec []*compute.Tensor
+	if n := len(s.spare); n > 0 {
+		rec, s.spare = s.spare[n-1], s.spare[:n-1]
+	} else {
+		for _, t := range s.rec {
+			rec = append(rec, s.b.Alloc(compute.F32, t.Shape...))
+		}
+	}
+	s.copyAll(rec, s.rec)
+	s.saved = append(s.saved, checkpoint{length: length, rec: rec})
+}
+
+// dropFrom discards the checkpoints at length n and later.
+func (s *recurrentState[S]) dropFrom(n int) {
+	for len(s.saved) > 0 && s.saved[len(s.saved)-1].length >= n {
+		s.spare = append(s.spare, s.saved[len(s.saved)-1].rec)
+		s.saved = s.saved[:len(s.saved)-1]
+	}
+}
+
+// evict drops one checkpoint: the one between the closest neighbours, or
+// the oldest when there are too few to choose.
+func (s *recurrentState[S]) evict() {
+	drop, gap := 0, -1
+	for i := 1; i+1 < len(s.saved); i++ {
+		if g := s.saved[i+1].length - s.saved[i-1].length; gap < 0 || g < gap {
+			drop, gap = i, g
+		}
+	}
+	s.spare = append(s.spare, s.saved[drop].rec)
+	s.saved = append(s.saved[:drop], s.saved[drop+1:]...)
+}
+
+// Restore implements Recurrent. The attention caches need no copying:
+// positions from the restored length on are simply written again.
+func (s *recurrentState[S]) Restore(n int) int {
+	if n >= s.length {
+		return s.length
+	}
+	s.dropFrom(n + 1)
+	if len(s.rec) == 0 {
+		// Only full attention caches (an LFM2 whose layers all attend):
+		// any prefix is a state to continue from.
+		s.length = n
+		return n
+	}
+	if k := len(s.saved); k > 0 {
+		c := s.saved[k-1]
+		s.copyAll(s.rec, c.rec)
+		s.length = c.length
+		return s.length
+	}
+	if s.zero == nil {
+		for _, t := range s.rec {
+			s.zero = append(s.zero, s.b.Alloc(compute.F32, t.Shape...))
+		}
+	}
+	s.copyAll(s.rec, s.zero)
+	s.length = 0
+	return 0
+}
