@@ -7,7 +7,7 @@ import (
 )
 
 // moeFixtures are the mixture-of-experts fixtures that the CPU runs.
-var moeFixtures = []string{"qwen3_moe"}
+var moeFixtures = []string{"qwen3_moe", "gpt_oss"}
 
 func TestMoEConformance(t *testing.T) {
 	for _, name := range moeFixtures {
