@@ -153,12 +153,14 @@ func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
 // buffers); the second is captured; later ones replay it. The inputs are
 // the same tensors every step, so the graph reads the new id and position.
 func (s *Session) decode(ids, pos *compute.Tensor) {
-	run := func() { s.m.Forward(s.st, ids, pos, s.logits) }
 	gc, ok := s.b.(compute.GraphCapturer)
 	if !ok || s.graphFailed {
-		run()
+		// Called directly: the closure below escapes to Capture, and
+		// making it would cost an allocation per step.
+		s.m.Forward(s.st, ids, pos, s.logits)
 		return
 	}
+	run := func() { s.m.Forward(s.st, ids, pos, s.logits) }
 	s.decodeSteps++
 	if s.graph == nil && s.decodeSteps > 1 {
 		g, err := gc.Capture(run)
