@@ -27,11 +27,28 @@ import (
 //     Config.SparseLayer is true, and runs it in place of the MLP.
 //   - A family with its own layer loop builds each block with
 //     (*loader).moe(layerPrefix, &spec) (the error, like every loader
-//     error, is in loader.err), keeps a moeScratch per chunk size from
-//     newMoEScratch(b, n, blocks), and calls
+//     error, is in loader.err), keeps one moeScratch per state and chunk
+//     size from newMoEScratch(b, n, anyBlock) (every block of a model
+//     routes alike: see sameRouting), and calls
 //     block.forward(dst, x, x, scratch) for dst[n, hidden] = MoE(x[n,
 //     hidden]); the third argument is the router's input when it differs
-//     from the experts' (Gemma 4).
+//     from the experts' (Gemma 4). forward allocates nothing.
+//
+// For example, Qwen3-Next's block (routed experts plus a shared expert
+// behind a sigmoid gate, stored per expert):
+//
+//	spec := moeSpec{
+//		router: "mlp.gate", experts: "mlp.experts", layout: moePerExpert,
+//		shared: "mlp.shared_expert", sharedGate: "mlp.shared_expert_gate",
+//		hidden: cfg.HiddenSize, numExperts: cfg.NumExperts, topK: cfg.NumExpertsPerTok,
+//		order: compute.SoftmaxTopK, normalize: cfg.NormTopKProb,
+//		inter: cfg.MoEIntermediateSize, sharedInter: cfg.SharedExpertIntermediateSize,
+//		act: compute.SiLU,
+//	}
+//
+// Gemma 4's experts are in the moeFused layout; its per-expert scale is
+// compute.Routing.ExpertScale, which a family sets on the loaded block
+// (blk.routing.ExpertScale) as an F32 tensor.
 //
 // The backend must implement compute.Experts; loading fails with an error
 // naming it otherwise (see expertsOf).

@@ -43,7 +43,7 @@ func (w *moeWork) runTask(c int) {
 
 // taskBytes is the size of the weight blocks one token's projections are
 // cut into, so that the threads share the work evenly.
-const taskBytes = 128 << 10
+const taskBytes = 512 << 10
 
 // grow returns s with length n, reallocating only when its capacity is short.
 func grow[T any](s []T, n int) []T {
