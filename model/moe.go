@@ -27,11 +27,28 @@ import (
 //     Config.SparseLayer is true, and runs it in place of the MLP.
 //   - A family with its own layer loop builds each block with
 //     (*loader).moe(layerPrefix, &spec) (the error, like every loader
-//     error, is in loader.err), keeps a moeScratch per chunk size from
-//     newMoEScratch(b, n, blocks), and calls
+//     error, is in loader.err), keeps one moeScratch per state and chunk
+//     size from newMoEScratch(b, n, anyBlock) (every block of a model
+//     routes alike: see sameRouting), and calls
 //     block.forward(dst, x, x, scratch) for dst[n, hidden] = MoE(x[n,
 //     hidden]); the third argument is the router's input when it differs
-//     from the experts' (Gemma 4).
+//     from the experts' (Gemma 4). forward allocates nothing.
+//
+// For example, Qwen3-Next's block (routed experts plus a shared expert
+// behind a sigmoid gate, stored per expert):
+//
+//	spec := moeSpec{
+//		router: "mlp.gate", experts: "mlp.experts", layout: moePerExpert,
+//		shared: "mlp.shared_expert", sharedGate: "mlp.shared_expert_gate",
+//		hidden: cfg.HiddenSize, numExperts: cfg.NumExperts, topK: cfg.NumExpertsPerTok,
+//		order: compute.SoftmaxTopK, normalize: cfg.NormTopKProb,
+//		inter: cfg.MoEIntermediateSize, sharedInter: cfg.SharedExpertIntermediateSize,
+//		act: compute.SiLU,
+//	}
+//
+// Gemma 4's experts are in the moeFused layout; its per-expert scale is
+// compute.Routing.ExpertScale, which a family sets on the loaded block
+// (blk.routing.ExpertScale) as an F32 tensor.
 //
 // The backend must implement compute.Experts; loading fails with an error
 // naming it otherwise (see expertsOf).
@@ -175,17 +192,14 @@ func (l *loader) stackedExperts(p string, layout moeLayout, ne, hid, inter int) 
 	if layout == moeFusedInterleaved {
 		guShape, downShape = []int{ne, hid, 2 * inter}, []int{ne, inter, hid}
 	}
-	gu, ok1 := l.stored(p+".gate_up_proj", guShape)
-	down, ok2 := l.stored(p+".down_proj", downShape)
-	if !ok1 || !ok2 {
-		return nil
-	}
+	gu := l.stored(p+".gate_up_proj", guShape)
+	down := l.stored(p+".down_proj", downShape)
 	var guBias, downBias []float32
-	if s, ok := l.stored(p+".gate_up_proj_bias", []int{ne, 2 * inter}); ok {
-		guBias = l.floats(p+".gate_up_proj_bias", s)
+	if l.has(p + ".gate_up_proj_bias") {
+		guBias = l.floats(p+".gate_up_proj_bias", l.stored(p+".gate_up_proj_bias", []int{ne, 2 * inter}))
 	}
-	if s, ok := l.stored(p+".down_proj_bias", []int{ne, hid}); ok {
-		downBias = l.floats(p+".down_proj_bias", s)
+	if l.has(p + ".down_proj_bias") {
+		downBias = l.floats(p+".down_proj_bias", l.stored(p+".down_proj_bias", []int{ne, hid}))
 	}
 	if l.err != nil {
 		return nil
@@ -222,31 +236,32 @@ func (l *loader) stackedExperts(p string, layout moeLayout, ne, hid, inter int) 
 	return experts
 }
 
-// stored looks up a tensor and checks its shape. A missing tensor reports
-// false without an error; a wrong shape sets l.err.
-func (l *loader) stored(name string, shape []int) (Stored, bool) {
+// stored looks up a tensor and checks its shape and size.
+func (l *loader) stored(name string, shape []int) Stored {
 	if l.err != nil {
-		return Stored{}, false
+		return Stored{}
 	}
 	s, ok := l.src.Lookup(name)
-	if !ok {
-		return Stored{}, false
-	}
-	if !slices.Equal(s.Shape, shape) {
+	switch {
+	case !ok:
+		l.err = fmt.Errorf("tensor %s is missing", name)
+	case !slices.Equal(s.Shape, shape):
 		l.err = fmt.Errorf("tensor %s has shape %v, want %v", name, s.Shape, shape)
-		return Stored{}, false
+	default:
+		if rb, err := s.DType.RowBytes(shape[len(shape)-1]); err != nil || len(s.Data) != rb*rowsOf(shape) {
+			l.err = fmt.Errorf("tensor %s: %d bytes of %s do not hold shape %v", name, len(s.Data), s.DType, shape)
+		}
 	}
-	if rb, err := s.DType.RowBytes(s.Shape[len(s.Shape)-1]); err != nil || len(s.Data) != rb*rowsOf(s.Shape) {
-		l.err = fmt.Errorf("tensor %s: %d bytes of %s do not hold shape %v", name, len(s.Data), s.DType, s.Shape)
-		return Stored{}, false
-	}
-	return s, true
+	return s
 }
 
 // floats decodes a stored tensor into float32 values.
 func (l *loader) floats(name string, s Stored) []float32 {
+	if l.err != nil {
+		return nil
+	}
 	v, err := toF32(s)
-	if err != nil && l.err == nil {
+	if err != nil {
 		l.err = fmt.Errorf("tensor %s: %w", name, err)
 	}
 	return v

@@ -20,7 +20,30 @@ type moeWork struct {
 	xg       []float32 // the rows routed to one expert, gathered
 	g, u, gu []float32 // gate and up projections, or both fused
 	act, y   []float32 // act(gate) ⊙ up, and the down projection
+
+	// One token: the row blocks of every picked expert's projections, run
+	// as one pool call per stage, each block on a pool of its own thread.
+	tasks  []expertTask
+	pools  []*Pool
+	taskFn func(int) // runTask, bound once
 }
+
+// expertTask is a block of rows of one expert's projection for one token.
+type expertTask struct {
+	w      Weights
+	x, dst []float32
+}
+
+// runTask runs task c on a one-thread pool: the caller's pool is busy
+// handing out the tasks.
+func (w *moeWork) runTask(c int) {
+	t := &w.tasks[c]
+	MatMul(t.dst, t.x, 1, t.w, w.pools[c])
+}
+
+// taskBytes is the size of the weight blocks one token's projections are
+// cut into, so that the threads share the work evenly.
+const taskBytes = 512 << 10
 
 // grow returns s with length n, reallocating only when its capacity is short.
 func grow[T any](s []T, n int) []T {
@@ -158,14 +181,20 @@ func (b *Backend) ApplyExperts(dst, x, ids, weights *compute.Tensor, f *compute.
 	}
 	is, ws, xs, d := ids.Buf.([]int32), f32(weights), f32(x), f32(dst)
 	w := &b.moe
+	for _, e := range is[:n*slots] {
+		if e < 0 || int(e) >= ne {
+			panic(fmt.Sprintf("cpu: ApplyExperts: expert %d of %d", e, ne))
+		}
+	}
+	if n == 1 {
+		b.tokenExperts(d[:hid], xs[:hid], is[:slots], ws[:slots], f)
+		return
+	}
 
 	// Counting sort of the pairs by expert.
 	w.count = grow(w.count, ne+1)
 	clear(w.count)
 	for _, e := range is[:n*slots] {
-		if e < 0 || int(e) >= ne {
-			panic(fmt.Sprintf("cpu: ApplyExperts: expert %d of %d", e, ne))
-		}
 		w.count[e+1]++
 	}
 	for e := range ne {
@@ -225,22 +254,7 @@ func (b *Backend) runExpert(ex *compute.Expert, f *compute.ExpertFFN, pairs []in
 	}
 	w.act = grow(w.act, m*inter)
 	for r := range m {
-		gr, ur := g[r*stride:r*stride+inter], u[r*stride:r*stride+inter]
-		ar := w.act[r*inter : (r+1)*inter]
-		for c := range ar {
-			gv, uv := gr[c], ur[c]
-			if gb != nil {
-				gv += gb[c]
-				uv += ub[c]
-			}
-			if f.Limit > 0 {
-				gv = min(gv, f.Limit)
-				uv = min(max(uv, -f.Limit), f.Limit)
-				ar[c] = (uv + 1) * gv * sigmoid(f.Alpha*gv)
-			} else {
-				ar[c] = activate(gv, f.Act) * uv
-			}
-		}
+		glu(w.act[r*inter:(r+1)*inter], g[r*stride:], u[r*stride:], gb, ub, f)
 	}
 	w.y = grow(w.y, m*hid)
 	MatMul(w.y, w.act, m, weightsOf(ex.Down), b.pool)
@@ -253,4 +267,114 @@ func (b *Backend) runExpert(ex *compute.Expert, f *compute.ExpertFFN, pairs []in
 			}
 		}
 	}
+}
+
+// glu computes act[c] = act(g[c] + gb[c]) · (u[c] + ub[c]), or gpt-oss's
+// clamped variant; the biases may be nil.
+func glu(act, g, u, gb, ub []float32, f *compute.ExpertFFN) {
+	g, u = g[:len(act)], u[:len(act)]
+	for c := range act {
+		gv, uv := g[c], u[c]
+		if gb != nil {
+			gv += gb[c]
+			uv += ub[c]
+		}
+		if f.Limit > 0 {
+			gv = min(gv, f.Limit)
+			uv = min(max(uv, -f.Limit), f.Limit)
+			act[c] = (uv + 1) * gv * sigmoid(f.Alpha*gv)
+		} else {
+			act[c] = activate(gv, f.Act) * uv
+		}
+	}
+}
+
+// tokenExperts is ApplyExperts for one token. The picked experts' gate and
+// up projections are cut into blocks of rows that all threads share in one
+// pool call, and so are their down projections, so that a token costs two
+// pool calls whatever the number of experts, and no thread idles while
+// another finishes a small expert.
+func (b *Backend) tokenExperts(d, x []float32, ids []int32, wts []float32, f *compute.ExpertFFN) {
+	w := &b.moe
+	hid := len(x)
+	// Per slot j: gate then up at gu[off[j]:], act at act[aoff[j]:].
+	total := 0
+	for _, e := range ids {
+		total += f.Experts[e].Inter()
+	}
+	w.gu = grow(w.gu, 2*total)
+	w.act = grow(w.act, total)
+	w.y = grow(w.y, len(ids)*hid)
+	w.tasks = w.tasks[:0]
+	off := 0
+	for _, e := range ids {
+		ex := &f.Experts[e]
+		inter := ex.Inter()
+		gu := w.gu[2*off : 2*(off+inter)]
+		if ex.GateUp != nil {
+			w.addTasks(weightsOf(ex.GateUp), x, gu)
+		} else {
+			w.addTasks(weightsOf(ex.Gate), x, gu[:inter])
+			w.addTasks(weightsOf(ex.Up), x, gu[inter:])
+		}
+		off += inter
+	}
+	b.runTasks()
+
+	w.tasks = w.tasks[:0]
+	off = 0
+	for j, e := range ids {
+		ex := &f.Experts[e]
+		inter := ex.Inter()
+		gu, act := w.gu[2*off:2*(off+inter)], w.act[off:off+inter]
+		var gb, ub []float32
+		if ex.GateUpBias != nil {
+			bias := f32(b.asF32(ex.GateUpBias))
+			gb, ub = bias[:inter], bias[inter:2*inter]
+		}
+		glu(act, gu[:inter], gu[inter:], gb, ub, f)
+		w.addTasks(weightsOf(ex.Down), act, w.y[j*hid:(j+1)*hid])
+		off += inter
+	}
+	b.runTasks()
+
+	clear(d)
+	for j, e := range ids {
+		y := w.y[j*hid : (j+1)*hid]
+		if bias := f.Experts[e].DownBias; bias != nil {
+			for c, v := range f32(b.asF32(bias)) {
+				y[c] += v
+			}
+		}
+		Axpy(d, wts[j], y)
+	}
+}
+
+// addTasks appends the tasks of dst = x·wᵀ for one row x, cut into blocks
+// of about taskBytes of weights.
+func (w *moeWork) addTasks(ws Weights, x, dst []float32) {
+	ws.check()
+	rb, _ := ws.DType.RowBytes(ws.Cols)
+	rows := max(16, taskBytes/max(rb, 1)) &^ 15
+	for lo := 0; lo < ws.Rows; lo += rows {
+		hi := min(lo+rows, ws.Rows)
+		w.tasks = append(w.tasks, expertTask{
+			w:   Weights{DType: ws.DType, Rows: hi - lo, Cols: ws.Cols, Data: ws.Data[lo*rb : hi*rb]},
+			x:   x,
+			dst: dst[lo:hi],
+		})
+	}
+}
+
+// runTasks runs the queued tasks over the backend's pool.
+func (b *Backend) runTasks() {
+	w := &b.moe
+	for len(w.pools) < len(w.tasks) {
+		w.pools = append(w.pools, NewPool(1))
+	}
+	if w.taskFn == nil {
+		w.taskFn = w.runTask
+	}
+	b.pool.Run(len(w.tasks), w.taskFn)
+	clear(w.tasks) // drop references to the weights and activations
 }
