@@ -20,6 +20,9 @@ type Backend struct {
 
 	attn     attnJob
 	attnFunc func(int) // b.attn.chunk, bound once
+
+	delta     deltaJob
+	deltaFunc func(int) // b.delta.part, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -29,6 +32,7 @@ func New(threads int) *Backend {
 	}
 	b := &Backend{threads: threads, pool: NewPool(threads)}
 	b.attnFunc = b.attn.chunk
+	b.deltaFunc = b.delta.part
 	return b
 }
 
@@ -279,6 +283,8 @@ func activate(x float32, act compute.Activation) float32 {
 		return float32(0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2)))
 	case compute.ReLU:
 		return max(x, 0)
+	case compute.Sigmoid:
+		return 1 / (1 + float32(math.Exp(float64(-x))))
 	}
 	panic("unknown activation")
 }
