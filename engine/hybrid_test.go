@@ -1,0 +1,19 @@
+package engine
+
+import (
+	"testing"
+
+	"lem/internal/fixtures"
+)
+
+// hybridFixtures are the families whose stacks mix Gated DeltaNet linear
+// attention with gated softmax attention.
+var hybridFixtures = []string{"qwen3_5_text"}
+
+func TestHybridConformance(t *testing.T) {
+	for _, name := range hybridFixtures {
+		t.Run(name, func(t *testing.T) {
+			testArch(t, fixtures.Dir(t, "archs", name))
+		})
+	}
+}

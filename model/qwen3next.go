@@ -1,0 +1,271 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"lem/compute"
+)
+
+// Qwen3-Next and Qwen3.5: a hybrid stack in which most layers mix tokens
+// with Gated DeltaNet linear attention (deltanet.go) and every few layers
+// (layer_types "full_attention") with gated softmax attention:
+//
+//	h = x + Mixer(RMSNorm(x))
+//	y = h + FFN(RMSNorm(h))
+//
+// Every RMSNorm of the stack scales by (1 + w), the final one included.
+// The attention layers double the query projection into queries and an
+// output gate, normalise each query and key head (1 + w), rotate a
+// partial slice of each head, and gate their output:
+//
+//	[q g] = h·W_qᵀ,  k = h·W_kᵀ,  v = h·W_vᵀ
+//	a = Attention(RoPE(RMSNorm(q)), RoPE(RMSNorm(k)), v) ⊙ σ(g)
+//	out = a·W_oᵀ
+//
+// The FFN is the SwiGLU MLP (Qwen3.5) or a mixture of experts with a
+// gated shared expert (Qwen3-Next, Qwen3.5-MoE).
+func init() {
+	Register("qwen3_5_text", loadQwen35)
+}
+
+// hybrid is the stack shared by the three families.
+type hybrid struct {
+	cfg   *Config
+	b     compute.Backend
+	conv  compute.Convolver
+	delta compute.DeltaRuler
+
+	embed, norm, output *compute.Tensor
+	layers              []hybridLayer
+	eps                 float32
+	act                 compute.Activation
+}
+
+// hybridLayer holds one block; exactly one of linear and attn is set.
+type hybridLayer struct {
+	inNorm, postNorm *compute.Tensor // F32 [hidden]
+	linear           *deltaNet
+	attn             *gatedAttention
+	mlp              *mlp
+}
+
+// gatedAttention is a softmax attention layer with an output gate.
+type gatedAttention struct {
+	q, gate, k, v, o *compute.Tensor
+	qNorm, kNorm     *compute.Tensor // F32 [head_dim]
+	attn             compute.Attention
+	rope             *compute.Rope
+}
+
+// mlp is the gated feed-forward block down(act(gate(h)) ⊙ up(h)).
+type mlp struct {
+	gate, up, down *compute.Tensor
+}
+
+func (f *mlp) inter() int { return f.down.Cols() }
+
+// hybridScratch holds the activations of one chunk length.
+type hybridScratch struct {
+	x, h, o, last          *compute.Tensor // [n, hidden]; last [1, hidden]
+	qkv, mixed, z, core    *compute.Tensor // linear attention
+	alpha, beta            *compute.Tensor // [n, value heads]
+	q, gate, k, v, a, g, u *compute.Tensor // attention, MLP
+}
+
+func (m *hybrid) Config() *Config { return m.cfg }
+
+func (m *hybrid) scratchFor(st *hybridState, n int) *hybridScratch {
+	if s, ok := st.scratch[n]; ok {
+		return s
+	}
+	c := m.cfg
+	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, max(cols, 1)) }
+	var conv, vdim, vh, qdim, kvdim, ff int
+	for _, l := range m.layers {
+		if d := l.linear; d != nil {
+			conv = max(conv, d.convDim())
+			vdim = max(vdim, d.rule.ValueHeads*d.rule.ValueDim)
+			vh = max(vh, d.rule.ValueHeads)
+		}
+		if a := l.attn; a != nil {
+			qdim = max(qdim, a.attn.Heads*a.attn.HeadDim)
+			kvdim = max(kvdim, a.attn.KVHeads*a.attn.HeadDim)
+		}
+		ff = max(ff, l.mlp.inter())
+	}
+	s := &hybridScratch{
+		x: f(c.HiddenSize), h: f(c.HiddenSize), o: f(c.HiddenSize),
+		last: m.b.Alloc(compute.F32, 1, c.HiddenSize),
+		qkv:  f(conv), mixed: f(conv), z: f(vdim), core: f(vdim),
+		alpha: f(vh), beta: f(vh),
+		q: f(qdim), gate: f(qdim), a: f(qdim), k: f(kvdim), v: f(kvdim),
+		g: f(ff), u: f(ff),
+	}
+	for k := range st.scratch {
+		if k != 1 {
+			delete(st.scratch, k) // keep the decode buffers and the latest chunk size
+		}
+	}
+	st.scratch[n] = s
+	return s
+}
+
+// Forward implements Model.
+func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
+	st := state.(*hybridState)
+	b := m.b
+	n := ids.Len()
+	s := m.scratchFor(st, n)
+	x := s.x
+	b.Embed(x, m.embed, ids)
+	for i := range m.layers {
+		l := &m.layers[i]
+		b.RMSNorm(s.h, x, l.inNorm, m.eps, 1)
+		if l.linear != nil {
+			l.linear.forward(m, s, s.h, st.conv[i], st.delta[i])
+		} else {
+			m.attention(l.attn, st.caches[i], s, s.h, pos)
+		}
+		b.Add(x, x, s.o)
+		b.RMSNorm(s.h, x, l.postNorm, m.eps, 1)
+		m.feedForward(l.mlp, s, s.h)
+		b.Add(x, x, s.o)
+	}
+	out, h := x, s.h
+	if logits.Rows() == 1 && n > 1 {
+		out, h = b.View(x, n-1, n), s.last
+	}
+	b.RMSNorm(h, out, m.norm, m.eps, 1)
+	b.MatMul(logits, h, m.output)
+}
+
+// attention runs a gated attention layer on h into s.o.
+func (m *hybrid) attention(l *gatedAttention, cache *compute.KVCache, s *hybridScratch, h, pos *compute.Tensor) {
+	b := m.b
+	b.MatMul(s.q, h, l.q)
+	b.MatMul(s.gate, h, l.gate)
+	b.MatMul(s.k, h, l.k)
+	b.MatMul(s.v, h, l.v)
+	b.RMSNorm(s.q, s.q, l.qNorm, m.eps, 1)
+	b.RMSNorm(s.k, s.k, l.kNorm, m.eps, 1)
+	b.RoPE(s.q, pos, l.attn.Heads, l.rope)
+	b.RoPE(s.k, pos, l.attn.KVHeads, l.rope)
+	b.Attend(s.a, s.q, s.k, s.v, cache, pos, &l.attn)
+	b.GLU(s.a, s.gate, s.a, compute.Sigmoid)
+	b.MatMul(s.o, s.a, l.o)
+}
+
+// feedForward runs the MLP on h into s.o.
+func (m *hybrid) feedForward(f *mlp, s *hybridScratch, h *compute.Tensor) {
+	b := m.b
+	g, u := s.g, s.u
+	b.MatMul(g, h, f.gate)
+	b.MatMul(u, h, f.up)
+	b.GLU(g, g, u, m.act)
+	b.MatMul(s.o, g, f.down)
+}
+
+// loadQwen35 loads Qwen3.5's text model: every layer has the SwiGLU MLP.
+func loadQwen35(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	return loadHybrid(cfg, src, b, func(l *loader, p string, i int) *mlp {
+		return loadMLP(l, p+"mlp.", cfg.HiddenSize, cfg.IntermediateSize)
+	})
+}
+
+func loadMLP(l *loader, p string, hid, ff int) *mlp {
+	return &mlp{
+		gate: l.weight(p+"gate_proj.weight", ff, hid),
+		up:   l.weight(p+"up_proj.weight", ff, hid),
+		down: l.weight(p+"down_proj.weight", hid, ff),
+	}
+}
+
+// loadHybrid reads the stack; ffn loads the feed-forward block of layer i
+// under prefix p ("model.layers.i.").
+func loadHybrid(cfg *Config, src Source, b compute.Backend, ffn func(l *loader, p string, i int) *mlp) (*hybrid, error) {
+	conv, ok := b.(compute.Convolver)
+	if !ok {
+		return nil, fmt.Errorf("%s: backend %s lacks the short causal convolution (compute.Convolver) that linear-attention layers need", cfg.ModelType, b.Name())
+	}
+	delta, ok := b.(compute.DeltaRuler)
+	if !ok {
+		return nil, fmt.Errorf("%s: backend %s lacks the gated delta rule (compute.DeltaRuler) that linear-attention layers need", cfg.ModelType, b.Name())
+	}
+	if err := checkLinear(cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
+	}
+	act, err := compute.ParseActivation(cfg.HiddenAct)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
+	}
+	m := &hybrid{cfg: cfg, b: b, conv: conv, delta: delta, act: act, eps: float32(cfg.RMSNormEps)}
+	hid, vocab := cfg.HiddenSize, cfg.VocabSize
+	l := &loader{src: src, b: b}
+	// The multimodal checkpoints keep the text model under language_model.
+	root := "model."
+	if l.has("model.language_model.embed_tokens.weight") {
+		root = "model.language_model."
+	}
+	m.embed = l.weight(root+"embed_tokens.weight", vocab, hid)
+	m.norm = l.vector(root+"norm.weight", hid)
+	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
+		m.output = l.weight("lm_head.weight", vocab, hid)
+	} else {
+		m.output = m.embed
+	}
+	var rope *compute.Rope
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("%slayers.%d.", root, i)
+		ly := hybridLayer{
+			inNorm:   l.vector(p+"input_layernorm.weight", hid),
+			postNorm: l.vector(p+"post_attention_layernorm.weight", hid),
+		}
+		switch t := cfg.LayerType(i); t {
+		case "linear_attention":
+			ly.linear = loadDeltaNet(cfg, l, p+"linear_attn.")
+		case FullAttention:
+			if rope == nil {
+				if rope, err = NewRope(cfg.Rope(FullAttention), cfg.HeadDim, cfg.MaxPositionEmbeddings); err != nil {
+					return nil, fmt.Errorf("%s layer %d: %w", cfg.ModelType, i, err)
+				}
+			}
+			ly.attn = loadGatedAttention(cfg, l, p+"self_attn.", rope)
+		default:
+			return nil, fmt.Errorf("%s: layer %d has layer type %q; want linear_attention or full_attention", cfg.ModelType, i, t)
+		}
+		ly.mlp = ffn(l, p, i)
+		m.layers = append(m.layers, ly)
+	}
+	if l.err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
+	}
+	return m, nil
+}
+
+// loadGatedAttention reads an attention layer. q_proj holds, per head,
+// the head's query rows and then its gate rows; they are split apart.
+func loadGatedAttention(cfg *Config, l *loader, p string, rope *compute.Rope) *gatedAttention {
+	hid, hd := cfg.HiddenSize, cfg.HeadDim
+	nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	var q, g []int
+	for h := range nh {
+		q = appendRange(q, 2*h*hd, 2*h*hd+hd)
+		g = appendRange(g, 2*h*hd+hd, 2*(h+1)*hd)
+	}
+	name := p + "q_proj.weight"
+	return &gatedAttention{
+		q:     l.rows(name, []int{2 * nh * hd, hid}, q),
+		gate:  l.rows(name, []int{2 * nh * hd, hid}, g),
+		k:     l.weight(p+"k_proj.weight", nkv*hd, hid),
+		v:     l.weight(p+"v_proj.weight", nkv*hd, hid),
+		o:     l.weight(p+"o_proj.weight", hid, nh*hd),
+		qNorm: l.vector(p+"q_norm.weight", hd),
+		kNorm: l.vector(p+"k_norm.weight", hd),
+		attn: compute.Attention{
+			Heads: nh, KVHeads: nkv, HeadDim: hd,
+			Scale: float32(1 / math.Sqrt(float64(hd))),
+		},
+		rope: rope,
+	}
+}
