@@ -107,8 +107,13 @@ type Config struct {
 	MoEIntermediateSize          int
 	SharedExpertIntermediateSize int
 	NormTopKProb                 bool
-	DecoderSparseStep            int
-	MLPOnlyLayers                []int
+	// DecoderSparseStep and MLPOnlyLayers say which layers are sparse
+	// (Qwen MoE): use SparseLayer.
+	DecoderSparseStep int
+	MLPOnlyLayers     []int
+	// SwiGLULimit clamps the gate and up projections of gpt-oss's experts
+	// (swiglu_limit; 7 when absent from a gpt_oss config).
+	SwiGLULimit float64
 
 	// Gated delta-rule linear attention (Qwen3-Next, Qwen3.5): the layers
 	// that layer_types marks "linear_attention". LinearNumValueHeads is a
@@ -281,6 +286,7 @@ var familyDefaults = map[string]map[string]string{
 	"gemma2":       {"tie_word_embeddings": "true"},
 	"gemma3n_text": {"tie_word_embeddings": "true"},
 	"gemma4_text":  {"tie_word_embeddings": "true"},
+	"gpt_oss":      {"swiglu_limit": "7.0"},
 	"gemma3_text": {
 		"vocab_size":              "262208",
 		"hidden_size":             "2304",
@@ -377,7 +383,7 @@ func (c *Config) read(f *fields) error {
 	f.ints("no_rope_layers", &c.NoRopeLayers)
 
 	_ = f.size("num_experts", &c.NumExperts) || f.size("num_local_experts", &c.NumExperts) || f.size("n_routed_experts", &c.NumExperts)
-	_ = f.size("num_experts_per_tok", &c.NumExpertsPerTok) || f.size("top_k_experts", &c.NumExpertsPerTok) || f.size("moe_topk", &c.NumExpertsPerTok)
+	_ = f.size("num_experts_per_tok", &c.NumExpertsPerTok) || f.size("top_k_experts", &c.NumExpertsPerTok) || f.size("moe_topk", &c.NumExpertsPerTok) || f.size("experts_per_token", &c.NumExpertsPerTok)
 	f.size("n_shared_experts", &c.NumSharedExperts)
 	f.size("moe_intermediate_size", &c.MoEIntermediateSize)
 	f.size("shared_expert_intermediate_size", &c.SharedExpertIntermediateSize)
@@ -390,6 +396,7 @@ func (c *Config) read(f *fields) error {
 	f.size("linear_value_head_dim", &c.LinearValueHeadDim)
 	f.size("linear_conv_kernel_dim", &c.LinearConvKernelDim)
 	f.size("full_attention_interval", &c.FullAttentionInterval)
+	f.float("swiglu_limit", &c.SwiGLULimit)
 	if f.err != nil {
 		return f.err
 	}
@@ -449,6 +456,12 @@ func (c *Config) read(f *fields) error {
 		}
 	} else if len(c.NoRopeLayers) != n {
 		return fmt.Errorf("key %q: %d entries for %d layers", f.prefix+"no_rope_layers", len(c.NoRopeLayers), n)
+	}
+	if c.NumExperts > 0 && c.NumExpertsPerTok > c.NumExperts {
+		return fmt.Errorf("key %q: %d experts per token of %d experts", f.prefix+"num_experts_per_tok", c.NumExpertsPerTok, c.NumExperts)
+	}
+	if c.SwiGLULimit < 0 || math.IsInf(c.SwiGLULimit, 0) {
+		return fmt.Errorf("key %q: %g is not a non-negative number", f.prefix+"swiglu_limit", c.SwiGLULimit)
 	}
 	for _, l := range c.MLPOnlyLayers {
 		if l < 0 || l >= n {
@@ -802,6 +815,18 @@ func (c *Config) IntermediateSizeFor(i int) int {
 		return c.IntermediateSizes[i]
 	}
 	return c.IntermediateSize
+}
+
+// SparseLayer reports whether layer i's feed-forward block is a mixture of
+// experts: the model has experts, the layer is not in mlp_only_layers, and
+// it is a multiple of decoder_sparse_step (counting from 1; a step of 0 or
+// 1 makes every layer sparse). Families with a switch of their own (Gemma
+// 4's enable_moe_block) check it as well.
+func (c *Config) SparseLayer(i int) bool {
+	if c.NumExperts == 0 || i < 0 || i >= c.NumHiddenLayers || slices.Contains(c.MLPOnlyLayers, i) {
+		return false
+	}
+	return c.DecoderSparseStep <= 1 || (i+1)%c.DecoderSparseStep == 0
 }
 
 // UsesRope reports whether layer i applies rotary embeddings (false only

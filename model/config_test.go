@@ -775,6 +775,9 @@ func TestConfigErrors(t *testing.T) {
 		{"model_type not a string", `{"model_type":5,` + base + `}`, `key "model_type": want a string`},
 		{"per_layer_config bad index", `{` + base + `,"per_layer_config":{"7":{"head_dim":4}}}`, `"7" is not a layer index in [0, 2)`},
 		{"per_layer_config bad value", `{` + base + `,"per_layer_config":{"1":{"head_dim":"x"}}}`, `key "per_layer_config.1.head_dim"`},
+		{"more experts per token than experts", `{` + base + `,"num_experts":4,"num_experts_per_tok":5}`, `key "num_experts_per_tok": 5 experts per token of 4 experts`},
+		{"negative swiglu_limit", `{` + base + `,"swiglu_limit":-1}`, `key "swiglu_limit": -1 is not a non-negative number`},
+		{"swiglu_limit as string", `{` + base + `,"swiglu_limit":"7"}`, `key "swiglu_limit": want a number`},
 		{"mlp_only_layers out of range", `{` + base + `,"mlp_only_layers":[5]}`, `key "mlp_only_layers": layer 5 out of range`},
 		{"no_rope_layers wrong length", `{` + base + `,"no_rope_layers":[1]}`, `key "no_rope_layers": 1 entries for 2 layers`},
 		{"quantization bits", `{` + base + `,"quantization":{"group_size":64,"bits":"4"}}`, `key "quantization.bits"`},
@@ -788,6 +791,48 @@ func TestConfigErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigMoE(t *testing.T) {
+	base := `"vocab_size":10,"hidden_size":8,"num_hidden_layers":4,"num_attention_heads":2`
+	tests := []struct {
+		name         string
+		json         string
+		experts, top int
+		limit        float64
+		sparse       []int // the layers SparseLayer reports
+	}{
+		{"dense", `{` + base + `}`, 0, 0, 0, nil},
+		{"dense with a stray top k", `{` + base + `,"num_experts_per_tok":2}`, 0, 2, 0, nil},
+		{"qwen3_moe every layer", `{"model_type":"qwen3_moe",` + base + `,"num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":1,"mlp_only_layers":[]}`, 8, 2, 0, []int{0, 1, 2, 3}},
+		{"num_local_experts, no step", `{` + base + `,"num_local_experts":8,"num_experts_per_tok":2}`, 8, 2, 0, []int{0, 1, 2, 3}},
+		{"sparse step 2", `{` + base + `,"num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":2}`, 8, 2, 0, []int{1, 3}},
+		{"step 0 means every layer", `{` + base + `,"num_experts":8,"num_experts_per_tok":2,"decoder_sparse_step":0}`, 8, 2, 0, []int{0, 1, 2, 3}},
+		{"mlp_only_layers", `{` + base + `,"num_experts":8,"num_experts_per_tok":2,"mlp_only_layers":[0,2]}`, 8, 2, 0, []int{1, 3}},
+		{"gpt_oss default limit", `{"model_type":"gpt_oss",` + base + `,"num_local_experts":4,"num_experts_per_tok":2}`, 4, 2, 7, []int{0, 1, 2, 3}},
+		{"gpt_oss given limit", `{"model_type":"gpt_oss",` + base + `,"num_local_experts":4,"num_experts_per_tok":2,"swiglu_limit":5.5}`, 4, 2, 5.5, []int{0, 1, 2, 3}},
+		{"openai experts_per_token", `{` + base + `,"num_experts":32,"experts_per_token":4,"swiglu_limit":7.0}`, 32, 4, 7, []int{0, 1, 2, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tt.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.NumExperts != tt.experts || c.NumExpertsPerTok != tt.top || c.SwiGLULimit != tt.limit {
+				t.Errorf("experts, top k, swiglu limit = %d, %d, %g, want %d, %d, %g", c.NumExperts, c.NumExpertsPerTok, c.SwiGLULimit, tt.experts, tt.top, tt.limit)
+			}
+			var sparse []int
+			for i := -1; i <= c.NumHiddenLayers; i++ {
+				if c.SparseLayer(i) {
+					sparse = append(sparse, i)
+				}
+			}
+			if !slices.Equal(sparse, tt.sparse) {
+				t.Errorf("sparse layers %v, want %v", sparse, tt.sparse)
 			}
 		})
 	}

@@ -38,6 +38,7 @@ type denseLayer struct {
 
 	gate, up, down *compute.Tensor
 	gateUp         *compute.Tensor // fused [gate; up] projection (phi3)
+	moe            *moeBlock       // set instead of the MLP on sparse layers
 
 	attn compute.Attention
 	rope *compute.Rope // nil: no rotary embedding in this layer
@@ -68,6 +69,7 @@ func (s *denseState) CanRewind(n, length int) bool {
 type denseScratch struct {
 	x, h, q, k, v, a, o, g, u, last *compute.Tensor
 	qkv, gu                         *compute.Tensor
+	moe                             *moeScratch // nil without sparse layers
 }
 
 func (m *dense) Config() *Config { return m.cfg }
@@ -109,6 +111,12 @@ func (m *dense) scratchFor(st *denseState, n int) *denseScratch {
 	if m.layers[0].gateUp != nil {
 		s.gu = f(2 * c.IntermediateSize)
 	}
+	for _, l := range m.layers {
+		if l.moe != nil {
+			s.moe = newMoEScratch(m.b, n, l.moe)
+			break
+		}
+	}
 	// Keep the decode buffers and the most recent chunk size only.
 	for k := range st.scratch {
 		if k != 1 {
@@ -146,7 +154,11 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 			h = s.h
 			b.RMSNorm(h, x, l.preFFNorm, m.eps, m.normOffset)
 		}
-		m.mlp(l, s, h)
+		if l.moe != nil {
+			l.moe.forward(s.o, h, h, s.moe)
+		} else {
+			m.mlp(l, s, h)
+		}
 		m.residual(x, s.o, l.postFFNorm)
 	}
 	out := x
@@ -233,6 +245,9 @@ func project(b compute.Backend, dst, x, w, bias *compute.Tensor) {
 type denseNames struct {
 	inNorm, postAttnNorm, preFFNorm, postFFNorm string
 	qNorm, kNorm                                string
+	// moe, when set, describes the mixture-of-experts block that replaces
+	// the MLP on the layers Config.SparseLayer marks.
+	moe *moeSpec
 }
 
 // llamaNames are the tensor names of the llama family and its many
@@ -260,6 +275,7 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 		m.output = m.embed
 	}
 	ropes := map[string]*compute.Rope{}
+	var first *moeBlock // the first sparse layer's block
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		hd := cfg.HeadDimFor(i)
@@ -319,13 +335,22 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 		ly.o = l.weight(a+"o_proj.weight", hid, nh*hd)
 		ly.ob = l.optionalVector(a+"o_proj.bias", hid)
 		f := p + "mlp."
-		if l.has(f + "gate_up_proj.weight") {
+		if names.moe != nil && cfg.SparseLayer(i) {
+			ly.moe = l.moe(p, names.moe)
+			if ly.moe != nil && first != nil && !sameRouting(first, ly.moe) {
+				l.err = fmt.Errorf("layer %d: routing differs from an earlier sparse layer's", i)
+			}
+			if first == nil {
+				first = ly.moe
+			}
+		} else if l.has(f + "gate_up_proj.weight") {
 			ly.gateUp = l.weight(f+"gate_up_proj.weight", 2*ff, hid)
+			ly.down = l.weight(f+"down_proj.weight", hid, ff)
 		} else {
 			ly.gate = l.weight(f+"gate_proj.weight", ff, hid)
 			ly.up = l.weight(f+"up_proj.weight", ff, hid)
+			ly.down = l.weight(f+"down_proj.weight", hid, ff)
 		}
-		ly.down = l.weight(f+"down_proj.weight", hid, ff)
 		m.layers = append(m.layers, ly)
 	}
 	if l.err != nil {

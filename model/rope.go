@@ -110,9 +110,11 @@ func yarnRope(r *compute.Rope, p RopeParams, theta float64, maxPos int) {
 	orig := p.OriginalMaxPositionEmbeddings
 	if orig == 0 {
 		orig = maxPos
-	} else if maxPos > 0 {
-		factor = float64(maxPos) / float64(orig)
 	}
+	// The factor is used as given, as transformers 5 does: older releases
+	// replaced it by max_position_embeddings / original_max_position_embeddings
+	// (the gpt_oss fixture, 512 / 4096 against a factor of 32, tells the two
+	// apart).
 	mscale := func(scale, m float64) float64 {
 		if scale <= 1 {
 			return 1

@@ -23,6 +23,7 @@ type Backend struct {
 
 	delta     deltaJob
 	deltaFunc func(int) // b.delta.part, bound once
+	moe       moeWork   // Route and ApplyExperts scratch
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).

@@ -263,5 +263,3 @@ func softplus(x float32) float32 {
 	}
 	return float32(math.Log1p(math.Exp(float64(x))))
 }
-
-func sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
