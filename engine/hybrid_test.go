@@ -8,7 +8,7 @@ import (
 
 // hybridFixtures are the families whose stacks mix Gated DeltaNet linear
 // attention with gated softmax attention.
-var hybridFixtures = []string{"qwen3_5_text"}
+var hybridFixtures = []string{"qwen3_5_text", "qwen3_next", "qwen3_5_moe_text"}
 
 func TestHybridConformance(t *testing.T) {
 	for _, name := range hybridFixtures {

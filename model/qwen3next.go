@@ -27,6 +27,8 @@ import (
 // gated shared expert (Qwen3-Next, Qwen3.5-MoE).
 func init() {
 	Register("qwen3_5_text", loadQwen35)
+	Register("qwen3_next", loadQwen3Next)
+	Register("qwen3_5_moe_text", loadQwen35MoE)
 }
 
 // hybrid is the stack shared by the three families.
@@ -42,12 +44,14 @@ type hybrid struct {
 	act                 compute.Activation
 }
 
-// hybridLayer holds one block; exactly one of linear and attn is set.
+// hybridLayer holds one block; exactly one of linear and attn is set, and
+// exactly one of mlp and moe.
 type hybridLayer struct {
 	inNorm, postNorm *compute.Tensor // F32 [hidden]
 	linear           *deltaNet
 	attn             *gatedAttention
 	mlp              *mlp
+	moe              *moeBlock
 }
 
 // gatedAttention is a softmax attention layer with an output gate.
@@ -71,6 +75,7 @@ type hybridScratch struct {
 	qkv, mixed, z, core    *compute.Tensor // linear attention
 	alpha, beta            *compute.Tensor // [n, value heads]
 	q, gate, k, v, a, g, u *compute.Tensor // attention, MLP
+	moe                    *moeScratch
 }
 
 func (m *hybrid) Config() *Config { return m.cfg }
@@ -82,6 +87,7 @@ func (m *hybrid) scratchFor(st *hybridState, n int) *hybridScratch {
 	c := m.cfg
 	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, max(cols, 1)) }
 	var conv, vdim, vh, qdim, kvdim, ff int
+	var moe *moeBlock
 	for _, l := range m.layers {
 		if d := l.linear; d != nil {
 			conv = max(conv, d.convDim())
@@ -92,7 +98,12 @@ func (m *hybrid) scratchFor(st *hybridState, n int) *hybridScratch {
 			qdim = max(qdim, a.attn.Heads*a.attn.HeadDim)
 			kvdim = max(kvdim, a.attn.KVHeads*a.attn.HeadDim)
 		}
-		ff = max(ff, l.mlp.inter())
+		if l.mlp != nil {
+			ff = max(ff, l.mlp.inter())
+		}
+		if l.moe != nil {
+			moe = l.moe
+		}
 	}
 	s := &hybridScratch{
 		x: f(c.HiddenSize), h: f(c.HiddenSize), o: f(c.HiddenSize),
@@ -101,6 +112,9 @@ func (m *hybrid) scratchFor(st *hybridState, n int) *hybridScratch {
 		alpha: f(vh), beta: f(vh),
 		q: f(qdim), gate: f(qdim), a: f(qdim), k: f(kvdim), v: f(kvdim),
 		g: f(ff), u: f(ff),
+	}
+	if moe != nil {
+		s.moe = newMoEScratch(m.b, n, moe)
 	}
 	for k := range st.scratch {
 		if k != 1 {
@@ -129,7 +143,11 @@ func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 		}
 		b.Add(x, x, s.o)
 		b.RMSNorm(s.h, x, l.postNorm, m.eps, 1)
-		m.feedForward(l.mlp, s, s.h)
+		if l.moe != nil {
+			l.moe.forward(s.o, s.h, s.h, s.moe)
+		} else {
+			m.feedForward(l.mlp, s, s.h)
+		}
 		b.Add(x, x, s.o)
 	}
 	out, h := x, s.h
@@ -168,9 +186,47 @@ func (m *hybrid) feedForward(f *mlp, s *hybridScratch, h *compute.Tensor) {
 
 // loadQwen35 loads Qwen3.5's text model: every layer has the SwiGLU MLP.
 func loadQwen35(cfg *Config, src Source, b compute.Backend) (Model, error) {
-	return loadHybrid(cfg, src, b, func(l *loader, p string, i int) *mlp {
-		return loadMLP(l, p+"mlp.", cfg.HiddenSize, cfg.IntermediateSize)
-	})
+	return loadHybrid(cfg, src, b, nil, nil)
+}
+
+// loadQwen3Next loads Qwen3-Next: a mixture of experts on the sparse
+// layers (decoder_sparse_step, mlp_only_layers), each with a shared expert
+// under a sigmoid gate; the top-k probabilities are renormalised when
+// norm_topk_prob says so.
+func loadQwen3Next(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	spec, err := qwenHybridMoE(cfg, cfg.NormTopKProb)
+	if err != nil {
+		return nil, err
+	}
+	return loadHybrid(cfg, src, b, spec, cfg.SparseLayer)
+}
+
+// loadQwen35MoE loads Qwen3.5-MoE's text model: the Qwen3-Next block on
+// every layer, always renormalising the top-k probabilities.
+func loadQwen35MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	spec, err := qwenHybridMoE(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	return loadHybrid(cfg, src, b, spec, func(int) bool { return true })
+}
+
+// qwenHybridMoE describes the mixture-of-experts block of Qwen3-Next and
+// Qwen3.5-MoE: softmax over the experts, the top k kept, and one shared
+// expert whose output is scaled by σ(w_g·h).
+func qwenHybridMoE(cfg *Config, normalize bool) (*moeSpec, error) {
+	act, err := compute.ParseActivation(cfg.HiddenAct)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
+	}
+	return &moeSpec{
+		router: "mlp.gate", experts: "mlp.experts", layout: moePerExpert,
+		shared: "mlp.shared_expert", sharedGate: "mlp.shared_expert_gate",
+		hidden: cfg.HiddenSize, numExperts: cfg.NumExperts, topK: cfg.NumExpertsPerTok,
+		order: compute.SoftmaxTopK, normalize: normalize,
+		inter: cfg.MoEIntermediateSize, sharedInter: cfg.SharedExpertIntermediateSize,
+		act: act,
+	}, nil
 }
 
 func loadMLP(l *loader, p string, hid, ff int) *mlp {
@@ -181,9 +237,10 @@ func loadMLP(l *loader, p string, hid, ff int) *mlp {
 	}
 }
 
-// loadHybrid reads the stack; ffn loads the feed-forward block of layer i
-// under prefix p ("model.layers.i.").
-func loadHybrid(cfg *Config, src Source, b compute.Backend, ffn func(l *loader, p string, i int) *mlp) (*hybrid, error) {
+// loadHybrid reads the stack. Layers i for which sparse(i) holds get the
+// mixture of experts that moe describes; the others (all, when moe is nil)
+// a SwiGLU MLP of intermediate_size.
+func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse func(int) bool) (*hybrid, error) {
 	conv, ok := b.(compute.Convolver)
 	if !ok {
 		return nil, fmt.Errorf("%s: backend %s lacks the short causal convolution (compute.Convolver) that linear-attention layers need", cfg.ModelType, b.Name())
@@ -234,7 +291,15 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, ffn func(l *loader, 
 		default:
 			return nil, fmt.Errorf("%s: layer %d has layer type %q; want linear_attention or full_attention", cfg.ModelType, i, t)
 		}
-		ly.mlp = ffn(l, p, i)
+		if moe != nil && sparse(i) {
+			spec := *moe
+			if l.has(p + spec.experts + ".gate_up_proj") {
+				spec.layout = moeFused // transformers 5's stacked experts
+			}
+			ly.moe = l.moe(p, &spec)
+		} else {
+			ly.mlp = loadMLP(l, p+"mlp.", hid, cfg.IntermediateSize)
+		}
 		m.layers = append(m.layers, ly)
 	}
 	if l.err != nil {
