@@ -158,6 +158,9 @@ const (
 	GELUTanh
 	GELU
 	ReLU
+	// Sigmoid is σ(x) = 1 / (1 + e⁻ˣ); GLU with it gates a value by a
+	// learned sigmoid (the output gate of Qwen3-Next's attention).
+	Sigmoid
 )
 
 // ParseActivation maps a Hugging Face hidden_act name to an Activation.
@@ -171,6 +174,8 @@ func ParseActivation(name string) (Activation, error) {
 		return GELU, nil
 	case "relu":
 		return ReLU, nil
+	case "sigmoid":
+		return Sigmoid, nil
 	}
 	return 0, fmt.Errorf("unsupported activation %q", name)
 }

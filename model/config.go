@@ -154,6 +154,15 @@ type Config struct {
 	KeyMultiplier, LMHeadMultiplier               float64
 	MLPMultipliers                                [2]float64
 	SSMMultipliers                                [5]float64
+	// Gated delta-rule linear attention (Qwen3-Next, Qwen3.5): the layers
+	// that layer_types marks "linear_attention". LinearNumValueHeads is a
+	// multiple of LinearNumKeyHeads.
+	LinearNumKeyHeads     int // linear_num_key_heads
+	LinearNumValueHeads   int // linear_num_value_heads
+	LinearKeyHeadDim      int // linear_key_head_dim
+	LinearValueHeadDim    int // linear_value_head_dim
+	LinearConvKernelDim   int // linear_conv_kernel_dim: width of the short causal convolution
+	FullAttentionInterval int // full_attention_interval: every n-th layer attends (when layer_types is absent)
 
 	// RopeParams holds the rotary embedding parameters shared by all layers;
 	// RopeByLayerType those keyed by layer type when the config gives them
@@ -450,6 +459,12 @@ func (c *Config) read(f *fields) error {
 	f.boolean("norm_topk_prob", &c.NormTopKProb)
 	f.size("decoder_sparse_step", &c.DecoderSparseStep)
 	f.ints("mlp_only_layers", &c.MLPOnlyLayers)
+	f.size("linear_num_key_heads", &c.LinearNumKeyHeads)
+	f.size("linear_num_value_heads", &c.LinearNumValueHeads)
+	f.size("linear_key_head_dim", &c.LinearKeyHeadDim)
+	f.size("linear_value_head_dim", &c.LinearValueHeadDim)
+	f.size("linear_conv_kernel_dim", &c.LinearConvKernelDim)
+	f.size("full_attention_interval", &c.FullAttentionInterval)
 	f.float("swiglu_limit", &c.SwiGLULimit)
 	c.readSSM(f)
 	if f.err != nil {
@@ -476,6 +491,9 @@ func (c *Config) read(f *fields) error {
 	}
 	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("key %q: %d attention heads are not a multiple of %d key/value heads", f.prefix+"num_key_value_heads", c.NumAttentionHeads, c.NumKeyValueHeads)
+	}
+	if k, v := c.LinearNumKeyHeads, c.LinearNumValueHeads; k > 0 && v%k != 0 {
+		return fmt.Errorf("key %q: %d linear value heads are not a multiple of %d key heads", f.prefix+"linear_num_value_heads", v, k)
 	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {

@@ -193,7 +193,7 @@ func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 		b.Add(s.x, s.x, s.o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps)
+	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps, 0)
 	if m.logitScale != 1 {
 		b.Scale(logits, logits, m.logitScale)
 	}

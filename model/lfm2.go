@@ -183,7 +183,7 @@ func (m *lfm2) Forward(state State, ids, pos, logits *compute.Tensor) {
 		b.Add(s.x, s.x, s.o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps)
+	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps, 0)
 }
 
 // forward computes out_proj(C ⊙ conv(B ⊙ x)) for h, continuing from the

@@ -309,13 +309,13 @@ func (m *mamba2) Forward(state State, ids, pos, logits *compute.Tensor) {
 		b.Add(s.x, s.x, s.o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps)
+	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps, 0)
 }
 
 // outputLogits applies the final norm and the output projection to the
 // last row of x, or to every row when logits has a row for each. h and
 // last are scratch of x's shape and of one row.
-func outputLogits(b compute.Backend, logits, x, h, last, norm, output *compute.Tensor, eps float32) {
+func outputLogits(b compute.Backend, logits, x, h, last, norm, output *compute.Tensor, eps, normOffset float32) {
 	if logits == nil {
 		return // a prefill chunk before the last: no logits wanted
 	}
@@ -323,6 +323,6 @@ func outputLogits(b compute.Backend, logits, x, h, last, norm, output *compute.T
 	if logits.Rows() == 1 && n > 1 {
 		x, h = b.View(x, n-1, n), last
 	}
-	b.RMSNorm(h, x, norm, eps, 0)
+	b.RMSNorm(h, x, norm, eps, normOffset)
 	b.MatMul(logits, h, output)
 }

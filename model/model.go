@@ -235,3 +235,35 @@ func (l *loader) widened(name string, clip float32, shape, as []int) *compute.Te
 	l.b.Upload(t, vals)
 	return t
 }
+
+// rows loads the listed rows of a stored matrix of the given shape, in that
+// order, as a new tensor in the stored dtype: how fused projections are
+// split or regrouped at load time.
+func (l *loader) rows(name string, shape []int, order []int) *compute.Tensor {
+	if l.err != nil {
+		return nil
+	}
+	s, ok := l.src.Lookup(name)
+	if !ok {
+		l.err = fmt.Errorf("tensor %s is missing", name)
+		return nil
+	}
+	if !slices.Equal(s.Shape, shape) || len(shape) != 2 {
+		l.err = fmt.Errorf("tensor %s has shape %v, want %v", name, s.Shape, shape)
+		return nil
+	}
+	rb, err := s.DType.RowBytes(shape[1])
+	if err != nil || len(s.Data) != shape[0]*rb {
+		l.err = fmt.Errorf("tensor %s: %d bytes do not hold %v %s values", name, len(s.Data), shape, s.DType)
+		return nil
+	}
+	data := make([]byte, 0, len(order)*rb)
+	for _, r := range order {
+		data = append(data, s.Data[r*rb:(r+1)*rb]...)
+	}
+	t, err := l.b.Weight(s.DType, []int{len(order), shape[1]}, data)
+	if err != nil {
+		l.err = fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return t
+}

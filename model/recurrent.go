@@ -23,7 +23,7 @@ type recurrentState[S any] struct {
 	b       compute.Backend
 	ctx     int
 	caches  []*compute.KVCache // per layer; nil where the layer does not attend
-	rec     []*compute.Tensor  // every recurrent tensor, F32 [rows, cols]
+	rec     []*compute.Tensor  // every recurrent tensor, F32
 	length  int                // positions folded in
 	saved   []checkpoint       // by increasing length
 	spare   [][]*compute.Tensor
@@ -43,9 +43,9 @@ func newRecurrentState[S any](b compute.Backend, ctx int) *recurrentState[S] {
 	return &recurrentState[S]{b: b, ctx: ctx, scratch: map[int]*S{}}
 }
 
-// recurrent allocates a zeroed recurrent tensor of rows × cols values.
-func (s *recurrentState[S]) recurrent(rows, cols int) *compute.Tensor {
-	t := s.b.Alloc(compute.F32, rows, cols)
+// recurrent allocates a zeroed recurrent tensor of the given shape.
+func (s *recurrentState[S]) recurrent(shape ...int) *compute.Tensor {
+	t := s.b.Alloc(compute.F32, shape...)
 	s.rec = append(s.rec, t)
 	return t
 }

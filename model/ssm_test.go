@@ -14,7 +14,6 @@ import (
 	"lem/internal/fixtures"
 )
 
-
 // convOnly offers causal convolutions but no SSM scan.
 type convOnly struct {
 	compute.Backend

@@ -45,6 +45,13 @@ type Geometry struct {
 	KVSharedLayers int
 	DoubleWideMLP  bool
 
+	// Linear, when set, makes the model a Qwen3.5-style hybrid: the layers
+	// that layer_types (in Extra) marks "linear_attention" are Gated
+	// DeltaNet layers of this shape, the others gated attention (the query
+	// projection doubled for the output gate), and every RMSNorm scales by
+	// 1 + w (so its weights are stored as zeros).
+	Linear *LinearAttention
+
 	// BOS, EOS and Pad are the special token ids of config.json; -1 or nil
 	// when the model has none.
 	BOS, Pad int
@@ -57,6 +64,13 @@ type Geometry struct {
 	Generation map[string]any
 }
 
+// LinearAttention is the shape of Gated DeltaNet layers.
+type LinearAttention struct {
+	KeyHeads, ValueHeads int
+	KeyDim, ValueDim     int
+	ConvKernel           int
+}
+
 // likes builds the geometries by name. Each returns a fresh value, so
 // callers may modify what Like returns.
 var likes = map[string]func() *Geometry{
@@ -67,6 +81,7 @@ var likes = map[string]func() *Geometry{
 	"qwen3-8b":     qwen3_8b,
 	"gemma-3-1b":   gemma3_1b,
 	"gemma-4-e2b":  gemma4_e2b,
+	"qwen3.5-0.8b": qwen35_08b,
 }
 
 // Likes returns the names Like accepts, sorted.
@@ -235,6 +250,36 @@ func gemma4_e2b() *Geometry {
 	}
 }
 
+// qwen35_08b is the text model of Qwen3.5-0.8B: three Gated DeltaNet
+// layers to every gated attention layer.
+func qwen35_08b() *Geometry {
+	const layers = 24
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "linear_attention"
+		if (i+1)%4 == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return &Geometry{
+		Name: "qwen3.5-0.8b", ModelType: "qwen3_5_text", Architecture: "Qwen3_5ForCausalLM",
+		VocabSize: 248320, HiddenSize: 1024, IntermediateSize: 3584, Layers: layers,
+		Heads: 8, KVHeads: 2, HeadDim: 256, MaxPositions: 262144,
+		RMSNormEps: 1e-6, HiddenAct: "silu", Tied: true, QKNorm: true,
+		Linear: &LinearAttention{KeyHeads: 16, ValueHeads: 16, KeyDim: 128, ValueDim: 128, ConvKernel: 4},
+		BOS:    -1, EOS: []int{248044}, Pad: -1,
+		Extra: map[string]any{
+			"attention_bias": false, "attn_output_gate": true, "full_attention_interval": 4,
+			"layer_types": types,
+			"rope_parameters": map[string]any{
+				"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+				"mrope_section": []int{11, 11, 10}, "mrope_interleaved": true,
+			},
+		},
+		Generation: map[string]any{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95},
+	}
+}
+
 // tiny is a few-megabyte Qwen 3-style model over the built-in tokenizer,
 // for end-to-end tests of serving, templates and benchmarking.
 func tiny() *Geometry {
@@ -286,13 +331,17 @@ func (t TensorSpec) Elements() int64 {
 // of its family name them (and as lem's loaders look them up).
 func (g *Geometry) Tensors() []TensorSpec {
 	norm := Ones
-	if g.Gemma {
+	if g.Gemma || g.Linear != nil {
 		norm = Zeros
 	}
 	hid, ff, hd := g.HiddenSize, g.IntermediateSize, g.HeadDim
 	q, kv := g.Heads*hd, g.KVHeads*hd
 	if g.ModelType == "gemma4_text" {
 		return g.gemma4Tensors()
+	}
+	qRows := q
+	if g.Linear != nil {
+		qRows = 2 * q // queries and the output gate
 	}
 	ts := []TensorSpec{{"model.embed_tokens.weight", []int{g.VocabSize, hid}, Normal}}
 	for i := range g.Layers {
@@ -301,7 +350,15 @@ func (g *Geometry) Tensors() []TensorSpec {
 			ts = append(ts, TensorSpec{p + name, shape, init})
 		}
 		add("input_layernorm.weight", norm, hid)
-		add("self_attn.q_proj.weight", Normal, q, hid)
+		if g.layerType(i) == "linear_attention" {
+			g.Linear.tensors(add, hid)
+			add("post_attention_layernorm.weight", norm, hid)
+			add("mlp.gate_proj.weight", Normal, ff, hid)
+			add("mlp.up_proj.weight", Normal, ff, hid)
+			add("mlp.down_proj.weight", Normal, hid, ff)
+			continue
+		}
+		add("self_attn.q_proj.weight", Normal, qRows, hid)
 		add("self_attn.k_proj.weight", Normal, kv, hid)
 		add("self_attn.v_proj.weight", Normal, kv, hid)
 		if g.AttentionBias {
@@ -384,6 +441,31 @@ func (g *Geometry) gemma4Tensors() []TensorSpec {
 	return ts
 }
 
+// layerType returns layer i's entry of layer_types in Extra, or
+// "full_attention".
+func (g *Geometry) layerType(i int) string {
+	if types, ok := g.Extra["layer_types"].([]string); ok && i < len(types) {
+		return types[i]
+	}
+	return "full_attention"
+}
+
+// tensors adds the tensors of a Gated DeltaNet layer, as Qwen3.5 names
+// them.
+func (l *LinearAttention) tensors(add func(name string, init Init, shape ...int), hid int) {
+	conv := 2*l.KeyHeads*l.KeyDim + l.ValueHeads*l.ValueDim
+	v := l.ValueHeads * l.ValueDim
+	add("linear_attn.in_proj_qkv.weight", Normal, conv, hid)
+	add("linear_attn.in_proj_z.weight", Normal, v, hid)
+	add("linear_attn.in_proj_b.weight", Normal, l.ValueHeads, hid)
+	add("linear_attn.in_proj_a.weight", Normal, l.ValueHeads, hid)
+	add("linear_attn.conv1d.weight", Normal, conv, 1, l.ConvKernel)
+	add("linear_attn.A_log", Normal, l.ValueHeads)
+	add("linear_attn.dt_bias", Ones, l.ValueHeads)
+	add("linear_attn.norm.weight", Ones, l.ValueDim)
+	add("linear_attn.out_proj.weight", Normal, hid, v)
+}
+
 // Params returns the number of parameters (a tied output projection counted
 // once).
 func (g *Geometry) Params() int64 {
@@ -457,6 +539,13 @@ func (g *Geometry) Config(d DType) ([]byte, error) {
 		c["global_head_dim"] = g.GlobalHeadDim
 		c["num_kv_shared_layers"] = g.KVSharedLayers
 		c["use_double_wide_mlp"] = g.DoubleWideMLP
+	}
+	if l := g.Linear; l != nil {
+		c["linear_num_key_heads"] = l.KeyHeads
+		c["linear_num_value_heads"] = l.ValueHeads
+		c["linear_key_head_dim"] = l.KeyDim
+		c["linear_value_head_dim"] = l.ValueDim
+		c["linear_conv_kernel_dim"] = l.ConvKernel
 	}
 	maps.Copy(c, g.Extra)
 	ids(c, g.BOS, g.EOS, g.Pad)

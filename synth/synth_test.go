@@ -38,6 +38,10 @@ func TestSynthLikeGeometry(t *testing.T) {
 		// Published: 5.1B with the vision and audio encoders (about 0.45B),
 		// 2.3B "effective" without the per-layer embedding table.
 		{"gemma-4-e2b", 4.63e9, "gemma4_text", "proportional", 28},
+		// Qwen3.5-0.8B's text model (the published 0.8B includes the
+		// vision encoder): embeddings 248320×1024, 18 DeltaNet layers of
+		// 21,555,360 and 6 attention layers of 18,352,640 parameters.
+		{"qwen3.5-0.8b", 0.7524e9, "qwen3_5_text", "default", 0},
 		{"tiny", 3.3e6, "qwen3", "default", 0},
 	}
 	if got, want := len(tests), len(Likes()); got != want {
@@ -533,5 +537,47 @@ func TestSynthGemma4(t *testing.T) {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || math.Abs(float64(v)) > 30 {
 			t.Fatalf("logit %d = %g: not finite or beyond the soft cap", i, v)
 		}
+	}
+}
+
+// TestSynthHybridLoads writes a shrunken qwen3.5-0.8b geometry and runs it
+// through the hybrid loader, so that the synthesised tensors are the ones
+// the loader reads.
+func TestSynthHybridLoads(t *testing.T) {
+	g, _ := Like("qwen3.5-0.8b")
+	g.VocabSize, g.HiddenSize, g.IntermediateSize, g.Layers = 300, 64, 96, 4
+	g.Heads, g.KVHeads, g.HeadDim = 2, 1, 32
+	g.Linear = &LinearAttention{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8, ConvKernel: 4}
+	g.Extra["layer_types"] = []string{"linear_attention", "linear_attention", "linear_attention", "full_attention"}
+	d, _ := ParseDType("bf16")
+	dir := t.TempDir()
+	cfg, err := g.Config(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeWeightsFile(filepath.Join(dir, "model.safetensors"), g, d, 3); err != nil {
+		t.Fatal(err)
+	}
+	b := cpu.New(1)
+	m, err := model.OpenDir(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s := engine.NewSession(m, b, 32)
+	logits, err := s.Append([]int32{5, 6, 7, 8, 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d is %v", i, v)
+		}
+	}
+	if slices.Min(logits) == slices.Max(logits) {
+		t.Errorf("all logits equal %v", logits[0])
 	}
 }

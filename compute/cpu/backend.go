@@ -29,6 +29,9 @@ type Backend struct {
 
 	conv     convJob
 	convFunc func(int) // b.conv.piece, bound once
+
+	delta     deltaJob
+	deltaFunc func(int) // b.delta.part, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -40,6 +43,7 @@ func New(threads int) *Backend {
 	b.attnFunc = b.attn.chunk
 	b.ssmFunc = b.ssm.piece
 	b.convFunc = b.conv.piece
+	b.deltaFunc = b.delta.part
 	return b
 }
 
@@ -290,6 +294,8 @@ func activate(x float32, act compute.Activation) float32 {
 		return float32(0.5 * float64(x) * (1 + math.Erf(float64(x)/math.Sqrt2)))
 	case compute.ReLU:
 		return max(x, 0)
+	case compute.Sigmoid:
+		return 1 / (1 + float32(math.Exp(float64(-x))))
 	}
 	panic("unknown activation")
 }

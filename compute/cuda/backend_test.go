@@ -213,7 +213,7 @@ func TestElementwise(t *testing.T) {
 	h.c.SoftCap(dst.c, big.c, 30)
 	h.g.SoftCap(dst.g, big.g, 30)
 	h.compare("softcap", dst, 1e-6)
-	for _, act := range []compute.Activation{compute.SiLU, compute.GELUTanh, compute.GELU, compute.ReLU} {
+	for _, act := range []compute.Activation{compute.SiLU, compute.GELUTanh, compute.GELU, compute.ReLU, compute.Sigmoid} {
 		x := h.act(6, 7, 45)
 		h.c.Activate(dst.c, x.c, act)
 		h.g.Activate(dst.g, x.g, act)

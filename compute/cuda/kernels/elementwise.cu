@@ -5,6 +5,7 @@
 #define ACT_GELU_TANH 1
 #define ACT_GELU 2
 #define ACT_RELU 3
+#define ACT_SIGMOID 4
 
 __device__ __forceinline__ float activate(float x, int act) {
     switch (act) {
@@ -16,6 +17,8 @@ __device__ __forceinline__ float activate(float x, int act) {
     }
     case ACT_GELU:
         return (float)(0.5 * (double)x * (1.0 + erf((double)x / 1.4142135623730951)));
+    case ACT_SIGMOID:
+        return (float)(1.0 / (1.0 + exp(-(double)x)));
     default:
         return fmaxf(x, 0.0f);
     }

@@ -1,0 +1,49 @@
+package compute
+
+// DeltaRuler is implemented by backends that run the gated delta rule, the
+// linear attention of Gated DeltaNet layers (Qwen3-Next, Qwen3.5).
+// Architectures that need it check for it at load time.
+//
+// Each value head h keeps a state S, a KeyDim×ValueDim matrix, that every
+// row folds in. Value head h reads key head h / (ValueHeads/KeyHeads) (the
+// query and key heads are repeated, as repeat_interleave does). For row t,
+// with q, k the row's query and key of that key head and v its value:
+//
+//	q ← Scale · q / √(Σq² + NormEps),  k ← k / √(Σk² + NormEps)
+//	g = −exp(ALog[h]) · softplus(a[t,h] + DtBias[h])   (log of the decay)
+//	β = σ(b[t,h])                                      (update strength)
+//	S ← exp(g) · S
+//	S ← S + k ⊗ β·(v − Sᵀk)
+//	dst[t,h] = Sᵀq
+//
+// The result is the same whether the rows come in one call or several, up
+// to rounding: a backend may process a prompt in chunks (the WY form of
+// the delta rule) rather than row by row.
+type DeltaRuler interface {
+	// DeltaRule runs the rule over the n rows of qkv [n, 2·KeyHeads·KeyDim
+	// + ValueHeads·ValueDim], whose columns hold the queries of every key
+	// head, then their keys, then the values of every value head. a and b
+	// [n, ValueHeads] are the decay and update-strength inputs. state
+	// [ValueHeads, ValueDim, KeyDim] (F32) holds Sᵀ between calls (row y
+	// of a head holds the weights that value column y gives each key
+	// dimension): zeros for a fresh sequence. dst is [n,
+	// ValueHeads·ValueDim].
+	DeltaRule(dst, qkv, a, b, state *Tensor, r *DeltaRule)
+}
+
+// DeltaRule describes the linear-attention heads of one layer.
+type DeltaRule struct {
+	KeyHeads, ValueHeads int // ValueHeads is a multiple of KeyHeads
+	KeyDim, ValueDim     int
+	// ALog and DtBias are F32 tensors [ValueHeads]: the log decay rate
+	// and the time-step bias of each value head.
+	ALog, DtBias *Tensor
+	// Scale multiplies the normalised queries (KeyDim^-½).
+	Scale float32
+	// NormEps is added to Σq² and Σk² before the square root.
+	NormEps float32
+}
+
+// Width returns the number of columns of qkv: 2·KeyHeads·KeyDim +
+// ValueHeads·ValueDim.
+func (r *DeltaRule) Width() int { return 2*r.KeyHeads*r.KeyDim + r.ValueHeads*r.ValueDim }

@@ -1,0 +1,122 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"lem/compute"
+)
+
+// deltaNet is a Gated DeltaNet linear-attention layer (Qwen3-Next,
+// Qwen3.5). For the rows h of one chunk:
+//
+//	[q k v] = SiLU(CausalConv(h·W_qkvᵀ))      short convolution over time
+//	z = h·W_zᵀ,  b = h·W_bᵀ,  a = h·W_aᵀ
+//	o = DeltaRule(q, k, v; a, b)               per value head, see compute.DeltaRuler
+//	out = (RMSNorm(o) ⊙ w_norm ⊙ SiLU(z))·W_outᵀ   the norm per value head
+//
+// Its memory is the convolution's last K-1 inputs and one state matrix per
+// value head, both carried from chunk to chunk.
+type deltaNet struct {
+	qkv, z, b, a, out *compute.Tensor // projections, stored dtype
+	conv, convBias    *compute.Tensor // F32 [convDim, K], optional F32 [convDim]
+	norm              *compute.Tensor // F32 [ValueDim]
+	rule              compute.DeltaRule
+	kernel            int // K, the convolution's width
+}
+
+// convDim is the number of channels the convolution mixes: q, k and v.
+func (d *deltaNet) convDim() int { return d.rule.Width() }
+
+// forward runs the layer on h and writes its output to s.o, updating the
+// layer's convolution and delta-rule states.
+func (d *deltaNet) forward(m *hybrid, s *hybridScratch, h, convState, deltaState *compute.Tensor) {
+	b := m.b
+	b.MatMul(s.qkv, h, d.qkv)
+	b.MatMul(s.z, h, d.z)
+	b.MatMul(s.beta, h, d.b)
+	b.MatMul(s.alpha, h, d.a)
+	m.conv.CausalConv(s.mixed, s.qkv, d.conv, d.convBias, convState, true)
+	m.delta.DeltaRule(s.core, s.mixed, s.alpha, s.beta, deltaState, &d.rule)
+	b.RMSNorm(s.core, s.core, d.norm, m.eps, 0)
+	b.GLU(s.core, s.z, s.core, compute.SiLU)
+	b.MatMul(s.o, s.core, d.out)
+}
+
+// loadDeltaNet reads the linear-attention layer under prefix p (ending in
+// "linear_attn."). Qwen3.5 stores the projections apart (in_proj_qkv,
+// in_proj_z, in_proj_b, in_proj_a); Qwen3-Next fuses them (in_proj_qkvz,
+// in_proj_ba) grouped by key head, and their rows are regrouped here into
+// the same four projections.
+func loadDeltaNet(cfg *Config, l *loader, p string) *deltaNet {
+	kh, vh := cfg.LinearNumKeyHeads, cfg.LinearNumValueHeads
+	dk, dv := cfg.LinearKeyHeadDim, cfg.LinearValueHeadDim
+	hid, k := cfg.HiddenSize, cfg.LinearConvKernelDim
+	d := &deltaNet{
+		rule: compute.DeltaRule{
+			KeyHeads: kh, ValueHeads: vh, KeyDim: dk, ValueDim: dv,
+			Scale: float32(1 / math.Sqrt(float64(dk))), NormEps: 1e-6,
+		},
+		kernel: k,
+	}
+	if l.has(p + "in_proj_qkvz.weight") {
+		// Per key head: q (dk rows), k (dk), v (r·dv), z (r·dv), where
+		// r = vh/kh value heads share the key head.
+		r := vh / kh
+		group := 2*dk + 2*r*dv
+		var q, kk, v, z, bo, ao []int
+		for g := range kh {
+			o := g * group
+			q = appendRange(q, o, o+dk)
+			kk = appendRange(kk, o+dk, o+2*dk)
+			v = appendRange(v, o+2*dk, o+2*dk+r*dv)
+			z = appendRange(z, o+2*dk+r*dv, o+group)
+			bo = appendRange(bo, g*2*r, g*2*r+r)
+			ao = appendRange(ao, g*2*r+r, (g+1)*2*r)
+		}
+		name := p + "in_proj_qkvz.weight"
+		d.qkv = l.rows(name, []int{kh * group, hid}, append(append(q, kk...), v...))
+		d.z = l.rows(name, []int{kh * group, hid}, z)
+		name = p + "in_proj_ba.weight"
+		d.b = l.rows(name, []int{2 * vh, hid}, bo)
+		d.a = l.rows(name, []int{2 * vh, hid}, ao)
+	} else {
+		d.qkv = l.weight(p+"in_proj_qkv.weight", d.convDim(), hid)
+		d.z = l.weight(p+"in_proj_z.weight", vh*dv, hid)
+		d.b = l.weight(p+"in_proj_b.weight", vh, hid)
+		d.a = l.weight(p+"in_proj_a.weight", vh, hid)
+	}
+	d.conv = l.reshaped(p+"conv1d.weight", []int{d.convDim(), 1, k}, d.convDim(), k)
+	d.convBias = l.optionalVector(p+"conv1d.bias", d.convDim())
+	d.rule.ALog = l.vector(p+"A_log", vh)
+	d.rule.DtBias = l.vector(p+"dt_bias", vh)
+	d.norm = l.vector(p+"norm.weight", dv)
+	d.out = l.weight(p+"out_proj.weight", hid, vh*dv)
+	return d
+}
+
+// checkLinear validates the linear-attention keys of a config.
+func checkLinear(cfg *Config) error {
+	for _, k := range []struct {
+		key string
+		v   int
+	}{
+		{"linear_num_key_heads", cfg.LinearNumKeyHeads},
+		{"linear_num_value_heads", cfg.LinearNumValueHeads},
+		{"linear_key_head_dim", cfg.LinearKeyHeadDim},
+		{"linear_value_head_dim", cfg.LinearValueHeadDim},
+		{"linear_conv_kernel_dim", cfg.LinearConvKernelDim},
+	} {
+		if k.v <= 0 {
+			return fmt.Errorf("config key %q is missing or zero; linear-attention layers need it", k.key)
+		}
+	}
+	return nil
+}
+
+func appendRange(s []int, lo, hi int) []int {
+	for i := lo; i < hi; i++ {
+		s = append(s, i)
+	}
+	return s
+}
