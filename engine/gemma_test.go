@@ -108,36 +108,3 @@ func TestKVSharedPrefillShortcut(t *testing.T) {
 		}
 	}
 }
-
-// TestGemmaNextDecodeAllocs checks that a steady-state decode step of each
-// Gemma 3n and Gemma 4 fixture allocates nothing.
-func TestGemmaNextDecodeAllocs(t *testing.T) {
-	for _, name := range gemmaNext {
-		t.Run(name, func(t *testing.T) {
-			b := cpu.New(1)
-			m, err := model.OpenDir(fixtures.Dir(t, "archs", name), b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			s := NewSession(m, b, 64)
-			next := []int32{7}
-			step := func() {
-				if _, err := s.Append(next); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Grow every buffer through the whole context first.
-			for range s.Capacity() {
-				step()
-			}
-			s.Reset()
-			if _, err := s.Append([]int32{1, 2, 3, 4, 5}); err != nil {
-				t.Fatal(err)
-			}
-			if n := testing.AllocsPerRun(40, step); n != 0 {
-				t.Errorf("%g allocations per decode step", n)
-			}
-		})
-	}
-}
