@@ -3,6 +3,7 @@ package convert
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"lem/compute"
@@ -83,23 +84,55 @@ func forcedAgreement(t *testing.T, m model.Model, b compute.Backend, ref *archre
 //     (observed: at most 2.2% on these random-weight models);
 //   - Q4_K_M: agreement and error logged.
 func TestGGUFConformance(t *testing.T) {
-	tests := []struct {
-		typ   string
-		bound float64 // max |Δlogit|: absolute for floats, relative for Q8_0; 0 logs only
-	}{
-		{"f32", 1e-3},
-		{"f16", 1e-3},
-		{"bf16", 1e-3},
-		{"q8_0", 0.03},
-		{"q4_k_m", 0},
-	}
+	checkGGUFConformance(t, archref.Dense, []conformanceType{
+		{"f32", 1e-3, false},
+		{"f16", 1e-3, false},
+		{"bf16", 1e-3, false},
+		{"q8_0", 0.03, false},
+		{"q4_k_m", 0, false},
+	})
+}
+
+// modernFamilies are the fixtures of the families beyond the dense ones
+// (mixtures of experts, state-space and hybrid stacks) that ToGGUF writes
+// and OpenGGUF reads.
+var modernFamilies = []string{"qwen3_moe", "gpt_oss"}
+
+// TestGGUFConformanceModern is TestGGUFConformance for modernFamilies:
+// F32 and BF16 files within 1e-3 of the safetensors logits and the greedy
+// ids exact; Q8_0 with top-1 agreement ≥ 95% over all of them, and the
+// median position's logits within 3% of the largest magnitude (observed:
+// about 1.5%, with single positions up to 15% where a near-tied expert
+// choice flips).
+func TestGGUFConformanceModern(t *testing.T) {
+	checkGGUFConformance(t, modernFamilies, []conformanceType{
+		{"f32", 1e-3, false},
+		{"bf16", 1e-3, false},
+		{"q8_0", 0.03, true},
+	})
+}
+
+// conformanceType is a GGUF file type and the bound on its logits.
+type conformanceType struct {
+	typ   string
+	bound float64 // max |Δlogit|: absolute for floats, relative for Q8_0; 0 logs only
+	// median bounds the median position's error instead of the largest:
+	// where experts are routed, quantization noise may flip a near-tied
+	// choice of expert at a few positions, which moves their logits far
+	// more than the noise itself.
+	median bool
+}
+
+// checkGGUFConformance converts each named fixture to GGUF files of the
+// given types and compares their logits with the safetensors checkpoint's.
+func checkGGUFConformance(t *testing.T, names []string, tests []conformanceType) {
 	type tally struct{ agree, steps int }
 	totals := map[string]*tally{}
 	for _, tc := range tests {
 		totals[tc.typ] = &tally{}
 	}
 	b := cpu.New(0)
-	for _, name := range archref.Dense {
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
 			ref := archref.Load(t, dir)
@@ -126,6 +159,9 @@ func TestGGUFConformance(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					for _, w := range res.Warnings {
+						t.Logf("%s %s: warning: %s", name, tc.typ, w)
+					}
 					m, err := model.OpenGGUFWith(path, b, model.GGUFOptions{DequantizeToF32: true})
 					if err != nil {
 						t.Fatal(err)
@@ -133,16 +169,24 @@ func TestGGUFConformance(t *testing.T) {
 					defer m.Close()
 					got := runLogits(t, m, b, ref.InputIDs)
 					var worst, worstRef float64
+					rowDiffs := make([]float64, len(got))
 					for i := range got {
-						worst = max(worst, archref.MaxDiff(got[i], base[i]))
+						rowDiffs[i] = archref.MaxDiff(got[i], base[i])
+						worst = max(worst, rowDiffs[i])
 						worstRef = max(worstRef, archref.MaxDiff(got[i], want[i*vocab:(i+1)*vocab]))
 					}
+					slices.Sort(rowDiffs)
+					median := rowDiffs[len(rowDiffs)/2]
 					agree := forcedAgreement(t, m, b, ref)
 					totals[tc.typ].agree += agree
 					totals[tc.typ].steps += len(ref.GreedyIDs)
-					t.Logf("%-11s %-6s %7d → %7d bytes; max |Δlogit| %.2e vs safetensors (%.2e of max |logit| %.2f), %.2e vs reference; greedy top-1 %d/%d",
-						name, tc.typ, res.InBytes, res.FileBytes, worst, worst/scale, scale, worstRef, agree, len(ref.GreedyIDs))
+					t.Logf("%-11s %-6s %7d → %7d bytes; max |Δlogit| %.2e vs safetensors (%.2e of max |logit| %.2f; median position %.2e), %.2e vs reference; greedy top-1 %d/%d",
+						name, tc.typ, res.InBytes, res.FileBytes, worst, worst/scale, scale, median, worstRef, agree, len(ref.GreedyIDs))
 					switch {
+					case tc.typ == "q8_0" && tc.median:
+						if median > tc.bound*scale {
+							t.Errorf("median position's max |Δlogit| %.3e is %.2f%% of max |logit|, above %.0f%%", median, 100*median/scale, 100*tc.bound)
+						}
 					case tc.typ == "q8_0":
 						if worst > tc.bound*scale {
 							t.Errorf("max |Δlogit| %.3e is %.2f%% of max |logit|, above %.0f%%", worst, 100*worst/scale, 100*tc.bound)
@@ -218,6 +262,118 @@ func TestGGUFTypesWritten(t *testing.T) {
 			}
 			if ft, _ := f.Uint("general.file_type"); ft == 0 && tc.typ != "f32" {
 				t.Errorf("general.file_type is 0")
+			}
+		})
+	}
+}
+
+// TestGGUFModernLayout checks the names, shapes (GGUF dims, innermost
+// first), types and keys that llama.cpp's converter writes and its loader
+// expects for the modern families (convert_hf_to_gguf.py; src/models/*.cpp
+// create_tensor shapes).
+func TestGGUFModernLayout(t *testing.T) {
+	type tensor struct {
+		dims []int64
+		typ  gguf.Type
+	}
+	tests := []struct {
+		fixture string
+		tensors map[string]tensor
+		keys    map[string]any // uint32, float32, bool or string values
+		absent  []string
+	}{
+		{"qwen3_moe", map[string]tensor{
+			"blk.0.ffn_gate_inp.weight":  {[]int64{64, 4}, gguf.F32},
+			"blk.0.ffn_gate_exps.weight": {[]int64{64, 32, 4}, gguf.Q8_0},
+			"blk.1.ffn_up_exps.weight":   {[]int64{64, 32, 4}, gguf.Q8_0},
+			"blk.3.ffn_down_exps.weight": {[]int64{32, 64, 4}, gguf.Q8_0},
+			"blk.0.attn_q_norm.weight":   {[]int64{16}, gguf.F32},
+			"blk.0.ffn_norm.weight":      {[]int64{64}, gguf.F32},
+		}, map[string]any{
+			"general.architecture":                      "qwen3moe",
+			"qwen3moe.expert_count":                     uint32(4),
+			"qwen3moe.expert_used_count":                uint32(2),
+			"qwen3moe.expert_feed_forward_length":       uint32(32),
+			"qwen3moe.feed_forward_length":              uint32(128),
+			"qwen3moe.expert_weights_norm":              false,
+			"qwen3moe.attention.sliding_window":         uint32(8),
+			"qwen3moe.attention.layer_norm_rms_epsilon": float32(1e-6),
+		}, []string{"blk.0.ffn_gate.weight", "blk.0.ffn_gate_exps.bias"}},
+		{"gpt_oss", map[string]tensor{
+			"blk.0.attn_sinks.weight":          {[]int64{4}, gguf.F32},
+			"blk.0.post_attention_norm.weight": {[]int64{64}, gguf.F32},
+			"blk.0.ffn_gate_inp.weight":        {[]int64{64, 4}, gguf.F32},
+			"blk.0.ffn_gate_inp.bias":          {[]int64{4}, gguf.F32},
+			"blk.0.ffn_gate_exps.weight":       {[]int64{64, 128, 4}, gguf.Q8_0},
+			"blk.0.ffn_up_exps.weight":         {[]int64{64, 128, 4}, gguf.Q8_0},
+			"blk.0.ffn_down_exps.weight":       {[]int64{128, 64, 4}, gguf.Q8_0},
+			"blk.0.ffn_gate_exps.bias":         {[]int64{128, 4}, gguf.F32},
+			"blk.0.ffn_up_exps.bias":           {[]int64{128, 4}, gguf.F32},
+			"blk.0.ffn_down_exps.bias":         {[]int64{64, 4}, gguf.F32},
+			"blk.0.attn_output.bias":           {[]int64{64}, gguf.F32},
+		}, map[string]any{
+			"general.architecture":                         "gpt-oss",
+			"gpt-oss.expert_count":                         uint32(4),
+			"gpt-oss.expert_used_count":                    uint32(2),
+			"gpt-oss.expert_feed_forward_length":           uint32(128),
+			"gpt-oss.attention.sliding_window":             uint32(8),
+			"gpt-oss.rope.scaling.type":                    "yarn",
+			"gpt-oss.rope.scaling.factor":                  float32(32),
+			"gpt-oss.rope.scaling.original_context_length": uint32(4096),
+			"gpt-oss.attention.key_length":                 uint32(16),
+		}, []string{"blk.0.ffn_norm.weight", "gpt-oss.attention.sliding_window_pattern"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fixture, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if _, err := ToGGUF(fixtures.Dir(t, "archs", tc.fixture), path, GGUFOptions{Type: "q8_0"}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for name, want := range tc.tensors {
+				ti, _, ok := f.Tensor(name)
+				if !ok {
+					t.Errorf("no tensor %s", name)
+					continue
+				}
+				if !slices.Equal(ti.Dims, want.dims) || ti.Type != want.typ {
+					t.Errorf("%s: %s %v, want %s %v", name, ti.Type, ti.Dims, want.typ, want.dims)
+				}
+			}
+			for key, want := range tc.keys {
+				v, ok := f.Value(key)
+				if !ok {
+					t.Errorf("no key %s", key)
+					continue
+				}
+				var got any
+				switch want.(type) {
+				case uint32:
+					n, _ := v.Uint()
+					got = uint32(n)
+				case float32:
+					x, _ := v.Float()
+					got = float32(x)
+				case bool:
+					got, _ = v.Bool()
+				case string:
+					got, _ = v.Str()
+				}
+				if got != want {
+					t.Errorf("%s = %v, want %v", key, got, want)
+				}
+			}
+			for _, name := range tc.absent {
+				if _, _, ok := f.Tensor(name); ok {
+					t.Errorf("tensor %s written", name)
+				}
+				if _, ok := f.Value(name); ok {
+					t.Errorf("key %s written", name)
+				}
 			}
 		})
 	}
