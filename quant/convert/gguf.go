@@ -169,8 +169,8 @@ type plannedTensor struct {
 	// encode maps each row of values (in the stored shape) before it is
 	// written; nil keeps them.
 	encode func(row []float32, r int)
-	extra []float32 // data of an extra tensor
-	order [3]int
+	extra  []float32 // data of an extra tensor
+	order  [3]int
 }
 
 // ToGGUF converts the model at src (a Hugging Face directory or a GGUF
