@@ -124,6 +124,9 @@ var ggufFamilies = map[string]ggufFamily{
 
 	"qwen3moe": {modelType: "qwen3_moe", act: "silu", layer: qwen3moeLayer, compose: stackExperts},
 	"gpt-oss":  {modelType: "gpt_oss", act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts},
+
+	"mamba2": {modelType: "mamba2", act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
+		rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
 }
 
 // ggufArchOf maps Hugging Face model types to GGUF architectures.
@@ -131,7 +134,7 @@ var ggufArchOf = map[string]string{
 	"llama": "llama", "mistral": "llama", "granite": "granite", "smollm3": "smollm3",
 	"qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "olmo2": "olmo2",
 	"gemma2": "gemma2", "gemma3_text": "gemma3",
-	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss",
+	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
 }
 
 // GGUFArchitectures returns the general.architecture values OpenGGUF
@@ -562,6 +565,9 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		HiddenAct: fam.act,
 		Raw:       map[string]json.RawMessage{},
 	}
+	if arch == "mamba2" {
+		return ggufMamba2Config(f, k, c, g)
+	}
 	c.NumHiddenLayers = k.need("block_count")
 	c.HiddenSize = k.need("embedding_length")
 	c.IntermediateSize = k.need("feed_forward_length")
@@ -599,26 +605,8 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		return nil, fmt.Errorf("key %s.attention.value_length %d differs from key_length %d, which %s models do not do", arch, v, c.HeadDim, arch)
 	}
 
-	emb, ok := g.tensors["model.embed_tokens.weight"]
-	if !ok {
-		return nil, errors.New("tensor token_embd.weight is missing")
-	}
-	if len(emb.Dims) != 2 || emb.Dims[0] != int64(c.HiddenSize) {
-		return nil, fmt.Errorf("tensor token_embd.weight has dims %v, want [%d, vocab]", emb.Dims, c.HiddenSize)
-	}
-	c.VocabSize = int(emb.Dims[1])
-	_, hasOutput := g.tensors["lm_head.weight"]
-	c.TieWordEmbeddings = !hasOutput
-
-	// Special tokens, as the engine's stop list wants them.
-	if id, ok := f.Int("tokenizer.ggml.bos_token_id"); ok && id >= 0 {
-		v := int(id)
-		c.BOSTokenID = &v
-	}
-	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
-		if id, ok := f.Int(key); ok && id >= 0 && !slices.Contains(c.EOSTokenIDs, int(id)) {
-			c.EOSTokenIDs = append(c.EOSTokenIDs, int(id))
-		}
+	if err := ggufVocab(f, c, g); err != nil {
+		return nil, err
 	}
 
 	// Soft caps and scalar multipliers.
@@ -678,6 +666,45 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		c.RopeParams.NoTruncate = true
 	}
 	return c, k.err
+}
+
+// ggufVocab reads the vocabulary size from the token embedding, whether the
+// output projection is tied to it, and the special tokens the engine stops
+// on.
+func ggufVocab(f *gguf.File, c *Config, g *GGUF) error {
+	embName := g.fam.globalHF("token_embd.weight")
+	emb, ok := g.tensors[embName]
+	if !ok {
+		return errors.New("tensor token_embd.weight is missing")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != int64(c.HiddenSize) {
+		return fmt.Errorf("tensor token_embd.weight has dims %v, want [%d, vocab]", emb.Dims, c.HiddenSize)
+	}
+	c.VocabSize = int(emb.Dims[1])
+	_, hasOutput := g.tensors[g.fam.globalHF("output.weight")]
+	c.TieWordEmbeddings = !hasOutput
+
+	if id, ok := f.Int("tokenizer.ggml.bos_token_id"); ok && id >= 0 {
+		v := int(id)
+		c.BOSTokenID = &v
+	}
+	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		if id, ok := f.Int(key); ok && id >= 0 && !slices.Contains(c.EOSTokenIDs, int(id)) {
+			c.EOSTokenIDs = append(c.EOSTokenIDs, int(id))
+		}
+	}
+	return nil
+}
+
+// globalHF returns the Hugging Face name of a GGUF tensor outside the
+// layers.
+func (fam ggufFamily) globalHF(name string) string {
+	for hf, n := range fam.globals() {
+		if n == name {
+			return hf
+		}
+	}
+	return ""
 }
 
 // ggufLayerTypes reads the sliding window and which layers use it.
@@ -1024,6 +1051,9 @@ func (l *GGUFLayout) metadata() error {
 	}
 	str := func(key, v string) {
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.String(v)})
+	}
+	if l.Arch == "mamba2" {
+		return l.mamba2Metadata(u32, f32)
 	}
 	for i := range c.NumHiddenLayers {
 		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || c.IntermediateSizeFor(i) != c.IntermediateSize {

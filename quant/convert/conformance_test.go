@@ -96,7 +96,7 @@ func TestGGUFConformance(t *testing.T) {
 // modernFamilies are the fixtures of the families beyond the dense ones
 // (mixtures of experts, state-space and hybrid stacks) that ToGGUF writes
 // and OpenGGUF reads.
-var modernFamilies = []string{"qwen3_moe", "gpt_oss"}
+var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2"}
 
 // TestGGUFConformanceModern is TestGGUFConformance for modernFamilies:
 // F32 and BF16 files within 1e-3 of the safetensors logits and the greedy
@@ -322,6 +322,29 @@ func TestGGUFModernLayout(t *testing.T) {
 			"gpt-oss.rope.scaling.original_context_length": uint32(4096),
 			"gpt-oss.attention.key_length":                 uint32(16),
 		}, []string{"blk.0.ffn_norm.weight", "gpt-oss.attention.sliding_window_pattern"}},
+		{"mamba2", map[string]tensor{
+			"token_embd.weight":       {[]int64{64, 320}, gguf.Q8_0},
+			"output_norm.weight":      {[]int64{64}, gguf.F32},
+			"blk.0.attn_norm.weight":  {[]int64{64}, gguf.F32},
+			"blk.0.ssm_in.weight":     {[]int64{64, 296}, gguf.Q8_0},
+			"blk.0.ssm_conv1d.weight": {[]int64{4, 160}, gguf.F32},
+			"blk.0.ssm_conv1d.bias":   {[]int64{160}, gguf.F32},
+			"blk.0.ssm_dt.bias":       {[]int64{8}, gguf.F32},
+			"blk.0.ssm_a":             {[]int64{1, 8}, gguf.F32},
+			"blk.0.ssm_d":             {[]int64{1, 8}, gguf.F32},
+			"blk.0.ssm_norm.weight":   {[]int64{128, 1}, gguf.F32},
+			"blk.2.ssm_out.weight":    {[]int64{128, 64}, gguf.Q8_0},
+		}, map[string]any{
+			"general.architecture":        "mamba2",
+			"mamba2.ssm.conv_kernel":      uint32(4),
+			"mamba2.ssm.inner_size":       uint32(128),
+			"mamba2.ssm.state_size":       uint32(16),
+			"mamba2.ssm.time_step_rank":   uint32(8),
+			"mamba2.ssm.group_count":      uint32(1),
+			"mamba2.feed_forward_length":  uint32(0),
+			"mamba2.attention.head_count": uint32(0),
+			"mamba2.embedding_length":     uint32(64),
+		}, []string{"blk.0.ssm_a.weight", "mamba2.rope.freq_base"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
