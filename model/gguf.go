@@ -49,8 +49,9 @@ type ggufFamily struct {
 	// swaPeriod-th layer is full attention (0: every layer slides when a
 	// window is set).
 	swaPeriod int
-	// rules, when set, returns the per-layer tensors (by Hugging Face
-	// suffix) that the file stores with another shape or other values.
+	// rules, when set, returns the tensors (per-layer ones by Hugging Face
+	// suffix, others by name) that the file stores with another shape or
+	// other values.
 	rules func(c *Config) map[string]ggufRule
 	// compose, when set, regroups a checkpoint's tensors into the ones the
 	// file stores (stacked experts, split projections).
@@ -127,6 +128,8 @@ var ggufFamilies = map[string]ggufFamily{
 
 	"mamba2": {modelType: "mamba2", act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
 		rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
+	"falcon-h1": {modelType: "falcon_h1", act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
+	"lfm2":      {modelType: "lfm2", act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
 }
 
 // ggufArchOf maps Hugging Face model types to GGUF architectures.
@@ -135,6 +138,7 @@ var ggufArchOf = map[string]string{
 	"qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "olmo2": "olmo2",
 	"gemma2": "gemma2", "gemma3_text": "gemma3",
 	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
+	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
 }
 
 // GGUFArchitectures returns the general.architecture values OpenGGUF
@@ -401,11 +405,13 @@ func (fam ggufFamily) layerPrefix() string {
 	return "model.layers."
 }
 
-// ruleKey returns the layer suffix of a Hugging Face name, the key of
-// ggufFamily.rules ("" for tensors outside the layers).
+// ruleKey returns the key of ggufFamily.rules for a Hugging Face name: its
+// layer suffix, or the whole name for tensors outside the layers.
 func ruleKey(hf string) string {
-	_, suffix, _ := layerSuffix(hf)
-	return suffix
+	if _, suffix, ok := layerSuffix(hf); ok {
+		return suffix
+	}
+	return hf
 }
 
 // listSome joins names, eliding all but the first ten.
@@ -573,8 +579,22 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	c.IntermediateSize = k.need("feed_forward_length")
 	c.NumAttentionHeads = k.need("attention.head_count")
 	c.NumKeyValueHeads = c.NumAttentionHeads
-	if n, ok := k.uint("attention.head_count_kv"); ok {
-		c.NumKeyValueHeads = n
+	kvHeads, err := ggufPerLayer(k, "attention.head_count_kv", c.NumHiddenLayers)
+	if err != nil {
+		return nil, err
+	}
+	if kvHeads != nil {
+		c.NumKeyValueHeads = 0
+		for i, n := range kvHeads {
+			switch {
+			case n == 0 && arch == "lfm2":
+				// LFM2's convolution layers have no attention.
+			case c.NumKeyValueHeads != 0 && n != c.NumKeyValueHeads:
+				return nil, fmt.Errorf("key %s.attention.head_count_kv: layer %d has %d key/value heads, layer 0 %d: per-layer head counts are not supported", arch, i, n, c.NumKeyValueHeads)
+			default:
+				c.NumKeyValueHeads = n
+			}
+		}
 	}
 	c.MaxPositionEmbeddings, _ = k.uint("context_length")
 	if eps, ok := k.float("attention.layer_norm_rms_epsilon"); ok {
@@ -657,6 +677,23 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	if err := ggufLayerTypes(c, k, fam); err != nil {
 		return nil, err
 	}
+	switch arch {
+	case "lfm2":
+		if err := ggufLFM2Config(c, k, kvHeads); err != nil {
+			return nil, err
+		}
+	case "falcon-h1":
+		if err := ggufSSMConfig(c, k); err != nil {
+			return nil, err
+		}
+		// The converter folds every µP multiplier into the weights.
+		c.AttentionInMultiplier, c.AttentionOutMultiplier = 1, 1
+		c.SSMInMultiplier, c.SSMOutMultiplier = 1, 1
+		c.KeyMultiplier, c.LMHeadMultiplier = 1, 1
+		c.MLPMultipliers = [2]float64{1, 1}
+		c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
+		c.SSM.RMSNorm = g.hasLayerTensor("mamba.norm.weight")
+	}
 	if err := ggufRope(c, k, g); err != nil {
 		return nil, err
 	}
@@ -666,6 +703,62 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		c.RopeParams.NoTruncate = true
 	}
 	return c, k.err
+}
+
+// ggufPerLayer reads a key that holds one integer, or one per layer (nil
+// when absent).
+func ggufPerLayer(k *ggufKeys, key string, n int) ([]int, error) {
+	full := k.arch + "." + key
+	v, ok := k.f.Value(full)
+	if !ok {
+		return nil, nil
+	}
+	if x, ok := v.Uint(); ok && x <= math.MaxInt32 {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = int(x)
+		}
+		return out, nil
+	}
+	for _, arr := range []func() ([]int, bool){
+		func() ([]int, bool) { return intsOf[uint32](v) },
+		func() ([]int, bool) { return intsOf[int32](v) },
+	} {
+		if xs, ok := arr(); ok {
+			if len(xs) != n {
+				return nil, fmt.Errorf("key %s: %d values for %d layers", full, len(xs), n)
+			}
+			return xs, nil
+		}
+	}
+	return nil, fmt.Errorf("key %s: want an integer or one per layer, got %s", full, v.Type())
+}
+
+// intsOf reads an array value of element type T as non-negative ints.
+func intsOf[T uint32 | int32](v gguf.Value) ([]int, bool) {
+	xs, ok := gguf.ArrayOf[T](v)
+	if !ok {
+		return nil, false
+	}
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		if x < 0 {
+			return nil, false
+		}
+		out[i] = int(x)
+	}
+	return out, true
+}
+
+// hasLayerTensor reports whether any layer of the file holds the tensor
+// with the given Hugging Face suffix.
+func (g *GGUF) hasLayerTensor(suffix string) bool {
+	for _, n := range g.names {
+		if _, s, ok := layerSuffix(n); ok && s == suffix {
+			return true
+		}
+	}
+	return false
 }
 
 // ggufVocab reads the vocabulary size from the token embedding, whether the
@@ -1065,9 +1158,24 @@ func (l *GGUFLayout) metadata() error {
 	}
 	u32("embedding_length", c.HiddenSize)
 	u32("block_count", c.NumHiddenLayers)
-	u32("feed_forward_length", c.IntermediateSize)
+	if l.Arch == "lfm2" {
+		u32("feed_forward_length", c.FeedForwardSize())
+	} else {
+		u32("feed_forward_length", c.IntermediateSize)
+	}
 	u32("attention.head_count", c.NumAttentionHeads)
-	u32("attention.head_count_kv", c.NumKeyValueHeads)
+	if l.Arch == "lfm2" {
+		// One count per layer, 0 for the convolution layers.
+		kv := make([]uint32, c.NumHiddenLayers)
+		for i := range kv {
+			if c.LayerType(i) != "conv" {
+				kv[i] = uint32(c.NumKeyValueHeads)
+			}
+		}
+		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
+	} else {
+		u32("attention.head_count_kv", c.NumKeyValueHeads)
+	}
 	u32("attention.key_length", c.HeadDim)
 	u32("attention.value_length", c.HeadDim)
 	f32("attention.layer_norm_rms_epsilon", c.NormEps())
@@ -1164,6 +1272,12 @@ func (l *GGUFLayout) metadata() error {
 		if err := l.moeMetadata(u32); err != nil {
 			return err
 		}
+	case "lfm2":
+		u32("shortconv.l_cache", c.ConvKernel)
+	case "falcon-h1":
+		if err := l.falconH1Metadata(u32); err != nil {
+			return err
+		}
 	}
 	if l.Arch == "qwen3moe" {
 		w, err := qwen3moeWindow(c)
@@ -1189,7 +1303,7 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		s := c.LayerType(i) == SlidingAttention
 		pattern = append(pattern, s)
 		slides = slides || s
-		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention {
+		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention && !(t == "conv" && l.Arch == "lfm2") {
 			return fmt.Errorf("%s: layer %d is %q, which a dense GGUF model cannot hold", c.ModelType, i, t)
 		}
 	}

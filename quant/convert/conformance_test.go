@@ -1,9 +1,15 @@
 package convert
 
 import (
+	"encoding/binary"
+	"encoding/json"
+	"maps"
 	"math"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"lem/compute"
@@ -12,7 +18,9 @@ import (
 	"lem/gguf"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
+	"lem/internal/half"
 	"lem/model"
+	"lem/safetensors"
 )
 
 // runLogits feeds the 40 reference tokens at once and returns every row.
@@ -96,7 +104,7 @@ func TestGGUFConformance(t *testing.T) {
 // modernFamilies are the fixtures of the families beyond the dense ones
 // (mixtures of experts, state-space and hybrid stacks) that ToGGUF writes
 // and OpenGGUF reads.
-var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2"}
+var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1"}
 
 // TestGGUFConformanceModern is TestGGUFConformance for modernFamilies:
 // F32 and BF16 files within 1e-3 of the safetensors logits and the greedy
@@ -345,6 +353,36 @@ func TestGGUFModernLayout(t *testing.T) {
 			"mamba2.attention.head_count": uint32(0),
 			"mamba2.embedding_length":     uint32(64),
 		}, []string{"blk.0.ssm_a.weight", "mamba2.rope.freq_base"}},
+		{"falcon_h1", map[string]tensor{
+			"output_norm.weight":      {[]int64{64}, gguf.F32},
+			"blk.0.attn_norm.weight":  {[]int64{64}, gguf.F32},
+			"blk.0.ffn_norm.weight":   {[]int64{64}, gguf.F32},
+			"blk.0.ssm_in.weight":     {[]int64{64, 2688}, gguf.Q8_0},
+			"blk.0.ssm_conv1d.weight": {[]int64{4, 1536}, gguf.F32},
+			"blk.0.ssm_a":             {[]int64{1, 128}, gguf.F32},
+			"blk.0.ssm_out.weight":    {[]int64{1024, 64}, gguf.Q8_0},
+			"blk.0.attn_k.weight":     {[]int64{64, 32}, gguf.Q8_0},
+			"blk.0.ffn_gate.weight":   {[]int64{64, 128}, gguf.Q8_0},
+		}, map[string]any{
+			"general.architecture":           "falcon-h1",
+			"falcon-h1.ssm.inner_size":       uint32(1024),
+			"falcon-h1.ssm.state_size":       uint32(256),
+			"falcon-h1.ssm.time_step_rank":   uint32(128),
+			"falcon-h1.feed_forward_length":  uint32(128),
+			"falcon-h1.attention.head_count": uint32(4),
+			"falcon-h1.attention.key_length": uint32(16),
+		}, []string{"blk.0.ssm_norm.weight"}},
+		{"lfm2", map[string]tensor{
+			"token_embd_norm.weight":   {[]int64{64}, gguf.F32},
+			"blk.0.attn_norm.weight":   {[]int64{64}, gguf.F32},
+			"blk.0.attn_q_norm.weight": {[]int64{16}, gguf.F32},
+			"blk.0.attn_output.weight": {[]int64{64, 64}, gguf.Q8_0},
+			"blk.0.ffn_gate.weight":    {[]int64{64, 256}, gguf.Q8_0},
+		}, map[string]any{
+			"general.architecture":     "lfm2",
+			"lfm2.shortconv.l_cache":   uint32(3),
+			"lfm2.feed_forward_length": uint32(256),
+		}, []string{"output_norm.weight"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -397,6 +435,129 @@ func TestGGUFModernLayout(t *testing.T) {
 				if _, ok := f.Value(name); ok {
 					t.Errorf("key %s written", name)
 				}
+			}
+		})
+	}
+}
+
+// TestGGUFVariants converts checkpoints that exercise what the fixtures
+// leave at trivial values: Falcon-H1 with µP multipliers other than 1
+// (folded into the weights by the converter) and LFM2 with convolution
+// layers (the fixture's layers all attend). Each is the fixture's weights
+// under an edited config, plus random convolution weights for LFM2; the
+// F32 GGUF file must give the safetensors checkpoint's logits.
+func TestGGUFVariants(t *testing.T) {
+	tests := []struct {
+		fixture string
+		edit    map[string]any // config keys replaced
+		// weights edits the tensors; nil keeps the fixture's file.
+		weights func(t *testing.T, ts []safetensors.Tensor) []safetensors.Tensor
+	}{
+		{"falcon_h1", map[string]any{
+			"attention_in_multiplier": 0.7, "attention_out_multiplier": 1.3, "key_multiplier": 0.5,
+			"embedding_multiplier": 2.0, "lm_head_multiplier": 0.25, "mlp_multipliers": []float64{0.8, 1.25},
+			"ssm_in_multiplier": 1.5, "ssm_out_multiplier": 0.6, "ssm_multipliers": []float64{1.1, 0.9, 1.2, 0.8, 1.05},
+		}, nil},
+		{"lfm2", map[string]any{
+			"layer_types":    []string{"full_attention", "conv", "conv", "full_attention"},
+			"full_attn_idxs": []int{0, 3},
+		}, func(t *testing.T, ts []safetensors.Tensor) []safetensors.Tensor {
+			const hid, width = 64, 3
+			rng := rand.New(rand.NewPCG(1, 2))
+			random := func(name string, shape ...int) safetensors.Tensor {
+				n := 1
+				for _, d := range shape {
+					n *= d
+				}
+				data := make([]byte, 2*n)
+				for i := range n {
+					binary.LittleEndian.PutUint16(data[2*i:], half.F32ToBF16(float32(rng.NormFloat64()*0.1)))
+				}
+				return safetensors.Tensor{Name: name, DType: safetensors.BF16, Shape: shape, Data: data}
+			}
+			ts = slices.DeleteFunc(ts, func(x safetensors.Tensor) bool {
+				return strings.Contains(x.Name, "layers.1.self_attn") || strings.Contains(x.Name, "layers.2.self_attn")
+			})
+			for _, l := range []string{"1", "2"} {
+				p := "model.layers." + l + ".conv."
+				ts = append(ts, random(p+"in_proj.weight", 3*hid, hid), random(p+"out_proj.weight", hid, hid), random(p+"conv.weight", hid, 1, width))
+			}
+			return ts
+		}},
+	}
+	b := cpu.New(0)
+	for _, tc := range tests {
+		t.Run(tc.fixture, func(t *testing.T) {
+			src := fixtures.Dir(t, "archs", tc.fixture)
+			dir := t.TempDir()
+			var cfg map[string]any
+			data, err := os.ReadFile(filepath.Join(src, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(data, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			maps.Copy(cfg, tc.edit)
+			if data, err = json.Marshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.weights == nil {
+				if err := os.Symlink(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				st, err := safetensors.OpenDir(src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ts []safetensors.Tensor
+				for _, n := range st.Names() {
+					x, _ := st.Tensor(n)
+					ts = append(ts, x)
+				}
+				err = safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), tc.weights(t, ts), nil)
+				st.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			ref := archref.Load(t, src)
+			m, err := model.OpenDir(dir, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			want := runLogits(t, m, b, ref.InputIDs)
+			// The edit must matter, or the comparison below proves nothing.
+			vocab := len(want[0])
+			var moved float64
+			for i := range want {
+				moved = max(moved, archref.MaxDiff(want[i], ref.Logits[i*vocab:(i+1)*vocab]))
+			}
+			if moved < 1e-2 {
+				t.Fatalf("the edited checkpoint's logits are within %.2e of the fixture's", moved)
+			}
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if _, err := ToGGUF(dir, path, GGUFOptions{Type: "f32"}); err != nil {
+				t.Fatal(err)
+			}
+			g, err := model.OpenGGUF(path, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			got := runLogits(t, g, b, ref.InputIDs)
+			var worst float64
+			for i := range got {
+				worst = max(worst, archref.MaxDiff(got[i], want[i]))
+			}
+			t.Logf("%s variant: max |Δlogit| %.2e", tc.fixture, worst)
+			if worst > 1e-3 {
+				t.Errorf("max |Δlogit| %.3e > 1e-3", worst)
 			}
 		})
 	}

@@ -186,7 +186,7 @@ func TestChatModelGGUF(t *testing.T) {
 // read back from GGUF (Q/K rows of the llama family already permuted,
 // Gemma norms already shifted) are written exactly once transformed.
 func TestGGUFFromGGUF(t *testing.T) {
-	for _, name := range []string{"llama", "gemma2", "phi3", "qwen3_moe", "gpt_oss", "mamba2"} {
+	for _, name := range []string{"llama", "gemma2", "phi3", "qwen3_moe", "gpt_oss", "mamba2", "falcon_h1", "lfm2"} {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
 			tmp := t.TempDir()
