@@ -34,8 +34,9 @@ import (
 //     llama.cpp slides every other layer (sliding_window_pattern 2, the
 //     first layer sliding), uses the clamped SwiGLU with α = 1.702 and
 //     limit 7, and picks the top k router logits before the softmax. The
-//     published checkpoints store the experts in MXFP4, which llama.cpp
-//     keeps; lem computes MXFP4 weights directly.
+//     published checkpoints store the experts in MXFP4, which llama.cpp's
+//     converter repacks into MXFP4 tensors of the same names; ToGGUF
+//     writes from float checkpoints only.
 //
 // The experts reach the loader as stacked tensors under Hugging Face-style
 // names (mlp.experts.gate_proj.weight, …: the moeStacked layout), viewed
