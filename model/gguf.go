@@ -49,6 +49,32 @@ type ggufFamily struct {
 	// swaPeriod-th layer is full attention (0: every layer slides when a
 	// window is set).
 	swaPeriod int
+	// rules, when set, returns the tensors (per-layer ones by Hugging Face
+	// suffix, others by name) that the file stores with another shape or
+	// other values.
+	rules func(c *Config) map[string]ggufRule
+	// compose, when set, regroups a checkpoint's tensors into the ones the
+	// file stores (stacked experts, split projections).
+	compose func(c *Config, src Source, names []string) ([]composite, error)
+	// global maps Hugging Face names of tensors outside the layers to GGUF
+	// names, for families that name them their own way (nil: ggufGlobal).
+	global map[string]string
+	// prefix is the prefix of per-layer Hugging Face names ("" for
+	// "model.layers.").
+	prefix string
+}
+
+// ggufRule describes a per-layer tensor that a GGUF file stores with
+// another shape or other values than the Hugging Face checkpoint.
+type ggufRule struct {
+	// shape maps a Hugging Face shape to the stored one and unshape maps it
+	// back (shapes outermost first); nil keeps the shape. The elements stay
+	// in the same order.
+	shape, unshape func(s []int) []int
+	// encode maps one row of Hugging Face values (row r of the stored
+	// shape) to the stored values in place, decode back; nil keeps the
+	// values.
+	encode, decode func(row []float32, r int)
 }
 
 // ggufCommonLayer are the per-layer names all families share.
@@ -96,6 +122,14 @@ var ggufFamilies = map[string]ggufFamily{
 	"olmo2":   {modelType: "olmo2", act: "silu", layer: olmo2Layer},
 	"gemma2":  {modelType: "gemma2", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2},
 	"gemma3":  {modelType: "gemma3_text", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 6},
+
+	"qwen3moe": {modelType: "qwen3_moe", act: "silu", layer: qwen3moeLayer, compose: stackExperts},
+	"gpt-oss":  {modelType: "gpt_oss", act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts},
+
+	"mamba2": {modelType: "mamba2", act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
+		rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
+	"falcon-h1": {modelType: "falcon_h1", act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
+	"lfm2":      {modelType: "lfm2", act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
 }
 
 // ggufArchOf maps Hugging Face model types to GGUF architectures.
@@ -103,6 +137,8 @@ var ggufArchOf = map[string]string{
 	"llama": "llama", "mistral": "llama", "granite": "granite", "smollm3": "smollm3",
 	"qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "olmo2": "olmo2",
 	"gemma2": "gemma2", "gemma3_text": "gemma3",
+	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
+	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
 }
 
 // GGUFArchitectures returns the general.architecture values OpenGGUF
@@ -132,18 +168,11 @@ const (
 
 // ggufName maps a Hugging Face tensor name to its GGUF name in family fam.
 func ggufName(fam ggufFamily, hf string) (string, bool) {
-	if n, ok := ggufGlobal[hf]; ok {
+	if n, ok := fam.globals()[hf]; ok {
 		return n, true
 	}
-	rest, ok := strings.CutPrefix(hf, "model.layers.")
+	idx, suffix, ok := layerSuffix(hf)
 	if !ok {
-		return "", false
-	}
-	idx, suffix, ok := strings.Cut(rest, ".")
-	if !ok {
-		return "", false
-	}
-	if _, err := strconv.ParseUint(idx, 10, 31); err != nil {
 		return "", false
 	}
 	n, ok := fam.layer[suffix]
@@ -154,6 +183,40 @@ func ggufName(fam ggufFamily, hf string) (string, bool) {
 		return "", false
 	}
 	return "blk." + idx + "." + n, true
+}
+
+// globals returns the family's names of the tensors outside the layers.
+func (fam ggufFamily) globals() map[string]string {
+	if fam.global != nil {
+		return fam.global
+	}
+	return ggufGlobal
+}
+
+// layerPrefixes are the prefixes of per-layer Hugging Face tensor names.
+var layerPrefixes = []string{"model.layers.", "backbone.layers."}
+
+// layerSuffix splits a per-layer Hugging Face name into the layer index
+// and the rest ("model.layers.3.mlp.gate.weight" → "3", "mlp.gate.weight").
+func layerSuffix(hf string) (idx, suffix string, ok bool) {
+	rest := ""
+	for _, p := range layerPrefixes {
+		if r, found := strings.CutPrefix(hf, p); found {
+			rest, ok = r, true
+			break
+		}
+	}
+	if !ok {
+		return "", "", false
+	}
+	idx, suffix, ok = strings.Cut(rest, ".")
+	if !ok {
+		return "", "", false
+	}
+	if _, err := strconv.ParseUint(idx, 10, 31); err != nil {
+		return "", "", false
+	}
+	return idx, suffix, true
 }
 
 // hfLayerNames inverts ggufName for one family: GGUF suffix → HF suffix. The
@@ -230,6 +293,7 @@ type GGUF struct {
 	Permuted bool
 
 	fam     ggufFamily
+	rules   map[string]ggufRule // by Hugging Face layer suffix
 	opts    GGUFOptions
 	tensors map[string]gguf.TensorInfo // by HF name
 	names   []string                   // HF names in file order
@@ -273,7 +337,7 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 	}
 	layer := hfLayerNames(fam)
 	global := map[string]string{}
-	for hf, gn := range ggufGlobal {
+	for hf, gn := range fam.globals() {
 		global[gn] = hf
 	}
 	for _, t := range f.Tensors {
@@ -300,6 +364,9 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 		return nil, err
 	}
 	g.Config = cfg
+	if fam.rules != nil {
+		g.rules = fam.rules(cfg)
+	}
 	return g, nil
 }
 
@@ -326,7 +393,25 @@ func (g *GGUF) hfName(t gguf.TensorInfo, layer map[string]string) (string, bool)
 			hf = "mlp.gate_up_proj.weight"
 		}
 	}
-	return "model.layers." + idx + "." + hf, true
+	return g.fam.layerPrefix() + idx + "." + hf, true
+}
+
+// layerPrefix returns the prefix of the family's per-layer Hugging Face
+// names.
+func (fam ggufFamily) layerPrefix() string {
+	if fam.prefix != "" {
+		return fam.prefix
+	}
+	return "model.layers."
+}
+
+// ruleKey returns the key of ggufFamily.rules for a Hugging Face name: its
+// layer suffix, or the whole name for tensors outside the layers.
+func ruleKey(hf string) string {
+	if _, suffix, ok := layerSuffix(hf); ok {
+		return suffix
+	}
+	return hf
 }
 
 // listSome joins names, eliding all but the first ten.
@@ -360,7 +445,12 @@ func (g *GGUF) Lookup(name string) (Stored, bool) {
 	}
 	s := Stored{DType: dt, Shape: shape, Data: g.File.TensorData(t)}
 	shift := g.fam.normShift != 0 && isNormWeight(name)
-	if !shift && !(g.opts.DequantizeToF32 && dt.Quantized()) {
+	rule, hasRule := g.rules[ruleKey(name)]
+	decode := hasRule && rule.decode != nil
+	if !shift && !decode && !(g.opts.DequantizeToF32 && dt.Quantized()) {
+		if hasRule && rule.unshape != nil {
+			s.Shape = rule.unshape(shape)
+		}
 		return s, true
 	}
 	vals, err := toF32(s)
@@ -372,6 +462,18 @@ func (g *GGUF) Lookup(name string) (Stored, bool) {
 		for i := range vals {
 			vals[i] -= g.fam.normShift
 		}
+	}
+	if decode {
+		cols := 1
+		if len(shape) > 0 {
+			cols = max(shape[len(shape)-1], 1)
+		}
+		for r := 0; r*cols < len(vals); r++ {
+			rule.decode(vals[r*cols:(r+1)*cols], r)
+		}
+	}
+	if hasRule && rule.unshape != nil {
+		shape = rule.unshape(shape)
 	}
 	d := Stored{DType: compute.F32, Shape: shape, Data: f32Bytes(vals)}
 	g.derived[name] = d
@@ -469,13 +571,30 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		HiddenAct: fam.act,
 		Raw:       map[string]json.RawMessage{},
 	}
+	if arch == "mamba2" {
+		return ggufMamba2Config(f, k, c, g)
+	}
 	c.NumHiddenLayers = k.need("block_count")
 	c.HiddenSize = k.need("embedding_length")
 	c.IntermediateSize = k.need("feed_forward_length")
 	c.NumAttentionHeads = k.need("attention.head_count")
 	c.NumKeyValueHeads = c.NumAttentionHeads
-	if n, ok := k.uint("attention.head_count_kv"); ok {
-		c.NumKeyValueHeads = n
+	kvHeads, err := ggufPerLayer(k, "attention.head_count_kv", c.NumHiddenLayers)
+	if err != nil {
+		return nil, err
+	}
+	if kvHeads != nil {
+		c.NumKeyValueHeads = 0
+		for i, n := range kvHeads {
+			switch {
+			case n == 0 && arch == "lfm2":
+				// LFM2's convolution layers have no attention.
+			case c.NumKeyValueHeads != 0 && n != c.NumKeyValueHeads:
+				return nil, fmt.Errorf("key %s.attention.head_count_kv: layer %d has %d key/value heads, layer 0 %d: per-layer head counts are not supported", arch, i, n, c.NumKeyValueHeads)
+			default:
+				c.NumKeyValueHeads = n
+			}
+		}
 	}
 	c.MaxPositionEmbeddings, _ = k.uint("context_length")
 	if eps, ok := k.float("attention.layer_norm_rms_epsilon"); ok {
@@ -506,26 +625,8 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		return nil, fmt.Errorf("key %s.attention.value_length %d differs from key_length %d, which %s models do not do", arch, v, c.HeadDim, arch)
 	}
 
-	emb, ok := g.tensors["model.embed_tokens.weight"]
-	if !ok {
-		return nil, errors.New("tensor token_embd.weight is missing")
-	}
-	if len(emb.Dims) != 2 || emb.Dims[0] != int64(c.HiddenSize) {
-		return nil, fmt.Errorf("tensor token_embd.weight has dims %v, want [%d, vocab]", emb.Dims, c.HiddenSize)
-	}
-	c.VocabSize = int(emb.Dims[1])
-	_, hasOutput := g.tensors["lm_head.weight"]
-	c.TieWordEmbeddings = !hasOutput
-
-	// Special tokens, as the engine's stop list wants them.
-	if id, ok := f.Int("tokenizer.ggml.bos_token_id"); ok && id >= 0 {
-		v := int(id)
-		c.BOSTokenID = &v
-	}
-	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
-		if id, ok := f.Int(key); ok && id >= 0 && !slices.Contains(c.EOSTokenIDs, int(id)) {
-			c.EOSTokenIDs = append(c.EOSTokenIDs, int(id))
-		}
+	if err := ggufVocab(f, c, g); err != nil {
+		return nil, err
 	}
 
 	// Soft caps and scalar multipliers.
@@ -559,6 +660,10 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 			c.QueryPreAttnScalar = 1 / (attnScale * attnScale)
 		}
 	}
+	switch arch {
+	case "qwen3moe", "gpt-oss":
+		ggufMoEConfig(c, k)
+	}
 	if arch == "smollm3" {
 		// llama.cpp leaves rope out of every fourth layer.
 		c.NoRopeLayers = make([]int, c.NumHiddenLayers)
@@ -572,10 +677,127 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	if err := ggufLayerTypes(c, k, fam); err != nil {
 		return nil, err
 	}
+	switch arch {
+	case "lfm2":
+		if err := ggufLFM2Config(c, k, kvHeads); err != nil {
+			return nil, err
+		}
+	case "falcon-h1":
+		if err := ggufSSMConfig(c, k); err != nil {
+			return nil, err
+		}
+		// The converter folds every µP multiplier into the weights.
+		c.AttentionInMultiplier, c.AttentionOutMultiplier = 1, 1
+		c.SSMInMultiplier, c.SSMOutMultiplier = 1, 1
+		c.KeyMultiplier, c.LMHeadMultiplier = 1, 1
+		c.MLPMultipliers = [2]float64{1, 1}
+		c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
+		c.SSM.RMSNorm = g.hasLayerTensor("mamba.norm.weight")
+	}
 	if err := ggufRope(c, k, g); err != nil {
 		return nil, err
 	}
+	if arch == "gpt-oss" {
+		// gpt-oss's YaRN does not round its correction range (its
+		// config's "truncate": false); the keys cannot say so.
+		c.RopeParams.NoTruncate = true
+	}
 	return c, k.err
+}
+
+// ggufPerLayer reads a key that holds one integer, or one per layer (nil
+// when absent).
+func ggufPerLayer(k *ggufKeys, key string, n int) ([]int, error) {
+	full := k.arch + "." + key
+	v, ok := k.f.Value(full)
+	if !ok {
+		return nil, nil
+	}
+	if x, ok := v.Uint(); ok && x <= math.MaxInt32 {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = int(x)
+		}
+		return out, nil
+	}
+	for _, arr := range []func() ([]int, bool){
+		func() ([]int, bool) { return intsOf[uint32](v) },
+		func() ([]int, bool) { return intsOf[int32](v) },
+	} {
+		if xs, ok := arr(); ok {
+			if len(xs) != n {
+				return nil, fmt.Errorf("key %s: %d values for %d layers", full, len(xs), n)
+			}
+			return xs, nil
+		}
+	}
+	return nil, fmt.Errorf("key %s: want an integer or one per layer, got %s", full, v.Type())
+}
+
+// intsOf reads an array value of element type T as non-negative ints.
+func intsOf[T uint32 | int32](v gguf.Value) ([]int, bool) {
+	xs, ok := gguf.ArrayOf[T](v)
+	if !ok {
+		return nil, false
+	}
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		if x < 0 {
+			return nil, false
+		}
+		out[i] = int(x)
+	}
+	return out, true
+}
+
+// hasLayerTensor reports whether any layer of the file holds the tensor
+// with the given Hugging Face suffix.
+func (g *GGUF) hasLayerTensor(suffix string) bool {
+	for _, n := range g.names {
+		if _, s, ok := layerSuffix(n); ok && s == suffix {
+			return true
+		}
+	}
+	return false
+}
+
+// ggufVocab reads the vocabulary size from the token embedding, whether the
+// output projection is tied to it, and the special tokens the engine stops
+// on.
+func ggufVocab(f *gguf.File, c *Config, g *GGUF) error {
+	embName := g.fam.globalHF("token_embd.weight")
+	emb, ok := g.tensors[embName]
+	if !ok {
+		return errors.New("tensor token_embd.weight is missing")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != int64(c.HiddenSize) {
+		return fmt.Errorf("tensor token_embd.weight has dims %v, want [%d, vocab]", emb.Dims, c.HiddenSize)
+	}
+	c.VocabSize = int(emb.Dims[1])
+	_, hasOutput := g.tensors[g.fam.globalHF("output.weight")]
+	c.TieWordEmbeddings = !hasOutput
+
+	if id, ok := f.Int("tokenizer.ggml.bos_token_id"); ok && id >= 0 {
+		v := int(id)
+		c.BOSTokenID = &v
+	}
+	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		if id, ok := f.Int(key); ok && id >= 0 && !slices.Contains(c.EOSTokenIDs, int(id)) {
+			c.EOSTokenIDs = append(c.EOSTokenIDs, int(id))
+		}
+	}
+	return nil
+}
+
+// globalHF returns the Hugging Face name of a GGUF tensor outside the
+// layers.
+func (fam ggufFamily) globalHF(name string) string {
+	for hf, n := range fam.globals() {
+		if n == name {
+			return hf
+		}
+	}
+	return ""
 }
 
 // ggufLayerTypes reads the sliding window and which layers use it.
@@ -726,9 +948,13 @@ type GGUFLayout struct {
 	// Extra holds F32 tensors llama.cpp reads beside the weights
 	// (rope_freqs.weight for Llama 3 rope scaling).
 	Extra []GGUFTensor
+	// Warnings name what the file holds that llama.cpp itself does not
+	// read, so that llama.cpp would compute differently from lem.
+	Warnings []string
 
-	cfg *Config
-	fam ggufFamily
+	cfg   *Config
+	fam   ggufFamily
+	rules map[string]ggufRule
 }
 
 // NewGGUFLayout returns the GGUF layout of a model, or an error naming
@@ -745,10 +971,101 @@ func NewGGUFLayout(cfg *Config) (*GGUFLayout, error) {
 	}
 	fam := ggufFamilies[arch]
 	l := &GGUFLayout{Arch: arch, cfg: cfg, fam: fam}
+	if fam.rules != nil {
+		l.rules = fam.rules(cfg)
+	}
 	if err := l.metadata(); err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// StoredShape returns the shape (outermost first) in which the file stores
+// a Hugging Face tensor of the given shape.
+func (l *GGUFLayout) StoredShape(hf string, shape []int) []int {
+	if r, ok := l.rules[ruleKey(hf)]; ok && r.shape != nil {
+		return r.shape(shape)
+	}
+	return shape
+}
+
+// Encode returns the function that turns each row of a Hugging Face
+// tensor's values (row r of its stored shape) into the stored values, or
+// nil when they are stored as they are. Norm shifts are separate
+// (NormShift).
+func (l *GGUFLayout) Encode(hf string) func(row []float32, r int) {
+	return l.rules[ruleKey(hf)].encode
+}
+
+// Source returns a checkpoint's tensors as the file stores them, and their
+// names in order: where the family regroups tensors (experts stacked per
+// projection, a fused projection split), the regrouped tensors replace
+// their parts, at the place of the first part. The returned Source also
+// implements Describe, which gives a tensor's type and shape without
+// building it.
+func (l *GGUFLayout) Source(src Source, names []string) (Source, []string, error) {
+	v := &ggufView{src: src, built: map[string]*composite{}}
+	if l.fam.compose == nil {
+		return v, names, nil
+	}
+	comps, err := l.fam.compose(l.cfg, src, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	used := map[string]bool{}
+	at := map[string][]string{} // first part → composites placed there
+	for i := range comps {
+		c := &comps[i]
+		v.built[c.name] = c
+		for _, p := range c.parts {
+			used[p] = true
+		}
+		at[c.parts[0]] = append(at[c.parts[0]], c.name)
+	}
+	var out []string
+	for _, n := range names {
+		if !used[n] {
+			out = append(out, n)
+		}
+		out = append(out, at[n]...)
+	}
+	return v, out, nil
+}
+
+// composite is a tensor a GGUF file stores that the checkpoint holds as
+// parts (experts stacked, projections split or transposed).
+type composite struct {
+	name  string   // Hugging Face-style name, as ggufName maps it
+	parts []string // the checkpoint tensors it is built from
+	dtype compute.DType
+	shape []int
+	// build returns the tensor's bytes. compose checks the parts' types
+	// and shapes, so building cannot fail.
+	build func() []byte
+}
+
+// ggufView is a checkpoint seen through a layout: composite tensors
+// replace their parts.
+type ggufView struct {
+	src   Source
+	built map[string]*composite
+}
+
+func (v *ggufView) Lookup(name string) (Stored, bool) {
+	c, ok := v.built[name]
+	if !ok {
+		return v.src.Lookup(name)
+	}
+	return Stored{DType: c.dtype, Shape: c.shape, Data: c.build()}, true
+}
+
+// Describe returns a tensor's type and shape (Data is nil) without
+// building a composite.
+func (v *ggufView) Describe(name string) (Stored, bool) {
+	if c, ok := v.built[name]; ok {
+		return Stored{DType: c.dtype, Shape: c.shape}, true
+	}
+	return v.src.Lookup(name)
 }
 
 // Permuted reports whether Q and K rows are stored permuted for
@@ -828,6 +1145,9 @@ func (l *GGUFLayout) metadata() error {
 	str := func(key, v string) {
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.String(v)})
 	}
+	if l.Arch == "mamba2" {
+		return l.mamba2Metadata(u32, f32)
+	}
 	for i := range c.NumHiddenLayers {
 		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || c.IntermediateSizeFor(i) != c.IntermediateSize {
 			return fmt.Errorf("%s: layer %d has its own sizes (per-layer config), which this GGUF layout does not store", c.ModelType, i)
@@ -838,9 +1158,24 @@ func (l *GGUFLayout) metadata() error {
 	}
 	u32("embedding_length", c.HiddenSize)
 	u32("block_count", c.NumHiddenLayers)
-	u32("feed_forward_length", c.IntermediateSize)
+	if l.Arch == "lfm2" {
+		u32("feed_forward_length", c.FeedForwardSize())
+	} else {
+		u32("feed_forward_length", c.IntermediateSize)
+	}
 	u32("attention.head_count", c.NumAttentionHeads)
-	u32("attention.head_count_kv", c.NumKeyValueHeads)
+	if l.Arch == "lfm2" {
+		// One count per layer, 0 for the convolution layers.
+		kv := make([]uint32, c.NumHiddenLayers)
+		for i := range kv {
+			if c.LayerType(i) != "conv" {
+				kv[i] = uint32(c.NumKeyValueHeads)
+			}
+		}
+		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
+	} else {
+		u32("attention.head_count_kv", c.NumKeyValueHeads)
+	}
 	u32("attention.key_length", c.HeadDim)
 	u32("attention.value_length", c.HeadDim)
 	f32("attention.layer_norm_rms_epsilon", c.NormEps())
@@ -867,8 +1202,13 @@ func (l *GGUFLayout) metadata() error {
 		if full.AttentionFactor != 0 {
 			f32("rope.scaling.yarn_attn_factor", full.AttentionFactor)
 		}
-		if full.MScale != 0 || full.NoTruncate {
-			return fmt.Errorf("%s: yarn mscale and truncate=false have no GGUF keys here", c.ModelType)
+		if full.MScale != 0 {
+			return fmt.Errorf("%s: yarn mscale has no GGUF key here", c.ModelType)
+		}
+		// lem reads gpt-oss files with truncate=false (its only
+		// setting) and every other family with the default.
+		if full.NoTruncate != (l.Arch == "gpt-oss") {
+			return fmt.Errorf("%s: yarn truncate=%v has no GGUF key; %s files are read with truncate=%v", c.ModelType, !full.NoTruncate, l.Arch, l.Arch != "gpt-oss")
 		}
 	case "llama3":
 		l.Extra = append(l.Extra, llama3FreqFactors(full, c.HeadDim, rotary))
@@ -927,6 +1267,29 @@ func (l *GGUFLayout) metadata() error {
 	if c.NoRopeLayers != nil && l.Arch != "smollm3" {
 		return fmt.Errorf("%s: no_rope_layers has no GGUF form", c.ModelType)
 	}
+	switch l.Arch {
+	case "qwen3moe", "gpt-oss":
+		if err := l.moeMetadata(u32); err != nil {
+			return err
+		}
+	case "lfm2":
+		u32("shortconv.l_cache", c.ConvKernel)
+	case "falcon-h1":
+		if err := l.falconH1Metadata(u32); err != nil {
+			return err
+		}
+	}
+	if l.Arch == "qwen3moe" {
+		w, err := qwen3moeWindow(c)
+		if err != nil {
+			return err
+		}
+		if w > 0 {
+			u32("attention.sliding_window", w)
+			l.Warnings = append(l.Warnings, "sliding_window windows every layer (as transformers does): written as qwen3moe.attention.sliding_window, which llama.cpp ignores")
+			return nil
+		}
+	}
 	return l.slidingKeys(u32)
 }
 
@@ -940,7 +1303,7 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		s := c.LayerType(i) == SlidingAttention
 		pattern = append(pattern, s)
 		slides = slides || s
-		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention {
+		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention && !(t == "conv" && l.Arch == "lfm2") {
 			return fmt.Errorf("%s: layer %d is %q, which a dense GGUF model cannot hold", c.ModelType, i, t)
 		}
 	}

@@ -385,7 +385,10 @@ func equalAny(a, b any) bool {
 // TestGGUFLayoutRejects checks configs GGUF cannot express.
 func TestGGUFLayoutRejects(t *testing.T) {
 	for _, tc := range []struct{ name, json, want string }{
-		{"model type", `{"model_type":"mamba2","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1}`, "mamba2"},
+		{"model type", `{"model_type":"jamba","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1}`, "jamba"},
+		{"time step limit", `{"model_type":"mamba2","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_heads":2,"head_dim":8,"state_size":4,"expand":2,"conv_kernel":4,"time_step_limit":[0.001,0.1]}`, "time_step_limit"},
+		{"dense qwen3moe layer", `{"model_type":"qwen3_moe","vocab_size":8,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":1,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":4,"mlp_only_layers":[1]}`, "layer 1"},
+		{"swiglu limit", `{"model_type":"gpt_oss","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1,"num_local_experts":4,"num_experts_per_tok":2,"swiglu_limit":5}`, "swiglu_limit"},
 		{"rope", `{"model_type":"llama","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1,"rope_scaling":{"rope_type":"proportional","factor":2}}`, "proportional"},
 	} {
 		cfg, err := ParseConfig([]byte(tc.json))

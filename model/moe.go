@@ -75,6 +75,16 @@ const (
 	// interleaved the same way. The loader transposes the weights into
 	// the [out, in] form kernels read (a copy, in the stored dtype).
 	moeFusedInterleaved
+	// moeStacked: one tensor per projection stacked over the experts, as
+	// GGUF files hold them (ffn_gate_exps, ffn_up_exps, ffn_down_exps):
+	// EXPERTS.gate_proj.weight and EXPERTS.up_proj.weight [experts, inter,
+	// hidden], EXPERTS.down_proj.weight [experts, hidden, inter], with
+	// optional biases EXPERTS.gate_proj.bias and EXPERTS.up_proj.bias
+	// [experts, inter] and EXPERTS.down_proj.bias [experts, hidden]. Each
+	// expert's weights are views of the stacked tensors, in their stored
+	// type. A source that holds EXPERTS.gate_proj.weight is read this way
+	// whatever the family's own layout.
+	moeStacked
 )
 
 // moeSpec describes a family's mixture-of-experts block. Names are relative
@@ -148,7 +158,14 @@ func (l *loader) moe(p string, spec *moeSpec) *moeBlock {
 		ffn: compute.ExpertFFN{Act: spec.act, Limit: spec.limit, Alpha: spec.alpha},
 	}
 	e := p + spec.experts
-	switch spec.layout {
+	layout := spec.layout
+	if l.has(e + ".gate_proj.weight") {
+		// GGUF files store every family's experts stacked per projection.
+		layout = moeStacked
+	}
+	switch layout {
+	case moeStacked:
+		m.ffn.Experts = l.stackedSplit(e, ne, hid, inter)
 	case moePerExpert:
 		for i := range ne {
 			m.ffn.Experts = append(m.ffn.Experts, l.mlp(fmt.Sprintf("%s.%d", e, i), hid, inter))
@@ -224,6 +241,51 @@ func (l *loader) stackedExperts(p string, layout moeLayout, ne, hid, inter int) 
 			if layout == moeFusedInterleaved {
 				bias = deinterleave(bias)
 			}
+			ex.GateUpBias = l.upload(bias)
+		}
+		if downBias != nil {
+			ex.DownBias = l.upload(downBias[e*hid : (e+1)*hid])
+		}
+	}
+	if l.err != nil {
+		return nil
+	}
+	return experts
+}
+
+// stackedSplit loads experts stored as separate stacked projections (the
+// moeStacked layout), viewing each expert's slice in place.
+func (l *loader) stackedSplit(p string, ne, hid, inter int) []compute.Expert {
+	if l.err != nil {
+		return nil
+	}
+	gate := l.stored(p+".gate_proj.weight", []int{ne, inter, hid})
+	up := l.stored(p+".up_proj.weight", []int{ne, inter, hid})
+	down := l.stored(p+".down_proj.weight", []int{ne, hid, inter})
+	var gateBias, upBias, downBias []float32
+	hasGB, hasUB := l.has(p+".gate_proj.bias"), l.has(p+".up_proj.bias")
+	if hasGB != hasUB {
+		l.err = fmt.Errorf("%s: one of gate_proj.bias and up_proj.bias without the other", p)
+		return nil
+	}
+	if hasGB {
+		gateBias = l.floats(p+".gate_proj.bias", l.stored(p+".gate_proj.bias", []int{ne, inter}))
+		upBias = l.floats(p+".up_proj.bias", l.stored(p+".up_proj.bias", []int{ne, inter}))
+	}
+	if l.has(p + ".down_proj.bias") {
+		downBias = l.floats(p+".down_proj.bias", l.stored(p+".down_proj.bias", []int{ne, hid}))
+	}
+	if l.err != nil {
+		return nil
+	}
+	experts := make([]compute.Expert, ne)
+	for e := range experts {
+		ex := &experts[e]
+		ex.Gate = l.tensor(p+".gate_proj.weight", gate.DType, []int{inter, hid}, slab(gate, e, ne))
+		ex.Up = l.tensor(p+".up_proj.weight", up.DType, []int{inter, hid}, slab(up, e, ne))
+		ex.Down = l.tensor(p+".down_proj.weight", down.DType, []int{hid, inter}, slab(down, e, ne))
+		if gateBias != nil {
+			bias := append(slices.Clone(gateBias[e*inter:(e+1)*inter]), upBias[e*inter:(e+1)*inter]...)
 			ex.GateUpBias = l.upload(bias)
 		}
 		if downBias != nil {

@@ -166,8 +166,11 @@ type plannedTensor struct {
 	typ   compute.DType
 	heads int // permute rows over this many heads (0: no)
 	shift float32
-	extra []float32 // data of an extra tensor
-	order [3]int
+	// encode maps each row of values (in the stored shape) before it is
+	// written; nil keeps them.
+	encode func(row []float32, r int)
+	extra  []float32 // data of an extra tensor
+	order  [3]int
 }
 
 // ToGGUF converts the model at src (a Hugging Face directory or a GGUF
@@ -199,6 +202,10 @@ func ToGGUF(src, dst string, opts GGUFOptions) (*Result, error) {
 	}
 	layout, err := model.NewGGUFLayout(in.cfg)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
+	}
+	in.warnings = append(in.warnings, layout.Warnings...)
+	if in.src, in.names, err = layout.Source(in.src, in.names); err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	plan, err := planTensors(in, layout, ft)
@@ -296,16 +303,17 @@ func planTensors(in *input, layout *model.GGUFLayout, ft fileType) ([]plannedTen
 			unknown = append(unknown, hf)
 			continue
 		}
-		s, _ := in.src.Lookup(hf)
+		s, _ := describe(in.src, hf)
 		if !s.DType.Known() || s.DType == compute.I32 {
 			badType = append(badType, hf)
 			continue
 		}
-		dims := make([]int64, len(s.Shape))
-		for j, d := range s.Shape {
-			dims[len(s.Shape)-1-j] = int64(d)
+		shape := layout.StoredShape(hf, s.Shape)
+		dims := make([]int64, len(shape))
+		for j, d := range shape {
+			dims[len(shape)-1-j] = int64(d)
 		}
-		t := plannedTensor{hf: hf, name: name, dims: dims}
+		t := plannedTensor{hf: hf, name: name, dims: dims, encode: layout.Encode(hf)}
 		if !in.permuted {
 			t.heads = layout.PermuteHeads(hf)
 		}
@@ -341,6 +349,17 @@ func planTensors(in *input, layout *model.GGUFLayout, ft fileType) ([]plannedTen
 	return plan, nil
 }
 
+// describe returns a tensor's type and shape, without building it when the
+// source can say so (composite tensors of a layout's Source).
+func describe(src model.Source, name string) (model.Stored, bool) {
+	if d, ok := src.(interface {
+		Describe(string) (model.Stored, bool)
+	}); ok {
+		return d.Describe(name)
+	}
+	return src.Lookup(name)
+}
+
 // tensorOrder sorts tensors as llama.cpp's converter writes them: the token
 // embedding and rope tables, then the layers in order, then the output.
 func tensorOrder(name string, idx int) [3]int {
@@ -367,16 +386,18 @@ func produce(in *input, t plannedTensor, threads int) ([]byte, error) {
 	if !ok {
 		return nil, errors.New("missing")
 	}
+	// Rows and columns of the stored shape (a layout may store a tensor
+	// with another shape of the same elements).
 	rows, cols := 1, 1
-	if len(s.Shape) > 0 {
-		cols = s.Shape[len(s.Shape)-1]
-		for _, d := range s.Shape[:len(s.Shape)-1] {
-			rows *= d
+	if len(t.dims) > 0 {
+		cols = int(t.dims[0])
+		for _, d := range t.dims[1:] {
+			rows *= int(d)
 		}
 	}
 	// Same type and nothing to change: copy the bytes (rows are moved whole,
 	// so a permutation needs no decoding either).
-	if s.DType == t.typ && t.shift == 0 {
+	if s.DType == t.typ && t.shift == 0 && t.encode == nil {
 		if t.heads == 0 {
 			return s.Data, nil
 		}
@@ -393,6 +414,9 @@ func produce(in *input, t plannedTensor, threads int) ([]byte, error) {
 	if len(s.Data) != rows*inRow {
 		return nil, fmt.Errorf("%d bytes of data for shape %v of %s", len(s.Data), s.Shape, s.DType)
 	}
+	if s.DType.Quantized() && cols != s.Shape[len(s.Shape)-1] {
+		return nil, fmt.Errorf("cannot store %s rows of %d elements as rows of %d", s.DType, s.Shape[len(s.Shape)-1], cols)
+	}
 	outRow, err := t.typ.RowBytes(cols)
 	if err != nil {
 		return nil, err
@@ -404,8 +428,13 @@ func produce(in *input, t plannedTensor, threads int) ([]byte, error) {
 			if err := quant.Dequantize(buf, s.Data[r*inRow:(r+1)*inRow], s.DType); err != nil {
 				return err
 			}
-			for i, v := range buf {
-				buf[i] = v + t.shift
+			if t.shift != 0 {
+				for i, v := range buf {
+					buf[i] = v + t.shift
+				}
+			}
+			if t.encode != nil {
+				t.encode(buf, r)
 			}
 			if err := quant.Quantize(out[r*outRow:(r+1)*outRow], buf, t.typ); err != nil {
 				return err

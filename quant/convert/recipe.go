@@ -114,7 +114,7 @@ func moreBits(i, n int) bool {
 // (innermost first). Tensors must be passed in file order: attn_v layers
 // are counted as they come, as llama.cpp does.
 func (r *recipe) pick(name string, dims []int64) compute.DType {
-	if len(dims) < 2 || !strings.HasSuffix(name, "weight") || strings.HasSuffix(name, "_norm.weight") {
+	if len(dims) < 2 || !strings.HasSuffix(name, "weight") || strings.HasSuffix(name, "_norm.weight") || keepF32(name) {
 		return compute.F32
 	}
 	if r.ft.float {
@@ -177,6 +177,22 @@ func (r *recipe) pick(name string, dims []int64) compute.DType {
 		}
 	}
 	return fallback(t, cols)
+}
+
+// f32Tensors are the small matrices that llama.cpp's converter and
+// quantizer always keep in F32: MoE routers, the short convolutions of the
+// SSM and LFM2 layers, and the per-head A and D of the SSM scan (stored as
+// [heads, 1]).
+var f32Tensors = []string{".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".ssm_conv1d.weight", ".shortconv.conv.weight", ".ssm_a", ".ssm_d"}
+
+// keepF32 reports whether a tensor is one of f32Tensors.
+func keepF32(name string) bool {
+	for _, s := range f32Tensors {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // fallback replaces a type whose blocks do not divide the rows by the
