@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"lem/chat"
+	"lem/constrain"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
@@ -28,8 +29,9 @@ import (
 //     model.
 //   - num_predict is a bound, cut to what the context leaves after the
 //     prompt.
-//   - format "json", or a JSON schema, constrains the reply to one JSON
-//     object; the schema's own constraints are not enforced.
+//   - format "json" constrains the reply to one JSON object; a JSON schema
+//     constrains it to a value the schema accepts (a keyword lem cannot
+//     enforce is a 400 naming it).
 //   - /api/generate returns no context and refuses one (Ollama deprecates
 //     it): multi-turn conversations go through /api/chat. template,
 //     suffix and images are refused.
@@ -129,7 +131,7 @@ func (c *olCommon) apply(m *Model, req *Request) (int, error) {
 		return 0, invalid("top_logprobs", "must be between 0 and %d, got %d", MaxTopLogprobs, c.TopLogprobs)
 	}
 	req.Logprobs, req.TopLogprobs = c.Logprobs || c.TopLogprobs > 0, c.TopLogprobs
-	if req.JSON, err = olFormat(c.Format); err != nil {
+	if req.JSON, req.Schema, err = olFormat(c.Format); err != nil {
 		return 0, err
 	}
 	kw, err := olThink(c.Think)
@@ -164,30 +166,25 @@ func olThink(raw json.RawMessage) (map[string]any, error) {
 	return nil, invalid("think", "want true, false, \"high\", \"medium\" or \"low\", got %s", raw)
 }
 
-// olFormat reads format: "json", or a JSON schema of an object, both
-// giving a reply that is one JSON object.
-func olFormat(raw json.RawMessage) (bool, error) {
+// olFormat reads format: "json" (a reply that is one JSON object) or a
+// JSON schema (a reply the schema accepts).
+func olFormat(raw json.RawMessage) (bool, *constrain.Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" || string(raw) == `""` {
-		return false, nil
+		return false, nil, nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		if s == "json" {
-			return true, nil
+			return true, nil, nil
 		}
-		return false, invalid("format", "want \"json\" or a JSON schema, got %q", s)
+		return false, nil, invalid("format", "want \"json\" or a JSON schema, got %q", s)
 	}
-	var schema struct {
-		Type json.RawMessage `json:"type"`
+	if raw[0] != '{' || !json.Valid(raw) {
+		return false, nil, invalid("format", "want \"json\" or a JSON schema object")
 	}
-	if raw[0] != '{' || json.Unmarshal(raw, &schema) != nil {
-		return false, invalid("format", "want \"json\" or a JSON schema object")
-	}
-	if t := string(bytes.TrimSpace(schema.Type)); t != "" && t != `"object"` {
-		return false, invalid("format", "only schemas of objects are supported, got type %s", t)
-	}
-	return true, nil
+	schema, err := compileSchema(raw, "format")
+	return false, schema, err
 }
 
 // olIgnored are options of Ollama's runner and samplers lem does not

@@ -146,7 +146,12 @@ type oaChatRequest struct {
 	oaSampling
 
 	ResponseFormat *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
 	Tools              []json.RawMessage          `json:"tools"`
 	ToolChoice         json.RawMessage            `json:"tool_choice"`
@@ -193,8 +198,17 @@ func (o *oaChatRequest) toRequest(m *Model) (*Request, error) {
 		case "", "text":
 		case "json_object":
 			req.JSON = true
+		case "json_schema":
+			if rf.JSONSchema == nil {
+				return nil, invalid("response_format.json_schema", "is required when type is \"json_schema\"")
+			}
+			s, err := compileSchema(rf.JSONSchema.Schema, "response_format.json_schema.schema")
+			if err != nil {
+				return nil, err
+			}
+			req.Schema = s
 		default:
-			return nil, invalid("response_format.type", "%q is not supported; use \"text\" or \"json_object\"", rf.Type)
+			return nil, invalid("response_format.type", "%q is not supported; use \"text\", \"json_object\" or \"json_schema\"", rf.Type)
 		}
 	}
 	for i, t := range o.Tools {
