@@ -23,10 +23,10 @@ var callSyntaxes = map[chat.ToolFormat]struct {
 	multiple bool   // several calls may follow each other
 	marker   string // the text that opens calls, kept out under tool_choice none
 }{
-	chat.ToolsHermes: {constrain.CallSyntax{Call: "<tool_call>\n{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}\n</tool_call>"}, true, "<tool_call>"},
+	chat.ToolsHermes:  {constrain.CallSyntax{Call: "<tool_call>\n{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}\n</tool_call>"}, true, "<tool_call>"},
 	chat.ToolsMistral: {constrain.CallSyntax{Open: "[TOOL_CALLS][", Call: "{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}", Sep: ", ", Close: "]"}, true, "[TOOL_CALLS]"},
-	chat.ToolsLlama3: {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, "<|python_tag|>"},
-	chat.ToolsGemma:  {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, ""},
+	chat.ToolsLlama3:  {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, "<|python_tag|>"},
+	chat.ToolsGemma:   {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, ""},
 }
 
 // compileSchema compiles a request's JSON schema (response_format
