@@ -241,6 +241,9 @@ type Model struct {
 	vocabTab  *constrain.Vocab
 	vocabErr  error
 
+	storeOnce sync.Once
+	storeInfo modelStore
+
 	// Per-model metric children, set by New.
 	obs modelMetrics
 }

@@ -2,13 +2,10 @@ package server
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -815,28 +812,6 @@ type olListed struct {
 	ContextLength int        `json:"context_length,omitempty"`
 }
 
-// modelFiles returns the size of a model's files (the file, or the
-// regular files of the directory) and whether it is a GGUF file.
-func modelFiles(path string) (size int64, gguf bool) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0, false
-	}
-	if !st.IsDir() {
-		return st.Size(), true
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-			size += info.Size()
-		}
-	}
-	return size, false
-}
-
 // paramCount estimates a model's parameters from its configuration:
 // embeddings, attention, MLP (or experts) and the output head.
 func (m *Model) paramCount() int64 {
@@ -875,29 +850,33 @@ func humanCount(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// olDescribe returns a model's listing.
+// olDescribe returns a model's listing: the size of its files and the
+// digest of its weights (see describeStore), and its details as Ollama
+// gives them.
 func (m *Model) olDescribe() olListed {
 	cfg := m.eng.Net.Config()
-	size, isGGUF := modelFiles(m.eng.Name)
+	st := m.store()
 	format := "safetensors"
-	if isGGUF {
+	if st.gguf {
 		format = "gguf"
 	}
-	quant := strings.ToUpper(map[string]string{"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[cfg.DType])
-	if q := cfg.Quantization; q != nil {
-		quant = "quantized"
-		if q.Method != "" {
-			quant = strings.ToUpper(q.Method)
+	quant := st.quant
+	if quant == "" {
+		quant = strings.ToUpper(map[string]string{"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[cfg.DType])
+		if q := cfg.Quantization; q != nil {
+			quant = "quantized"
+			if q.Method != "" {
+				quant = strings.ToUpper(q.Method)
+			}
 		}
 	}
 	if quant == "" {
 		quant = "unknown"
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d\x00%d", m.id, m.eng.Name, size, m.created.UnixNano()))
 	created := m.created.UTC()
 	return olListed{
-		Name: ollamaName(m.id), Model: ollamaName(m.id), ModifiedAt: &created, Size: size,
-		Digest: hex.EncodeToString(sum[:]),
+		Name: ollamaName(m.id), Model: ollamaName(m.id), ModifiedAt: &created, Size: st.size,
+		Digest: st.digest,
 		Details: olDetails{Format: format, Family: cfg.ModelType, Families: []string{cfg.ModelType},
 			ParameterSize: humanCount(m.paramCount()), QuantizationLevel: quant},
 	}
