@@ -1,6 +1,7 @@
 package constrain
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -141,4 +142,32 @@ func TestCompileToolSchema(t *testing.T) {
 			t.Errorf("%s on %q: %v, want %v", tc.schema, tc.text, complete, tc.ok)
 		}
 	}
+}
+
+// FuzzCompileSchema checks that no schema, and no text checked against
+// one, makes the compiler or the automaton panic, and that a text the
+// automaton calls complete is valid JSON.
+func FuzzCompileSchema(f *testing.F) {
+	f.Add(`{"type":"object","properties":{"a":{"enum":[1,"x",null]}},"required":["a"]}`, `{"a": 1}`)
+	f.Add(`{"$defs":{"t":{"type":"array","items":{"$ref":"#/$defs/t"}}},"$ref":"#/$defs/t"}`, `[[], [[]]]`)
+	f.Add(`{"anyOf":[{"type":"string"},{"type":"integer"}]}`, `-0`)
+	f.Add(`{"type":["boolean","null"]}`, `true`)
+	f.Fuzz(func(t *testing.T, schema, text string) {
+		for _, s := range []*Schema{mustCompile(schema), CompileToolSchema([]byte(schema))} {
+			if s == nil {
+				continue
+			}
+			if _, complete := s.Check([]byte(text)); complete && !json.Valid([]byte(text)) {
+				t.Errorf("schema %s: %q is complete but not JSON", schema, text)
+			}
+		}
+	})
+}
+
+func mustCompile(schema string) *Schema {
+	s, err := CompileSchema([]byte(schema))
+	if err != nil {
+		return nil
+	}
+	return s
 }
