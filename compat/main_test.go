@@ -41,10 +41,9 @@ func chatModel(t *testing.T) *engine.Model {
 
 // tinyModel loads lem-tiny, the model built into lem, once. Its weights and
 // tokenizer are the chat-model fixture's, byte for byte, under lem's own
-// chat template. The other tests keep serving the fixture directory as
-// "chat-model": the server's Ollama listing takes a model's size from its
-// files on disk, which lem-tiny has none of (it lists with size 0, and
-// TestOllamaModels wants a size).
+// chat template. The other tests serve the fixture directory as
+// "chat-model"; TestOllamaTinyModel checks that lem-tiny lists with the
+// size and digest of its embedded weights.
 func tinyModel(t *testing.T) *engine.Model {
 	t.Helper()
 	tinyOnce.Do(func() { tinyM, tinyErr = engine.OpenTiny(engine.Options{}) })

@@ -2,6 +2,8 @@ package compat
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"lem/server"
+	"lem/tiny"
 )
 
 // newOllama returns Ollama's client of the server at base; a key, when
@@ -432,5 +435,34 @@ func TestOllamaAuth(t *testing.T) {
 	// Liveness needs no key.
 	if err := newOllama(t, base, "").Heartbeat(ctx); err != nil {
 		t.Errorf("heartbeat without a key: %v", err)
+	}
+}
+
+// TestOllamaTinyModel lists lem-tiny, which has no files: its size and
+// digest are those of its embedded weights.
+func TestOllamaTinyModel(t *testing.T) {
+	base, _ := startTinyServer(t, server.Config{})
+	c := newOllama(t, base, "")
+	ctx := context.Background()
+	list, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := tiny.Weights()
+	sum := sha256.Sum256(w)
+	if len(list.Models) != 1 {
+		t.Fatalf("%d models", len(list.Models))
+	}
+	m := list.Models[0]
+	if m.Name != tiny.Name+":latest" || m.Size != int64(len(w)) || m.Digest != hex.EncodeToString(sum[:]) ||
+		m.Details.Format != "safetensors" || m.Details.Family != "qwen3" || m.Details.ParameterSize != "5.0M" || m.Details.QuantizationLevel != "BF16" {
+		t.Errorf("listed %+v, want size %d", m, len(w))
+	}
+	show, err := c.Show(ctx, &api.ShowRequest{Model: tiny.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if show.Details.QuantizationLevel != "BF16" || show.Details.Format != "safetensors" || show.Details.ParameterSize != "5.0M" || show.ModelInfo["general.parameter_count"] == nil {
+		t.Errorf("show details %+v, model_info %v", show.Details, show.ModelInfo)
 	}
 }

@@ -11,6 +11,17 @@
 // and a prefix the automaton rejects prunes every token below it. The set
 // of tokens allowed in each automaton state is cached in the table, shared
 // by all generations.
+//
+// Grammar generalises it for output in phases: optional reasoning between
+// the model's thinking markers (with a token budget after which the end
+// marker is forced, or none at all), then a body that is a JSON value a
+// Schema accepts (CompileSchema: OpenAI's response_format json_schema,
+// Ollama's format schema), tool calls in a model family's syntax with
+// arguments held to each tool's parameters schema (tool_choice required
+// or a named function), free text that never holds a marker (tool_choice
+// none), or free text. A Vocab holds the per-tokenizer table; Compile
+// makes a Grammar of a Spec, and each generation takes its own State from
+// New.
 package constrain
 
 import (

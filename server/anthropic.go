@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"lem/chat"
+	"lem/constrain"
 	"lem/engine"
 )
 
@@ -17,10 +18,12 @@ import (
 // /v1/messages/count_tokens.
 //
 // Choices where the Messages API and a local model differ:
-//   - thinking left out means thinking off (enable_thinking false), as
-//     the API defines it; {"type": "enabled"} or {"type": "adaptive"}
-//     turns it on. budget_tokens is checked but not enforced apart from
-//     max_tokens.
+//   - thinking left out means thinking off (enable_thinking false, and
+//     where the template does not close reasoning itself, an empty
+//     reasoning block is forced), as the API defines it; {"type":
+//     "enabled"} or {"type": "adaptive"} turns it on. budget_tokens is
+//     enforced: after that many reasoning tokens the model's
+//     end-of-reasoning marker is forced.
 //   - max_tokens is required by the API, so clients send large values: it
 //     is a bound, cut to what the context leaves after the prompt, and a
 //     reply that reaches the cut ends with stop_reason "max_tokens". Only
@@ -28,7 +31,8 @@ import (
 //   - Thinking blocks carry an opaque signature that lem does not check
 //     when clients send them back.
 //   - output_config.format {"type": "json_schema"} constrains the reply to
-//     one JSON object; the schema's own constraints are not enforced.
+//     a JSON value the schema accepts (a keyword lem cannot enforce is a
+//     400 naming it).
 //   - temperature, top_p and top_k are taken when sent (newer SDKs no
 //     longer send them); otherwise the model's generation_config.json
 //     holds.
@@ -102,7 +106,7 @@ type anRequest struct {
 	ToolChoice    json.RawMessage   `json:"tool_choice"`
 	Thinking      json.RawMessage   `json:"thinking"`
 	// OutputConfig's format {"type": "json_schema", "schema": {…}} asks
-	// for one JSON object (the schema's own constraints are not enforced).
+	// for a JSON value the schema accepts.
 	OutputConfig *struct {
 		Format json.RawMessage `json:"format"`
 	} `json:"output_config"`
@@ -369,60 +373,55 @@ func anToolChoice(raw json.RawMessage) (ToolChoice, error) {
 
 // anThinking reads thinking: {"type": "enabled", "budget_tokens": N},
 // {"type": "adaptive"} or {"type": "disabled"}. Left out, thinking is
-// off. maxTokens is 0 when the request has none (count_tokens).
-func anThinking(raw json.RawMessage, maxTokens int) (bool, error) {
+// off. It returns whether thinking is on and its budget in tokens (0:
+// none). maxTokens is 0 when the request has none (count_tokens).
+func anThinking(raw json.RawMessage, maxTokens int) (bool, int, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return false, nil
+		return false, 0, nil
 	}
 	var th struct {
 		Type         string `json:"type"`
 		BudgetTokens *int   `json:"budget_tokens"`
 	}
 	if json.Unmarshal(raw, &th) != nil {
-		return false, invalid("thinking", "want {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}")
+		return false, 0, invalid("thinking", "want {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}")
 	}
 	switch th.Type {
 	case "disabled":
-		return false, nil
+		return false, 0, nil
 	case "adaptive":
-		return true, nil
+		return true, 0, nil
 	case "enabled":
 		switch b := th.BudgetTokens; {
 		case b == nil:
-			return false, invalid("thinking.budget_tokens", "is required when thinking is enabled")
+			return false, 0, invalid("thinking.budget_tokens", "is required when thinking is enabled")
 		case *b < 1:
-			return false, invalid("thinking.budget_tokens", "must be at least 1, got %d", *b)
+			return false, 0, invalid("thinking.budget_tokens", "must be at least 1, got %d", *b)
 		case maxTokens > 0 && *b >= maxTokens:
-			return false, invalid("thinking.budget_tokens", "must be less than max_tokens (%d), got %d", maxTokens, *b)
+			return false, 0, invalid("thinking.budget_tokens", "must be less than max_tokens (%d), got %d", maxTokens, *b)
+		default:
+			return true, *b, nil
 		}
-		return true, nil
 	}
-	return false, invalid("thinking.type", "want \"enabled\", \"adaptive\" or \"disabled\", got %q", th.Type)
+	return false, 0, invalid("thinking.type", "want \"enabled\", \"adaptive\" or \"disabled\", got %q", th.Type)
 }
 
 // anOutputFormat reads output_config.format: {"type": "json_schema",
-// "schema": {…}} with a schema of an object gives JSON output.
-func anOutputFormat(raw json.RawMessage) (bool, error) {
+// "schema": {…}}, output held to the schema.
+func anOutputFormat(raw json.RawMessage) (*constrain.Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return false, nil
+		return nil, nil
 	}
 	var f struct {
-		Type   string `json:"type"`
-		Schema *struct {
-			Type json.RawMessage `json:"type"`
-		} `json:"schema"`
+		Type   string          `json:"type"`
+		Schema json.RawMessage `json:"schema"`
 	}
 	if json.Unmarshal(raw, &f) != nil || f.Type != "json_schema" {
-		return false, invalid("output_config.format", "want {\"type\": \"json_schema\", \"schema\": {…}}")
+		return nil, invalid("output_config.format", "want {\"type\": \"json_schema\", \"schema\": {…}}")
 	}
-	if f.Schema != nil {
-		if t := string(bytes.TrimSpace(f.Schema.Type)); t != "" && t != `"object"` {
-			return false, invalid("output_config.format.schema", "only schemas of objects are supported, got type %s", t)
-		}
-	}
-	return true, nil
+	return compileSchema(f.Schema, "output_config.format.schema")
 }
 
 // toRequest converts the request into a core request. count is set for
@@ -450,11 +449,12 @@ func (a *anRequest) toRequest(defaults engine.SampleParams, count bool) (*Reques
 	if req.ToolChoice, err = anToolChoice(a.ToolChoice); err != nil {
 		return nil, 0, err
 	}
-	think, err := anThinking(a.Thinking, limit)
+	think, budget, err := anThinking(a.Thinking, limit)
 	if err != nil {
 		return nil, 0, err
 	}
 	req.Kwargs = map[string]any{"enable_thinking": think}
+	req.ThinkingBudget = budget
 	if t := a.Temperature; t != nil {
 		if *t < 0 || *t > 1 || *t != *t {
 			return nil, 0, invalid("temperature", "must be between 0 and 1, got %v", *t)
@@ -483,7 +483,7 @@ func (a *anRequest) toRequest(defaults engine.SampleParams, count bool) (*Reques
 	}
 	req.Stop = a.StopSequences
 	if a.OutputConfig != nil {
-		if req.JSON, err = anOutputFormat(a.OutputConfig.Format); err != nil {
+		if req.Schema, err = anOutputFormat(a.OutputConfig.Format); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -116,8 +116,8 @@ func TestAnthropicOptionsConversion(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.extra, err)
 		}
-		if req.ToolChoice.Mode != tt.mode || req.Kwargs["enable_thinking"] != tt.think || req.JSON != tt.json {
-			t.Errorf("%s: choice %+v kwargs %v json %v", tt.extra, req.ToolChoice, req.Kwargs, req.JSON)
+		if req.ToolChoice.Mode != tt.mode || req.Kwargs["enable_thinking"] != tt.think || (req.Schema != nil) != tt.json {
+			t.Errorf("%s: choice %+v kwargs %v schema %v", tt.extra, req.ToolChoice, req.Kwargs, req.Schema != nil)
 		}
 	}
 }
@@ -165,7 +165,9 @@ func TestAnthropicRequestErrors(t *testing.T) {
 		{`{"max_tokens":5,` + msgs + `,"stop_sequences":[""]}`, "stop_sequences[0]"},
 		{`{"max_tokens":5,` + msgs + `,"stop_sequences":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]}`, "stop_sequences"},
 		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"xml"}}}`, "output_config.format"},
-		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"array"}}}}`, "output_config.format.schema"},
+		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema"}}}`, "output_config.format.schema"},
+		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"array","uniqueItems":true}}}}`, "output_config.format.schema.uniqueItems"},
+		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"n":{"type":"number","maximum":3}}}}}}`, "output_config.format.schema.properties.n.maximum"},
 	}
 	for _, tt := range tests {
 		_, _, err := anConvert(tt.body)

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"lem/chat"
+	"lem/constrain"
 	"lem/engine"
 )
 
@@ -84,6 +85,12 @@ type Request struct {
 	TopLogprobs int
 	// JSON constrains the output to one JSON object.
 	JSON bool
+	// Schema, when set, constrains the output to a JSON value the schema
+	// accepts (see constrain.CompileSchema).
+	Schema *constrain.Schema
+	// ThinkingBudget, when positive, bounds the reasoning: after that many
+	// tokens of it the model's end-of-reasoning marker is forced.
+	ThinkingBudget int
 
 	// Names of request fields, as this dialect spells them, for error
 	// messages: MaxTokensParam defaults to "max_tokens", PromptParam to
@@ -102,6 +109,7 @@ type Prepared struct {
 	inReasoning  bool
 	toolsOffered bool
 	json         func(stopIDs []int32) engine.Constraint
+	grammar      *constrain.Grammar
 	arrived      time.Time
 }
 
@@ -229,6 +237,13 @@ type Model struct {
 	jsonMake func(stopIDs []int32) engine.Constraint
 	jsonErr  error
 
+	vocabOnce sync.Once
+	vocabTab  *constrain.Vocab
+	vocabErr  error
+
+	storeOnce sync.Once
+	storeInfo modelStore
+
 	// Per-model metric children, set by New.
 	obs modelMetrics
 }
@@ -331,10 +346,17 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 			return nil, invalid("logit_bias", "token id %d is outside the vocabulary [0, %d)", id, vocab)
 		}
 	}
+	if req.JSON && req.Schema != nil {
+		return nil, invalid("response_format", "asks for both a JSON object and a JSON schema")
+	}
+	if req.ThinkingBudget < 0 {
+		return nil, invalid("thinking.budget_tokens", "must not be negative, got %d", req.ThinkingBudget)
+	}
 	tok := m.eng.Tokenizer
+	var tools []json.RawMessage
 	if len(req.Messages) > 0 {
 		promptParam := param(req.PromptParam, "messages")
-		text, err := m.render(req, promptParam)
+		text, offered, err := m.render(req, promptParam)
 		if err != nil {
 			return nil, err
 		}
@@ -343,8 +365,9 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 		if tok.AddsBOS() && (len(p.ids) == 0 || p.ids[0] != tok.BOS()) && !strings.HasPrefix(text, tok.Token(tok.BOS())) {
 			p.ids = append([]int32{tok.BOS()}, p.ids...)
 		}
+		tools = offered
 		p.toolsOffered = len(req.Tools) > 0 && req.ToolChoice.Mode != ToolNone
-		p.inReasoning = !req.JSON && m.format.InReasoning(text)
+		p.inReasoning = !req.JSON && req.Schema == nil && m.format.InReasoning(text)
 	} else {
 		promptParam := param(req.PromptParam, "prompt")
 		if req.PromptIDs != nil {
@@ -373,6 +396,11 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 		}
 		p.json = m.jsonMake
 	}
+	g, err := m.grammar(req, p, tools)
+	if err != nil {
+		return nil, invalid(param(req.PromptParam, "messages"), "constraining the output: %v", err)
+	}
+	p.grammar = g
 	return p, nil
 }
 
@@ -434,14 +462,15 @@ func checkSample(s *engine.SampleParams) error {
 	return nil
 }
 
-// render renders a chat request with the model's template.
-func (m *Model) render(req *Request, promptParam string) (string, error) {
+// render renders a chat request with the model's template. It returns
+// the tools the prompt offers.
+func (m *Model) render(req *Request, promptParam string) (string, []json.RawMessage, error) {
 	if m.eng.Templates == nil {
-		return "", invalid(promptParam, "the model %q has no chat template; use the completions endpoint", m.id)
+		return "", nil, invalid(promptParam, "the model %q has no chat template; use the completions endpoint", m.id)
 	}
 	msgs, err := normalizeMessages(req.Messages, promptParam)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	tools := req.Tools
 	switch req.ToolChoice.Mode {
@@ -455,21 +484,21 @@ func (m *Model) render(req *Request, promptParam string) (string, error) {
 			}
 		}
 		if tools == nil {
-			return "", invalid("tool_choice", "names the function %q, which is not among the tools", req.ToolChoice.Name)
+			return "", nil, invalid("tool_choice", "names the function %q, which is not among the tools", req.ToolChoice.Name)
 		}
 	case ToolRequired:
 		if len(tools) == 0 {
-			return "", invalid("tool_choice", "is \"required\" but no tools were given")
+			return "", nil, invalid("tool_choice", "is \"required\" but no tools were given")
 		}
 	}
 	for i, t := range tools {
 		if toolName(t) == "" {
-			return "", invalid(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {\"name\": …}}")
+			return "", nil, invalid(fmt.Sprintf("tools[%d]", i), "want {\"type\": \"function\", \"function\": {\"name\": …}}")
 		}
 	}
 	t, err := m.eng.Templates.Select(req.Template, len(tools) > 0)
 	if err != nil {
-		return "", invalid("template", "%v", err)
+		return "", nil, invalid("template", "%v", err)
 	}
 	in := chat.Input{Messages: msgs, Tools: tools, AddGenerationPrompt: true, Kwargs: req.Kwargs}
 	if len(tools) == 0 {
@@ -479,11 +508,11 @@ func (m *Model) render(req *Request, promptParam string) (string, error) {
 	if err != nil {
 		var re *chat.RaiseError
 		if errors.As(err, &re) {
-			return "", invalid(promptParam, "the model's chat template rejected the conversation: %s", re.Message)
+			return "", nil, invalid(promptParam, "the model's chat template rejected the conversation: %s", re.Message)
 		}
-		return "", invalid(promptParam, "rendering the chat template: %v", err)
+		return "", nil, invalid(promptParam, "rendering the chat template: %v", err)
 	}
-	return text, nil
+	return text, in.Tools, nil
 }
 
 // toolName returns function.name of a tool definition, or "".
@@ -686,14 +715,17 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		sample.Seed += uint64(i)
 	}
 	r := &choiceRun{m: m, p: p, index: i, choice: c, emit: emit, first: true, stop: newStopMatcher(req.Stop)}
-	if len(req.Messages) > 0 && p.json == nil {
+	if len(req.Messages) > 0 && p.json == nil && req.Schema == nil {
 		r.parser = m.format.NewParser(p.inReasoning, p.toolsOffered)
 	} else {
 		r.parser = plainText{}
 	}
 	ereq := engine.Request{Prompt: p.ids[kept:], Sample: sample, MaxTokens: p.maxTokens,
 		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
-	if p.json != nil {
+	switch {
+	case p.grammar != nil:
+		ereq.Constraint = p.grammar.New(m.eng.StopIDs)
+	case p.json != nil:
 		ereq.Constraint = p.json(m.eng.StopIDs)
 	}
 	res, err := m.eng.Generate(ctx, m.sess, ereq, r.onToken)

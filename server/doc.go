@@ -24,7 +24,9 @@
 //  3. fill a Request: chat.Message values (Messages), tool definitions in
 //     the {"type":"function","function":{…}} shape (Tools), a ToolChoice,
 //     template Kwargs (enable_thinking, …), MaxTokens, Sample (start from
-//     Model.SampleDefaults), Stop, N, Logprobs, JSON; a completion sets
+//     Model.SampleDefaults), Stop, N, Logprobs, JSON or Schema (compile
+//     a client's JSON schema with compileSchema, which names the keyword
+//     lem cannot enforce), ThinkingBudget; a completion sets
 //     Prompt or PromptIDs instead of Messages. MaxTokensParam and
 //     PromptParam name the dialect's fields in error messages;
 //  4. call Model.Prepare, which validates and renders (every error an
@@ -41,6 +43,13 @@
 //     the HTTP response; after it, the dialect reports them in-stream;
 //  6. write errors in the dialect's own shape with an errorWriter (see
 //     openaiErrors) mapping Error.Status, Code, Param and Message.
+//
+// Prepare turns what a request demands of the output into one grammar
+// constraint (grammar.go, over package constrain): a JSON schema,
+// tool_choice required or a named function (a call in the model family's
+// syntax, arguments held to the tool's parameters), tool_choice none (the
+// family's call marker kept out of the reply), a reasoning budget, and
+// thinking turned off where the template does not close reasoning itself.
 //
 // Streams go through stream (sse.go), which sets a write deadline per
 // frame and flushes it; per-token frames should be appended by hand into

@@ -2,15 +2,18 @@ package server
 
 import (
 	"bufio"
-
 	"context"
-	dto "github.com/prometheus/client_model/go"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 type dtoMetric = dto.Metric
@@ -39,7 +42,11 @@ func TestHTTPErrors(t *testing.T) {
 		{"max completion tokens over context", "/v1/chat/completions", `{"model":"chat",` + japan + `,"max_completion_tokens":5000}`, 400, "max_completion_tokens"},
 		{"bad tool choice", "/v1/chat/completions", `{"model":"chat",` + japan + `,"tool_choice":"sometimes"}`, 400, "tool_choice"},
 		{"bad tool", "/v1/chat/completions", `{"model":"chat",` + japan + `,"tools":[{"type":"function"}]}`, 400, "tools[0]"},
-		{"json schema", "/v1/chat/completions", `{"model":"chat",` + japan + `,"response_format":{"type":"json_schema"}}`, 400, "response_format.type"},
+		{"json schema", "/v1/chat/completions", `{"model":"chat",` + japan + `,"response_format":{"type":"json_schema"}}`, 400, "response_format.json_schema"},
+		{"json schema keyword", "/v1/chat/completions", `{"model":"chat",` + japan + `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"s":{"type":"string","pattern":"^a"}}}}}}`, 400, "response_format.json_schema.schema.properties.s.pattern"},
+		{"json schema shape", "/v1/chat/completions", `{"model":"chat",` + japan + `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","required":["a"]}}}}`, 400, "response_format.json_schema.schema.required"},
+		{"response_format xml", "/v1/chat/completions", `{"model":"chat",` + japan + `,"response_format":{"type":"xml"}}`, 400, "response_format.type"},
+		{"responses schema keyword", "/v1/responses", `{"model":"chat","input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"string","format":"date"}}}}`, 400, "text.format.schema.format"},
 		{"bad effort", "/v1/chat/completions", `{"model":"chat",` + japan + `,"reasoning_effort":"extreme"}`, 400, "reasoning_effort"},
 		{"top_logprobs without logprobs", "/v1/chat/completions", `{"model":"chat",` + japan + `,"top_logprobs":3}`, 400, "top_logprobs"},
 		{"stop type", "/v1/chat/completions", `{"model":"chat",` + japan + `,"stop":5}`, 400, ""},
@@ -297,5 +304,93 @@ func TestDisconnectFreesModel(t *testing.T) {
 	t.Logf("abandoned: %v tokens", gen.GetCounter().GetValue()-7)
 	if n := gen.GetCounter().GetValue() - 7; n > 200 {
 		t.Errorf("the abandoned request generated %v tokens", n)
+	}
+}
+
+// TestModelsBothDialects checks that /v1/models answers in a shape both
+// the OpenAI and the Anthropic clients read, pages as Anthropic's does,
+// and reports errors in the shape of the client's dialect.
+func TestModelsBothDialects(t *testing.T) {
+	var models []*Model
+	for _, id := range []string{"a", "b", "c"} {
+		m, err := NewModel(id, openChatModel(t), ModelOptions{Created: time.Date(2025, 5, 1, 12, 0, 0, 0, time.UTC)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		models = append(models, m)
+	}
+	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, models...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); ts.Close() })
+	get := func(path string, anthropic bool) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if anthropic {
+			req.Header.Set("anthropic-version", "2023-06-01")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, v
+	}
+	ids := func(v map[string]any) string {
+		var out []string
+		for _, d := range v["data"].([]any) {
+			out = append(out, d.(map[string]any)["id"].(string))
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tt := range []struct {
+		path, ids   string
+		more        bool
+		first, last any
+	}{
+		{"/v1/models", "a,b,c", false, "a", "c"},
+		{"/v1/models?limit=2", "a,b", true, "a", "b"},
+		{"/v1/models?limit=2&after_id=b", "c", false, "c", "c"},
+		{"/v1/models?limit=1&before_id=c", "b", true, "b", "b"},
+		{"/v1/models?after_id=c", "", false, nil, nil},
+	} {
+		code, v := get(tt.path, true)
+		if code != 200 || ids(v) != tt.ids || v["has_more"] != tt.more || v["first_id"] != tt.first || v["last_id"] != tt.last || v["object"] != "list" {
+			t.Errorf("%s: %d %v", tt.path, code, v)
+		}
+	}
+	_, v := get("/v1/models", false)
+	m := v["data"].([]any)[0].(map[string]any)
+	for k, want := range map[string]any{"object": "model", "type": "model", "created": 1746100800.0, "created_at": "2025-05-01T12:00:00Z", "display_name": "a", "owned_by": "lem"} {
+		if m[k] != want {
+			t.Errorf("model %s = %v, want %v", k, m[k], want)
+		}
+	}
+	// Errors in each dialect's shape.
+	for _, tt := range []struct {
+		path      string
+		anthropic bool
+		status    int
+	}{
+		{"/v1/models/nope", true, 404}, {"/v1/models/nope", false, 404},
+		{"/v1/models?limit=0", true, 400}, {"/v1/models?limit=x", false, 400},
+		{"/v1/models?after_id=zz", true, 404}, {"/v1/models?after_id=a&before_id=c", true, 400},
+	} {
+		code, v := get(tt.path, tt.anthropic)
+		e, _ := v["error"].(map[string]any)
+		switch {
+		case code != tt.status || e == nil || e["message"] == "":
+			t.Errorf("%s: %d %v", tt.path, code, v)
+		case tt.anthropic && (v["type"] != "error" || e["type"] == "invalid_request_error" && tt.status == 404):
+			t.Errorf("%s: not Anthropic's shape: %v", tt.path, v)
+		case !tt.anthropic && e["code"] == nil:
+			t.Errorf("%s: not OpenAI's shape: %v", tt.path, v)
+		}
 	}
 }

@@ -2,18 +2,16 @@ package server
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"lem/chat"
+	"lem/constrain"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
@@ -28,8 +26,9 @@ import (
 //     model.
 //   - num_predict is a bound, cut to what the context leaves after the
 //     prompt.
-//   - format "json", or a JSON schema, constrains the reply to one JSON
-//     object; the schema's own constraints are not enforced.
+//   - format "json" constrains the reply to one JSON object; a JSON schema
+//     constrains it to a value the schema accepts (a keyword lem cannot
+//     enforce is a 400 naming it).
 //   - /api/generate returns no context and refuses one (Ollama deprecates
 //     it): multi-turn conversations go through /api/chat. template,
 //     suffix and images are refused.
@@ -129,7 +128,7 @@ func (c *olCommon) apply(m *Model, req *Request) (int, error) {
 		return 0, invalid("top_logprobs", "must be between 0 and %d, got %d", MaxTopLogprobs, c.TopLogprobs)
 	}
 	req.Logprobs, req.TopLogprobs = c.Logprobs || c.TopLogprobs > 0, c.TopLogprobs
-	if req.JSON, err = olFormat(c.Format); err != nil {
+	if req.JSON, req.Schema, err = olFormat(c.Format); err != nil {
 		return 0, err
 	}
 	kw, err := olThink(c.Think)
@@ -164,30 +163,25 @@ func olThink(raw json.RawMessage) (map[string]any, error) {
 	return nil, invalid("think", "want true, false, \"high\", \"medium\" or \"low\", got %s", raw)
 }
 
-// olFormat reads format: "json", or a JSON schema of an object, both
-// giving a reply that is one JSON object.
-func olFormat(raw json.RawMessage) (bool, error) {
+// olFormat reads format: "json" (a reply that is one JSON object) or a
+// JSON schema (a reply the schema accepts).
+func olFormat(raw json.RawMessage) (bool, *constrain.Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" || string(raw) == `""` {
-		return false, nil
+		return false, nil, nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		if s == "json" {
-			return true, nil
+			return true, nil, nil
 		}
-		return false, invalid("format", "want \"json\" or a JSON schema, got %q", s)
+		return false, nil, invalid("format", "want \"json\" or a JSON schema, got %q", s)
 	}
-	var schema struct {
-		Type json.RawMessage `json:"type"`
+	if raw[0] != '{' || !json.Valid(raw) {
+		return false, nil, invalid("format", "want \"json\" or a JSON schema object")
 	}
-	if raw[0] != '{' || json.Unmarshal(raw, &schema) != nil {
-		return false, invalid("format", "want \"json\" or a JSON schema object")
-	}
-	if t := string(bytes.TrimSpace(schema.Type)); t != "" && t != `"object"` {
-		return false, invalid("format", "only schemas of objects are supported, got type %s", t)
-	}
-	return true, nil
+	schema, err := compileSchema(raw, "format")
+	return false, schema, err
 }
 
 // olIgnored are options of Ollama's runner and samplers lem does not
@@ -818,28 +812,6 @@ type olListed struct {
 	ContextLength int        `json:"context_length,omitempty"`
 }
 
-// modelFiles returns the size of a model's files (the file, or the
-// regular files of the directory) and whether it is a GGUF file.
-func modelFiles(path string) (size int64, gguf bool) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0, false
-	}
-	if !st.IsDir() {
-		return st.Size(), true
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
-			size += info.Size()
-		}
-	}
-	return size, false
-}
-
 // paramCount estimates a model's parameters from its configuration:
 // embeddings, attention, MLP (or experts) and the output head.
 func (m *Model) paramCount() int64 {
@@ -878,29 +850,33 @@ func humanCount(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// olDescribe returns a model's listing.
+// olDescribe returns a model's listing: the size of its files and the
+// digest of its weights (see describeStore), and its details as Ollama
+// gives them.
 func (m *Model) olDescribe() olListed {
 	cfg := m.eng.Net.Config()
-	size, isGGUF := modelFiles(m.eng.Name)
+	st := m.store()
 	format := "safetensors"
-	if isGGUF {
+	if st.gguf {
 		format = "gguf"
 	}
-	quant := strings.ToUpper(map[string]string{"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[cfg.DType])
-	if q := cfg.Quantization; q != nil {
-		quant = "quantized"
-		if q.Method != "" {
-			quant = strings.ToUpper(q.Method)
+	quant := st.quant
+	if quant == "" {
+		quant = strings.ToUpper(map[string]string{"bfloat16": "bf16", "float16": "f16", "float32": "f32"}[cfg.DType])
+		if q := cfg.Quantization; q != nil {
+			quant = "quantized"
+			if q.Method != "" {
+				quant = strings.ToUpper(q.Method)
+			}
 		}
 	}
 	if quant == "" {
 		quant = "unknown"
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d\x00%d", m.id, m.eng.Name, size, m.created.UnixNano()))
 	created := m.created.UTC()
 	return olListed{
-		Name: ollamaName(m.id), Model: ollamaName(m.id), ModifiedAt: &created, Size: size,
-		Digest: hex.EncodeToString(sum[:]),
+		Name: ollamaName(m.id), Model: ollamaName(m.id), ModifiedAt: &created, Size: st.size,
+		Digest: st.digest,
 		Details: olDetails{Format: format, Family: cfg.ModelType, Families: []string{cfg.ModelType},
 			ParameterSize: humanCount(m.paramCount()), QuantizationLevel: quant},
 	}

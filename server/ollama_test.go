@@ -87,18 +87,24 @@ func TestOllamaThinkAndFormat(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		raw  string
-		want string
+		want string // "none", "json", "schema" or "err"
 	}{
-		{``, "false"}, {`null`, "false"}, {`""`, "false"}, {`"json"`, "true"}, {`{"type":"object","properties":{}}`, "true"}, {`{}`, "true"},
-		{`"xml"`, "err"}, {`{"type":"array"}`, "err"}, {`[1]`, "err"}, {`7`, "err"},
+		{``, "none"}, {`null`, "none"}, {`""`, "none"}, {`"json"`, "json"}, {`{"type":"object","properties":{}}`, "schema"}, {`{}`, "schema"},
+		{`{"type":"array","items":{"type":"integer"}}`, "schema"},
+		{`"xml"`, "err"}, {`{"type":"string","pattern":"a"}`, "err"}, {`[1]`, "err"}, {`7`, "err"}, {`{"type":`, "err"},
 	} {
-		on, err := olFormat(json.RawMessage(tt.raw))
-		got := map[bool]string{true: "true", false: "false"}[on]
-		if err != nil {
+		on, schema, err := olFormat(json.RawMessage(tt.raw))
+		got := "none"
+		switch {
+		case err != nil:
 			got = "err"
-			if e, ok := err.(*Error); !ok || e.Param != "format" {
+			if e, ok := err.(*Error); !ok || !strings.HasPrefix(e.Param, "format") {
 				t.Errorf("format %s: %v", tt.raw, err)
 			}
+		case on:
+			got = "json"
+		case schema != nil:
+			got = "schema"
 		}
 		if got != tt.want {
 			t.Errorf("format %s: %s, want %s", tt.raw, got, tt.want)
@@ -157,6 +163,7 @@ func TestOllamaHTTPErrors(t *testing.T) {
 		{"bad tool", "/api/chat", `{"model":"chat",` + msgs + `,"tools":[{"type":"function"}]}`, 400, "tools[0]"},
 		{"bad option", "/api/chat", `{"model":"chat",` + msgs + `,"options":{"top_p":"high"}}`, 400, "options.top_p"},
 		{"bad think", "/api/chat", `{"model":"chat",` + msgs + `,"think":"max"}`, 400, "think"},
+		{"schema keyword", "/api/chat", `{"model":"chat",` + msgs + `,"format":{"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}}}`, 400, `format.properties.a.multipleOf: schema keyword "multipleOf" at /properties/a`},
 		{"bad format", "/api/chat", `{"model":"chat",` + msgs + `,"format":"xml"}`, 400, "format"},
 		{"top_logprobs", "/api/chat", `{"model":"chat",` + msgs + `,"top_logprobs":99}`, 400, "top_logprobs"},
 		{"generate images", "/api/generate", `{"model":"chat","prompt":"hi","images":["aGk="]}`, 400, "images"},

@@ -20,8 +20,8 @@ import (
 func (s *Server) openaiRoutes() {
 	s.handle("POST /v1/chat/completions", openaiErrors, 0, s.chatCompletions)
 	s.handle("POST /v1/completions", openaiErrors, 0, s.completions)
-	s.handle("GET /v1/models", openaiErrors, 0, s.listModels)
-	s.handle("GET /v1/models/{id...}", openaiErrors, 0, s.getModel)
+	s.handle("GET /v1/models", openaiErrors, shared, s.listModels)
+	s.handle("GET /v1/models/{id...}", openaiErrors, shared, s.getModel)
 	s.responsesRoutes()
 }
 
@@ -146,7 +146,12 @@ type oaChatRequest struct {
 	oaSampling
 
 	ResponseFormat *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
 	Tools              []json.RawMessage          `json:"tools"`
 	ToolChoice         json.RawMessage            `json:"tool_choice"`
@@ -193,8 +198,17 @@ func (o *oaChatRequest) toRequest(m *Model) (*Request, error) {
 		case "", "text":
 		case "json_object":
 			req.JSON = true
+		case "json_schema":
+			if rf.JSONSchema == nil {
+				return nil, invalid("response_format.json_schema", "is required when type is \"json_schema\"")
+			}
+			s, err := compileSchema(rf.JSONSchema.Schema, "response_format.json_schema.schema")
+			if err != nil {
+				return nil, err
+			}
+			req.Schema = s
 		default:
-			return nil, invalid("response_format.type", "%q is not supported; use \"text\" or \"json_object\"", rf.Type)
+			return nil, invalid("response_format.type", "%q is not supported; use \"text\", \"json_object\" or \"json_schema\"", rf.Type)
 		}
 	}
 	for i, t := range o.Tools {
@@ -843,24 +857,93 @@ func (c *completionChunker) usage(u Usage) []byte {
 
 // --- /v1/models ---
 
+// The models routes serve the OpenAI and the Anthropic dialects with one
+// shape that holds the fields of both: OpenAI's object, created and
+// owned_by, and Anthropic's type, display_name and created_at per model;
+// and for the list OpenAI's object with Anthropic's has_more, first_id and
+// last_id. The list takes Anthropic's paging parameters (limit, after_id,
+// before_id); without them it lists every model.
+
+// oaModel describes a model in the shape both dialects read.
 func oaModel(m *Model) map[string]any {
-	return map[string]any{"id": m.id, "object": "model", "created": m.created.Unix(), "owned_by": "lem",
-		"context_length": m.ctxLen}
+	return map[string]any{
+		"id": m.id, "object": "model", "created": m.created.Unix(), "owned_by": "lem",
+		"type": "model", "display_name": m.id, "created_at": m.created.UTC().Format(time.RFC3339),
+		"context_length": m.ctxLen, "max_input_tokens": m.ctxLen, "max_tokens": m.ctxLen,
+	}
 }
 
+// maxModelsLimit bounds Anthropic's limit parameter, as the API does.
+const maxModelsLimit = 1000
+
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
-	data := make([]map[string]any, len(s.models))
-	for i, m := range s.models {
-		data[i] = oaModel(m)
+	ew := sharedErrors(r)
+	q := r.URL.Query()
+	models := s.models
+	limit := len(models)
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxModelsLimit {
+			ew(w, invalid("limit", "must be an integer between 1 and %d, got %q", maxModelsLimit, v))
+			return
+		}
+		limit = n
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	after, before := q.Get("after_id"), q.Get("before_id")
+	if after != "" && before != "" {
+		ew(w, invalid("before_id", "cannot be given with after_id"))
+		return
+	}
+	index := func(id, param string) (int, bool) {
+		for i, m := range models {
+			if m.id == id {
+				return i, true
+			}
+		}
+		ew(w, &Error{Status: http.StatusNotFound, Code: CodeModelNotFound, Param: param,
+			Message: fmt.Sprintf("%s %q is not a model of this server", param, id)})
+		return 0, false
+	}
+	lo, hi := 0, len(models)
+	switch {
+	case after != "":
+		i, ok := index(after, "after_id")
+		if !ok {
+			return
+		}
+		lo = i + 1
+		hi = min(hi, lo+limit)
+	case before != "":
+		i, ok := index(before, "before_id")
+		if !ok {
+			return
+		}
+		hi = i
+		lo = max(0, hi-limit)
+	default:
+		hi = min(hi, limit)
+	}
+	data := make([]map[string]any, 0, hi-lo)
+	for _, m := range models[lo:hi] {
+		data = append(data, oaModel(m))
+	}
+	var first, last any
+	if len(data) > 0 {
+		first, last = data[0]["id"], data[len(data)-1]["id"]
+	}
+	hasMore := hi < len(models)
+	if before != "" {
+		hasMore = lo > 0
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data,
+		"has_more": hasMore, "first_id": first, "last_id": last})
 }
 
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimSpace(r.PathValue("id"))
 	m := s.byID[id]
 	if m == nil {
-		openaiErrors(w, errModelNotFound(id))
+		sharedErrors(r)(w, errModelNotFound(id))
 		return
 	}
 	writeJSON(w, http.StatusOK, oaModel(m))

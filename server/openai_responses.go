@@ -100,7 +100,10 @@ type respRequest struct {
 	} `json:"reasoning"`
 	Text *struct {
 		Format *struct {
-			Type string `json:"type"`
+			Type   string          `json:"type"`
+			Name   string          `json:"name,omitempty"`
+			Schema json.RawMessage `json:"schema,omitempty"`
+			Strict *bool           `json:"strict,omitempty"`
 		} `json:"format"`
 	} `json:"text"`
 	Metadata           map[string]string          `json:"metadata"`
@@ -344,8 +347,12 @@ func (s *Server) respRequest(m *Model, o *respRequest) (*Request, []chat.Message
 		case "", "text":
 		case "json_object":
 			req.JSON = true
+		case "json_schema":
+			if req.Schema, err = compileSchema(o.Text.Format.Schema, "text.format.schema"); err != nil {
+				return nil, nil, err
+			}
 		default:
-			return nil, nil, invalid("text.format.type", "%q is not supported; use \"text\" or \"json_object\"", o.Text.Format.Type)
+			return nil, nil, invalid("text.format.type", "%q is not supported; use \"text\", \"json_object\" or \"json_schema\"", o.Text.Format.Type)
 		}
 	}
 	var effort *string
@@ -449,6 +456,10 @@ func (rs *respState) body(u Usage) map[string]any {
 	if len(o.ToolChoice) > 0 {
 		toolChoice = o.ToolChoice
 	}
+	var textFormat any = map[string]any{"type": "text"}
+	if o.Text != nil && o.Text.Format != nil && o.Text.Format.Type != "" {
+		textFormat = o.Text.Format
+	}
 	metadata := o.Metadata
 	if metadata == nil {
 		metadata = map[string]string{}
@@ -460,7 +471,7 @@ func (rs *respState) body(u Usage) map[string]any {
 		"previous_response_id": nilIfEmpty(o.PreviousResponseID),
 		"temperature":          o.Temperature, "top_p": o.TopP, "tools": tools, "tool_choice": toolChoice,
 		"parallel_tool_calls": o.ParallelToolCalls == nil || *o.ParallelToolCalls,
-		"text":                map[string]any{"format": map[string]any{"type": "text"}},
+		"text":                map[string]any{"format": textFormat},
 		"metadata":            metadata, "store": o.Store == nil || *o.Store,
 	}
 	if status != "in_progress" {

@@ -206,7 +206,19 @@ type errorWriter func(w http.ResponseWriter, e *Error)
 // Route flags.
 const (
 	open = 1 << iota // no API key needed
+	// shared: a route both the OpenAI and the Anthropic dialects use
+	// (/v1/models); errors take Anthropic's shape when the request has
+	// an anthropic-version header, as Anthropic's clients send.
+	shared
 )
+
+// sharedErrors returns the error writer of a request on a shared route.
+func sharedErrors(r *http.Request) errorWriter {
+	if r.Header.Get("anthropic-version") != "" {
+		return anthropicErrors
+	}
+	return openaiErrors
+}
 
 type ctxKey int
 
@@ -239,6 +251,10 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
 		r = r.WithContext(ctx)
 		rec := &recorder{ResponseWriter: w}
+		ew := ew
+		if flags&shared != 0 {
+			ew = sharedErrors(r)
+		}
 		defer func() {
 			if v := recover(); v != nil {
 				if v == http.ErrAbortHandler {
