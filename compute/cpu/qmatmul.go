@@ -315,8 +315,9 @@ type qkernelSet struct {
 }
 
 // qkernels[l][dt] is the kernel set for level l and weight type dt (nil
-// when dt has none: it is dequantized to float32 instead).
-var qkernels [numLevels][compute.MXFP4 + 1]*qkernelSet
+// when dt has none: it is dequantized to float32 instead). Every DType
+// value indexes it.
+var qkernels [numLevels][256]*qkernelSet
 
 func init() {
 	for _, g := range []struct {
