@@ -342,3 +342,103 @@ func TestMLXCopiesFiles(t *testing.T) {
 		}
 	}
 }
+
+// writeMLXDir writes a directory with a minimal config (quant is the JSON
+// of its "quantization" block, or empty for none) and a safetensors file
+// of zero-filled tensors, in order.
+func writeMLXDir(t *testing.T, quant string, tensors []stTensor) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := `{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":320`
+	if quant != "" {
+		cfg += `,"quantization":` + quant
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg+"}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := stHeader(tensors, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, st := range tensors {
+		n := st.dtype.Size()
+		for _, d := range st.shape {
+			n *= d
+		}
+		size += n
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), append(hdr, make([]byte, size)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestMLXLoadErrors checks that malformed MLX packs are refused when they
+// are opened, with an error naming the tensor, and that per-module
+// overrides of the quantization block apply.
+func TestMLXLoadErrors(t *testing.T) {
+	const q4 = `{"group_size":64,"bits":4}`
+	packed := func(name string, words, groups int, sdt safetensors.DType) []stTensor {
+		return []stTensor{
+			{name + ".weight", safetensors.U32, []int{64, words}},
+			{name + ".scales", sdt, []int{64, groups}},
+			{name + ".biases", sdt, []int{64, groups}},
+		}
+	}
+	const down = "model.layers.0.mlp.down_proj"
+	tests := []struct {
+		name    string
+		quant   string
+		tensors []stTensor
+		want    string // "" for success
+		dtype   string // the dtype down_proj loads as
+	}{
+		{"4-bit", q4, packed(down, 16, 2, safetensors.BF16), "", "mlx4g64"},
+		{"f16 scales", q4, packed(down, 16, 2, safetensors.F16), "", "mlx4g64f16"},
+		{"override", `{"group_size":64,"bits":4,"` + down + `":{"bits":8,"group_size":32}}`, packed(down, 32, 4, safetensors.BF16), "", "mlx8g32"},
+		{"3-bit", `{"group_size":32,"bits":3}`, packed(down, 12, 4, safetensors.BF16), "", "mlx3g32"},
+		{"unknown bits", `{"group_size":64,"bits":7}`, packed(down, 28, 2, safetensors.BF16), down + ".weight: MLX affine quantization with 7 bits", ""},
+		{"unknown group", `{"group_size":48,"bits":4}`, packed(down, 12, 2, safetensors.BF16), down + ".weight: MLX affine quantization with group size 48", ""},
+		{"scales shape", q4, packed(down, 16, 3, safetensors.BF16), down + ".scales has shape [64 3], want [64 2]", ""},
+		{"group does not divide", q4, packed(down, 12, 2, safetensors.BF16), down + ".weight: input dimension 96 (12 words of 4-bit codes) is not a whole number of groups of 64", ""},
+		{"biases shape", q4, append(packed(down, 16, 2, safetensors.BF16)[:2], stTensor{down + ".biases", safetensors.BF16, []int{64, 1}}), down + ".biases is BF16 [64 1], want BF16 [64 2]", ""},
+		{"no biases", q4, packed(down, 16, 2, safetensors.BF16)[:2], down + ".weight: quantized without " + down + ".biases", ""},
+		{"integer scales", q4, packed(down, 16, 2, safetensors.I32), down + ".scales: type I32", ""},
+		{"float codes", q4, append([]stTensor{{down + ".weight", safetensors.BF16, []int{64, 16}}}, packed(down, 16, 2, safetensors.BF16)[1:]...), down + ".weight: packed codes of type BF16", ""},
+		{"codes without scales", q4, packed(down, 16, 2, safetensors.BF16)[:1], down + ".weight: packed U32 codes without " + down + ".scales", ""},
+		{"no quantization block", "", packed(down, 16, 2, safetensors.BF16), down + `.weight: MLX scales and biases, but config.json has no MLX "quantization" block`, ""},
+		{"module unquantized", `{"group_size":64,"bits":4,"` + down + `":false}`, packed(down, 16, 2, safetensors.BF16), down + ".weight: quantized, but config.json's quantization block marks " + down + " unquantized", ""},
+		{"mode", `{"group_size":32,"bits":4,"mode":"mxfp4"}`, packed(down, 16, 4, safetensors.BF16), down + `.weight: MLX quantization mode "mxfp4" is not supported`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeMLXDir(t, tt.quant, tt.tensors)
+			src, err := model.OpenSource(dir)
+			if tt.want != "" {
+				if err == nil {
+					src.Close()
+					t.Fatalf("opened; want an error containing %q", tt.want)
+				}
+				if !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %q\nwant it to contain %q", err, tt.want)
+				}
+				if _, err := model.OpenDir(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("OpenDir: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			s, ok := src.Lookup(down + ".weight")
+			if !ok || s.DType.String() != tt.dtype || !slices.Equal(s.Shape, []int{64, 128}) {
+				t.Fatalf("%s.weight loads as %s %v, want %s [64 128]", down, s.DType, s.Shape, tt.dtype)
+			}
+			if names := src.Names(); !slices.Equal(names, []string{down + ".weight"}) {
+				t.Fatalf("names %v", names)
+			}
+		})
+	}
+}
