@@ -216,3 +216,6 @@ var qextraKernels = []qkernelSet{
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R4C4, gemvC: 4, gemvRows: false, gemm: qkAVX512VBMIQ4_0R4C4, gemmR: 4, gemmC: 4},
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C4, gemvC: 4, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C4, gemmR: 1, gemmC: 4},
 }
+
+// asmMLXKernels lists the generated MLX affine kernel sets.
+var asmMLXKernels = []mlxKernelSet{}
