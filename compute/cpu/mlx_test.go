@@ -205,12 +205,13 @@ func TestMLXQuantizeX(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	x := randVec(rng, 64)
 	for _, f := range []xfmt{xfM2, xfM4, xfM8} {
+		off := mlxOff(f.mlxBits())
 		dst := make([]byte, f.rowBytes(64))
-		quantizeX(dst, x, f, 0)
+		quantizeX(dst, x, f, off)
 		for b := range 2 {
 			var q [32]byte
-			d, _ := quantBlock(q[:], x[32*b:32*b+32])
-			g := dst[96*b : 96*b+96]
+			d, qsum := quantBlock(q[:], x[32*b:32*b+32])
+			g := dst[128*b : 128*b+128]
 			var sum float32
 			for e := range 32 {
 				if g[mlxOrder(f.mlxBits(), e)] != q[e] {
@@ -224,6 +225,9 @@ func TestMLXQuantizeX(t *testing.T) {
 				}
 				if want := map[bool]float32{true: sum, false: 0}[i == 0]; getF32(g[64+4*i:]) != want {
 					t.Fatalf("%d-bit layout: Σx lane %d = %g, want %g", f.mlxBits(), i, getF32(g[64+4*i:]), want)
+				}
+				if want := map[bool]int32{true: -off * qsum, false: 0}[i == 0]; int32(binary.LittleEndian.Uint32(g[96+4*i:])) != want {
+					t.Fatalf("%d-bit layout: offset lane %d = %d, want %d", f.mlxBits(), i, int32(binary.LittleEndian.Uint32(g[96+4*i:])), want)
 				}
 			}
 		}

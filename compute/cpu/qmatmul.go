@@ -48,13 +48,12 @@ import (
 // for R activation rows.
 //
 // MLX affine weights of 2, 4 and 8 bits (compute.MLXAffine) take the
-// same route: w·x over a group is scale·Σ code·x + bias·Σx, so with the
-// activations quantized per 32 elements (layouts xfM*, which also carry
-// each block's float32 Σx), a kernel sums code·qx exactly in integers per
-// 32-element sub-block (VPMADDUBSW: the codes are unsigned, as it wants;
-// 8-bit codes are first made signed by subtracting 128, a shift the bias
-// absorbs as bias + 128·scale), scales the sum by dx and the group's
-// scale, and adds bias·Σx. The activations' codes are stored in the order
+// same route: w·x over a group is scale·Σ (code − off)·x + (bias +
+// off·scale)·Σx for any off, so with the activations quantized per 32
+// elements (layouts xfM*, which also carry each block's float32 Σx), a
+// kernel sums (code − off)·qx exactly in integers per 32-element sub-block
+// (off = 2^(bits−1) centres the codes, see mlxOff), scales the sum by dx
+// and the group's scale, and adds (bias + off·scale)·Σx. The activations' codes are stored in the order
 // the kernel unpacks a sub-block's bit stream (mlxOrder), so the weights'
 // bytes are read as they are. One generated kernel serves the three group
 // sizes (qargs.gsub sub-blocks per group).
@@ -100,9 +99,10 @@ const (
 	xfK6
 	// xfM2, xfM4, xfM8: for MLX affine weights of 2, 4 and 8 bits, per 32
 	// elements: qs[32] in the order the kernels unpack a sub-block's codes
-	// (see mlxOrder), dx as 8 float32, and Σx (the float32 sum of the
-	// block's activations, for the weights' biases) in the first of 8
-	// float32 lanes, zeros in the others.
+	// (see mlxOrder), dx as 8 float32, Σx (the float32 sum of the block's
+	// activations, for the weights' biases) in the first of 8 float32
+	// lanes, and −off·Σqs in the first of 8 int32 lanes (zeros in the
+	// other lanes), off the kernels' code offset (mlxOff).
 	xfM2
 	xfM4
 	xfM8
@@ -147,8 +147,10 @@ func (f xfmt) group() int {
 // bytes returns the size of one group of f.
 func (f xfmt) bytes() int {
 	switch f {
-	case xfL32, xfM2, xfM4, xfM8:
+	case xfL32:
 		return 96
+	case xfM2, xfM4, xfM8:
+		return 128
 	case xfL64Q4, xfL64Q8:
 		return 192
 	case xfL128Q4:
@@ -288,9 +290,9 @@ func quantizeGo(dst []byte, x []float32, f xfmt, off int32) {
 	case xfM2, xfM4, xfM8:
 		bits := f.mlxBits()
 		for b := 0; b < k/32; b++ {
-			g := dst[b*96 : (b+1)*96]
+			g := dst[b*128 : (b+1)*128]
 			xs := x[b*32 : (b+1)*32]
-			d, _ := quantBlock(q[:32], xs)
+			d, qsum := quantBlock(q[:32], xs)
 			for e, c := range q[:32] {
 				g[mlxOrder(bits, e)] = c
 			}
@@ -301,8 +303,10 @@ func quantizeGo(dst []byte, x []float32, f xfmt, off int32) {
 			for i := range 8 {
 				putF32(g[32+4*i:], d)
 				putF32(g[64+4*i:], 0)
+				putF32(g[96+4*i:], 0)
 			}
 			putF32(g[64:], sum)
+			binary.LittleEndian.PutUint32(g[96:], uint32(-off*qsum))
 		}
 	case xfK4, xfK6:
 		for b := 0; b < k/256; b++ {
@@ -439,7 +443,7 @@ func mlxKernelSets() []*qkernelSet {
 				dt, _ := compute.MLXAffine(bits, group, scale)
 				k := qgenericKernel(dt, xf, mlxDot(bits, group, scale))
 				sets = append(sets, &qkernelSet{
-					level: levelGeneric, dtype: dt, xf: xf,
+					level: levelGeneric, dtype: dt, xf: xf, xoff: mlxOff(bits),
 					gemv: k, gemvC: 4, gemm: k, gemmR: 2, gemmC: 4,
 				})
 				for _, m := range asmMLXKernels {
@@ -448,7 +452,7 @@ func mlxKernelSets() []*qkernelSet {
 					}
 					for _, l := range []level{levelAVX2, levelAVX512} {
 						ks := m.set
-						ks.level, ks.dtype = l, dt
+						ks.level, ks.dtype, ks.xoff = l, dt, mlxOff(bits)
 						sets = append(sets, &ks)
 					}
 				}
@@ -461,7 +465,8 @@ func mlxKernelSets() []*qkernelSet {
 // mlxDot returns the dot product of nb MLX affine blocks (bits, group,
 // scale) with activations in the matching layout xfM*: per 32-element
 // sub-block, scale·dx·Σ (code−off)·qx + (bias + off·scale)·Σx, where off
-// is mlxOff(bits), as the assembly computes it.
+// is mlxOff(bits), as the assembly computes it (the Go kernel subtracts
+// off per element instead of reading −off·Σqx).
 func mlxDot(bits, group int, scale compute.DType) func(w, x []byte, nb int) float32 {
 	es := scale.Size()
 	bb := 2*es + group*bits/8
@@ -476,7 +481,7 @@ func mlxDot(bits, group int, scale compute.DType) func(w, x []byte, nb int) floa
 			bi += float32(off) * sc
 			for sb := range group / 32 {
 				codes := wb[2*es+sb*4*bits : 2*es+(sb+1)*4*bits]
-				xb := x[(b*group/32+sb)*96:]
+				xb := x[(b*group/32+sb)*128:]
 				var is int32
 				for j, c := range codes {
 					for q := range per {
@@ -490,15 +495,14 @@ func mlxDot(bits, group int, scale compute.DType) func(w, x []byte, nb int) floa
 	}
 }
 
-// mlxOff is the code offset of the MLX kernels: 8-bit codes become signed
-// (VPMADDUBSW would saturate on 255·127 + 255·127); narrower codes stay
-// unsigned.
-func mlxOff(bits int) int32 {
-	if bits == 8 {
-		return 128
-	}
-	return 0
-}
+// mlxOff is the code offset of the MLX kernels, 2^(bits−1): they multiply
+// code − off, centred on zero, by the quantized activations, and add
+// (bias + off·scale)·Σx. Centring matters: the activations' rounding
+// errors are multiplied by scale·(code − off), which is about as large as
+// the weight, where scale·code (up to the group's range) is larger. The
+// 8-bit kernels make the codes signed; the 2- and 4-bit ones multiply the
+// unsigned codes and add −off·Σqx from the activation layout.
+func mlxOff(bits int) int32 { return 1 << (bits - 1) }
 
 // mlxScaleValue reads an MLX scale or bias of type scale.
 func mlxScaleValue(b []byte, scale compute.DType) float32 {
