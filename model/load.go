@@ -125,6 +125,19 @@ func openSource(dir string, cfg *Config) (*DirSource, error) {
 	return d, nil
 }
 
+// Info returns the dtype, shape and size in bytes a tensor loads with,
+// without repacking it, and whether it exists.
+func (d *DirSource) Info(name string) (dt compute.DType, shape []int, size int, ok bool) {
+	if ms, isMLX := d.Source.(*mlxSource); isMLX {
+		if p := ms.packs[name]; p != nil {
+			rb, _ := p.dt.RowBytes(p.cols)
+			return p.dt, []int{p.rows, p.cols}, p.rows * rb, true
+		}
+	}
+	s, ok := d.Lookup(name)
+	return s.DType, s.Shape, len(s.Data), ok
+}
+
 // Names returns the names of the tensors, in file order; an MLX pack's
 // scales and biases are part of their weight and not listed.
 func (d *DirSource) Names() []string { return d.names }

@@ -245,3 +245,50 @@ func TestMLXQuantizeX(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMLXGEMV measures the decode matrix-vector product with MLX
+// affine weights of 4 and 8 bits (groups of 64, bf16 scales) at the
+// shapes of a 1B model, in GB/s of weights streamed, beside the baselines
+// of the same run: the read bandwidth (membw, as BenchmarkMemBandwidth),
+// bf16 weights (as BenchmarkGEMV) and Q4_0. The weights are windows of
+// benchBuf used in turn; its random bytes make valid blocks (every 16-bit
+// pattern in it is a finite bf16).
+func BenchmarkMLXGEMV(b *testing.B) {
+	buf := benchBuf()
+	for _, th := range benchThreads {
+		b.Run(fmt.Sprintf("membw/threads=%d", th), func(b *testing.B) {
+			pool := NewPool(th)
+			defer pool.Close()
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				StreamRead(buf, pool)
+			}
+		})
+	}
+	mlx4, _ := compute.MLXAffine(4, 64, compute.BF16)
+	mlx8, _ := compute.MLXAffine(8, 64, compute.BF16)
+	for _, sh := range []struct{ m, k int }{{2048, 8192}, {8192, 2048}} {
+		for _, dt := range []compute.DType{compute.BF16, mlx4, mlx8, compute.Q4_0} {
+			for _, th := range benchThreads {
+				b.Run(fmt.Sprintf("%dx%d/%s/threads=%d", sh.m, sh.k, dt, th), func(b *testing.B) {
+					rb, _ := dt.RowBytes(sh.k)
+					size := sh.m * rb
+					var ws []Weights
+					for off := 0; off+size <= len(buf); off += size {
+						ws = append(ws, Weights{DType: dt, Rows: sh.m, Cols: sh.k, Data: buf[off : off+size]})
+					}
+					x := randVec(rand.New(rand.NewPCG(1, 1)), sh.k)
+					dst := make([]float32, sh.m)
+					pool := NewPool(th)
+					defer pool.Close()
+					b.SetBytes(int64(size))
+					i := 0
+					for b.Loop() {
+						MatMul(dst, x, 1, ws[i%len(ws)], pool)
+						i++
+					}
+				})
+			}
+		}
+	}
+}
