@@ -38,7 +38,10 @@ const (
 	IQ4_NL // 32 elements: f16 scale, 4-bit indices into a non-linear table
 	MXFP4  // 32 elements: E8M0 scale, 4-bit E2M1 codes
 
-	numDTypes
+	// numBlockTypes ends the named types; the MLX affine types follow
+	// (see MLXAffine).
+	numBlockTypes
+	numDTypes = numBlockTypes + DType(len(mlxBits)*len(mlxGroups)*len(mlxScales))
 )
 
 var dtypeNames = [...]string{
@@ -59,6 +62,13 @@ var blockLayout = [numDTypes][2]int{
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) {
 		return dtypeNames[d]
+	}
+	if bits, group, scale, ok := d.MLX(); ok {
+		name := fmt.Sprintf("mlx%dg%d", bits, group)
+		if scale != BF16 {
+			name += scale.String()
+		}
+		return name
 	}
 	return fmt.Sprintf("dtype(%d)", d)
 }
@@ -84,7 +94,8 @@ func (d DType) Quantized() bool { return d >= Q8_0 && d < numDTypes }
 func (d DType) Known() bool { return d < numDTypes }
 
 // BlockSize returns the number of elements one block of d holds: 1 for the
-// element types, 32 or 256 for quantized types, 0 for an unknown type.
+// element types, 32 or 256 for the ggml types, the group size for the MLX
+// affine types, 0 for an unknown type.
 func (d DType) BlockSize() int {
 	if !d.Known() {
 		return 0
@@ -295,4 +306,77 @@ type GraphCapturer interface {
 // first failure of an operation since the backend was created.
 type ErrorReporter interface {
 	Err() error
+}
+
+// MLX affine packs. mlx-lm stores a quantized weight [out, in] as three
+// tensors: the codes (U32 [out, in·bits/32], one little-endian bit stream
+// per row, each element's code in the next bits bits, least significant
+// first), and per group of consecutive elements along the input dimension
+// a scale and a bias ([out, in/group], in the model's float type); an
+// element is scale·code + bias. A Backend takes one tensor per weight, so
+// a loader repacks the three into one matrix of an MLX affine type: one
+// block per group, holding the group's scale and bias in their stored
+// float type (2 bytes each for BF16 and F16, 4 for F32) followed by the
+// group's group·bits/8 bytes of the row's bit stream, unchanged. A row is
+// then a whole number of blocks like every block-quantized type, so
+// splitting rows, Embed and Dequantize need nothing special, and the block
+// is as large as the three tensors' share of it: memory stays equal to the
+// file size. The dtype carries bits, group size and scale type, one value
+// per combination, so a block's layout follows from its dtype alone.
+var (
+	mlxBits   = [...]int{2, 3, 4, 5, 6, 8}
+	mlxGroups = [...]int{32, 64, 128}
+	mlxScales = [...]DType{BF16, F16, F32}
+)
+
+// MLXAffine returns the dtype of MLX affine blocks of the given bits (2, 3,
+// 4, 5, 6 or 8), group size (32, 64 or 128) and scale type (BF16, F16 or
+// F32: the float type of the pack's scales and biases).
+func MLXAffine(bits, group int, scale DType) (DType, error) {
+	bi, gi, si := -1, -1, -1
+	for i, b := range mlxBits {
+		if b == bits {
+			bi = i
+		}
+	}
+	for i, g := range mlxGroups {
+		if g == group {
+			gi = i
+		}
+	}
+	for i, s := range mlxScales {
+		if s == scale {
+			si = i
+		}
+	}
+	switch {
+	case bi < 0:
+		return 0, fmt.Errorf("MLX affine quantization with %d bits: supported are 2, 3, 4, 5, 6 and 8", bits)
+	case gi < 0:
+		return 0, fmt.Errorf("MLX affine quantization with group size %d: supported are 32, 64 and 128", group)
+	case si < 0:
+		return 0, fmt.Errorf("MLX affine scales of type %s: supported are bf16, f16 and f32", scale)
+	}
+	return numBlockTypes + DType((si*len(mlxGroups)+gi)*len(mlxBits)+bi), nil
+}
+
+// MLX reports whether d is an MLX affine type and returns its bits, group
+// size and scale type.
+func (d DType) MLX() (bits, group int, scale DType, ok bool) {
+	if d < numBlockTypes || d >= numDTypes {
+		return 0, 0, 0, false
+	}
+	i := int(d - numBlockTypes)
+	bits = mlxBits[i%len(mlxBits)]
+	i /= len(mlxBits)
+	group = mlxGroups[i%len(mlxGroups)]
+	scale = mlxScales[i/len(mlxGroups)]
+	return bits, group, scale, true
+}
+
+func init() {
+	for d := numBlockTypes; d < numDTypes; d++ {
+		bits, group, scale, _ := d.MLX()
+		blockLayout[d] = [2]int{group, 2*scale.Size() + group*bits/8}
+	}
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 
 	"lem/compute"
 	"lem/safetensors"
@@ -52,7 +53,9 @@ func (l *Loaded) Close() error {
 }
 
 // OpenDir loads a Hugging Face model directory (config.json and
-// safetensors weights) onto a backend.
+// safetensors weights) onto a backend. An MLX affine pack (mlx-lm's
+// quantized layout, see mlx.go) loads with its quantized weights as MLX
+// affine dtypes.
 func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
 	cfg, err := LoadConfig(dir)
 	if err != nil {
@@ -63,14 +66,106 @@ func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
 		_, err := Load(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
+	src, err := openSource(dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := Load(cfg, src, b)
+	if err != nil {
+		src.Close()
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return &Loaded{Model: m, Dir: dir, closers: []func() error{src.Close}}, nil
+}
+
+// DirSource is the tensors of a model directory as the architecture
+// loaders see them: an MLX pack's quantized weights as one tensor of an
+// MLX affine dtype each, under the weight's name.
+type DirSource struct {
+	Source
+	names   []string
+	closers []func() error
+}
+
+// OpenSource opens the safetensors weights of a model directory.
+func OpenSource(dir string) (*DirSource, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	return openSource(dir, cfg)
+}
+
+func openSource(dir string, cfg *Config) (*DirSource, error) {
 	st, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(cfg, safetensorsSource{st}, b)
+	d := &DirSource{Source: safetensorsSource{st}, closers: []func() error{st.Close}}
+	if !isMLX(cfg, st) {
+		d.names = st.Names()
+		return d, nil
+	}
+	ms, err := newMLXSource(st, cfg.Quantization)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	return &Loaded{Model: m, Dir: dir, closers: []func() error{st.Close}}, nil
+	d.Source = ms
+	d.closers = append(d.closers, ms.release)
+	for _, name := range st.Names() {
+		if m, ok := strings.CutSuffix(name, ".scales"); ok && ms.packs[m+".weight"] != nil {
+			continue
+		}
+		if m, ok := strings.CutSuffix(name, ".biases"); ok && ms.packs[m+".weight"] != nil {
+			continue
+		}
+		d.names = append(d.names, name)
+	}
+	return d, nil
+}
+
+// Info returns the dtype, shape and size in bytes a tensor loads with,
+// without repacking it, and whether it exists.
+func (d *DirSource) Info(name string) (dt compute.DType, shape []int, size int, ok bool) {
+	if ms, isMLX := d.Source.(*mlxSource); isMLX {
+		if p := ms.packs[name]; p != nil {
+			rb, _ := p.dt.RowBytes(p.cols)
+			return p.dt, []int{p.rows, p.cols}, p.rows * rb, true
+		}
+	}
+	s, ok := d.Lookup(name)
+	return s.DType, s.Shape, len(s.Data), ok
+}
+
+// Names returns the names of the tensors, in file order; an MLX pack's
+// scales and biases are part of their weight and not listed.
+func (d *DirSource) Names() []string { return d.names }
+
+// Close releases the files and any repacked weights; tensors looked up
+// must not be used afterwards.
+func (d *DirSource) Close() error {
+	var first error
+	for _, c := range d.closers {
+		if err := c(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// isMLX reports whether a directory holds an MLX pack: its config has
+// MLX's quantization block, or a tensor has MLX scales beside U32 codes.
+func isMLX(cfg *Config, d *safetensors.Dir) bool {
+	if q := cfg.Quantization; q != nil && q.Method == "" {
+		return true
+	}
+	for _, name := range d.Names() {
+		if m, ok := strings.CutSuffix(name, ".scales"); ok {
+			if w, ok := d.Tensor(m + ".weight"); ok && w.DType == safetensors.U32 {
+				return true
+			}
+		}
+	}
+	return false
 }

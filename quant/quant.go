@@ -1,7 +1,7 @@
 // Package quant encodes and decodes the block-quantized tensor formats of
 // ggml (the storage types of GGUF files): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the
 // k-quants Q2_K … Q6_K, IQ4_NL and MXFP4, plus the plain F32, F16 and BF16
-// rows.
+// rows, and the MLX affine blocks (see mlx.go).
 //
 // A quantized row is a sequence of blocks. Each block covers BlockSize
 // consecutive elements (32, or 256 for the k-quants) and takes BlockBytes
@@ -73,6 +73,10 @@ func Dequantize(dst []float32, src []byte, typ compute.DType) error {
 	case compute.MXFP4:
 		decodeMXFP4(dst, src)
 	default:
+		if bits, group, scale, ok := typ.MLX(); ok {
+			decodeMLX(dst, src, bits, group, scale)
+			return nil
+		}
 		return fmt.Errorf("quant: dequantize: %s is not a float or block-quantized type", typ)
 	}
 	return nil

@@ -21,6 +21,7 @@ import (
 	"lem/engine"
 	"lem/gguf"
 	"lem/internal/mmap"
+	"lem/model"
 	"lem/safetensors"
 	"lem/synth"
 )
@@ -302,15 +303,28 @@ func storedTensors(path string) ([]synth.StoredTensor, string, error) {
 			byType[t.Type.String()] += t.Size()
 		}
 	} else {
+		// The weights as the loader sees them: an MLX pack's quantized
+		// weight is one tensor of its logical shape, scales and biases
+		// included in its bytes.
+		src, err := model.OpenSource(path)
+		if err != nil {
+			return nil, "", err
+		}
+		defer src.Close()
 		d, err := safetensors.OpenDir(path)
 		if err != nil {
 			return nil, "", err
 		}
 		defer d.Close()
-		for _, name := range d.Names() {
-			t, _ := d.Tensor(name)
-			out = append(out, synth.StoredTensor{Name: name, Shape: slices.Clone(t.Shape), Bytes: int64(len(t.Data))})
-			byType[string(t.DType)] += int64(len(t.Data))
+		for _, name := range src.Names() {
+			dt, shape, size, _ := src.Info(name)
+			typ := dt.String()
+			if _, _, _, ok := dt.MLX(); !ok {
+				t, _ := d.Tensor(name)
+				typ = string(t.DType)
+			}
+			out = append(out, synth.StoredTensor{Name: name, Shape: slices.Clone(shape), Bytes: int64(size)})
+			byType[typ] += int64(size)
 		}
 	}
 	var top string

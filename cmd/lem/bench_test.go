@@ -137,3 +137,50 @@ func TestBenchCmdGGUF(t *testing.T) {
 		t.Errorf("bench of a GGUF file: %+v", rep)
 	}
 }
+
+// TestMLXBenchInspect runs bench and inspect on an MLX 4-bit pack of the
+// tiny synthetic model: the quantized weights count as one tensor each of
+// type mlx4g64, with the parameters of the float model, and decode reads
+// fewer bytes than the bf16 model.
+func TestMLXBenchInspect(t *testing.T) {
+	dir := synthTiny(t)
+	out := filepath.Join(t.TempDir(), "tiny-mlx4")
+	if o, err := execLem(t, "quant", dir, "--bits", "4", "-o", out); err != nil {
+		t.Fatalf("quant: %v\n%s", err, o)
+	}
+	g, _ := synth.Like("tiny")
+	bf16, _ := synth.ParseDType("bf16")
+	o, err := execLem(t, "bench", out, "-p", "16", "-n", "8", "-r", "1", "--threads", "2", "--mem-buffer", "64", "--json")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, o)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(o), &rep); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, o)
+	}
+	if !strings.Contains(rep.Label, "mlx4g64") || rep.Params != g.Params() || len(rep.Tests) != 2 || rep.Tests[1].AvgTS <= 0 ||
+		rep.WeightBytesPerToken <= 0 || rep.WeightBytesPerToken >= synth.DecodeBytes(g.Stored(bf16), true)/3 {
+		t.Errorf("bench of an MLX pack: label %q, params %d (want %d), %d bytes per token (bf16: %d), tests %+v",
+			rep.Label, rep.Params, g.Params(), rep.WeightBytesPerToken, synth.DecodeBytes(g.Stored(bf16), true), rep.Tests)
+	}
+	o, err = execLem(t, "inspect", "--json", out)
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, o)
+	}
+	var in inspection
+	if err := json.Unmarshal([]byte(o), &in); err != nil {
+		t.Fatal(err)
+	}
+	var mlx typeTotal
+	for _, tt := range in.Types {
+		if tt.Type == "mlx4g64" {
+			mlx = tt
+		}
+		if tt.Type == "U32" {
+			t.Errorf("inspect lists U32 tensors: %+v", in.Types)
+		}
+	}
+	if in.Parameters != g.Params() || in.Quantization != "mlx affine 4-bit, group 64" || mlx.Tensors == 0 || !in.Supported {
+		t.Errorf("inspect of an MLX pack: %+v", in)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ type inspection struct {
 	Layers        int               `json:"layers,omitempty"`
 	Rope          map[string]any    `json:"rope,omitempty"`
 	Tokenizer     *tokenizerSummary `json:"tokenizer,omitempty"`
+	Quantization  string            `json:"quantization,omitempty"` // e.g. "mlx affine 4-bit, group 64"
 	ChatTemplate  bool              `json:"chat_template"`
 	Supported     bool              `json:"supported"`
 }
@@ -147,11 +149,37 @@ func inspectDir(dir string) (*inspection, error) {
 		Supported:     slices.Contains(model.Supported(), cfg.ModelType),
 	}
 	totals := map[string]*typeTotal{}
-	for _, name := range st.Names() {
-		t, _ := st.Tensor(name)
-		in.Tensors++
-		in.Parameters += int64(t.NumElements())
-		add(totals, string(t.DType), int64(len(t.Data)))
+	if q := cfg.Quantization; q != nil && q.Method == "" {
+		// An MLX pack: each quantized weight counts as one tensor of its
+		// MLX affine type, its scales and biases included.
+		in.Quantization = fmt.Sprintf("mlx %s %d-bit, group %d", cmp.Or(q.Mode, "affine"), q.Bits, q.GroupSize)
+		src, err := model.OpenSource(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer src.Close()
+		for _, name := range src.Names() {
+			dt, shape, size, _ := src.Info(name)
+			typ := dt.String()
+			if _, _, _, ok := dt.MLX(); !ok {
+				t, _ := st.Tensor(name)
+				typ = string(t.DType)
+			}
+			n := int64(1)
+			for _, d := range shape {
+				n *= int64(d)
+			}
+			in.Tensors++
+			in.Parameters += n
+			add(totals, typ, int64(size))
+		}
+	} else {
+		for _, name := range st.Names() {
+			t, _ := st.Tensor(name)
+			in.Tensors++
+			in.Parameters += int64(t.NumElements())
+			add(totals, string(t.DType), int64(len(t.Data)))
+		}
 	}
 	in.Types = sortedTotals(totals)
 	rope := map[string]any{}
@@ -205,6 +233,9 @@ func printInspection(w io.Writer, in *inspection) {
 	fmt.Fprintf(w, "%-15s %d\n", "context length", in.ContextLength)
 	for _, k := range slices.Sorted(maps.Keys(in.Rope)) {
 		fmt.Fprintf(w, "%-15s %s: %v\n", "rope", k, in.Rope[k])
+	}
+	if in.Quantization != "" {
+		fmt.Fprintf(w, "%-15s %s\n", "quantization", in.Quantization)
 	}
 	fmt.Fprintf(w, "%-15s %d\n", "tensors", in.Tensors)
 	for _, t := range in.Types {

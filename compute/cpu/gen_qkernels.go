@@ -52,6 +52,7 @@ const (
 	offRstride = 160
 	offOut     = 168
 	offScr     = 424
+	offGsub    = 3576
 	scrRow     = 384 // scratch bytes per weight row
 	qmaxC      = 8
 )
@@ -104,10 +105,17 @@ type kern struct {
 	r, c int
 	pf   int  // prefetch distance in weight bytes, 0 for none
 	x4   bool // Q4_0 on AVX-512 VBMI: four blocks per step (layout xfL128Q4)
+	// MLX affine weights of mlx bits (typ unused) with scales and biases
+	// of type scale ("BF16", "F16" or "F32"); 0 for the ggml types.
+	mlx   int
+	scale string
 }
 
 func (k kern) name() string {
 	n := fmt.Sprintf("qk%s%sR%dC%d", k.isa, k.typ, k.r, k.c)
+	if k.mlx > 0 {
+		n = fmt.Sprintf("qk%sMLX%d%sR%dC%d", k.isa, k.mlx, k.scale, k.r, k.c)
+	}
 	if k.x4 {
 		n = fmt.Sprintf("qk%sVBMI%sR%dC%d", k.isa, k.typ, k.r, k.c)
 	}
@@ -120,6 +128,8 @@ func (k kern) name() string {
 // xfmt returns the Go name of the activation layout the kernel reads.
 func (k kern) xfmt() string {
 	switch {
+	case k.mlx > 0:
+		return fmt.Sprintf("xfM%d", k.mlx)
 	case k.typ.k4():
 		return "xfK4"
 	case k.typ == q6_k:
@@ -253,6 +263,8 @@ func (g *gen) kernel(k kern) {
 		}
 	}
 	switch {
+	case k.mlx > 0:
+		g.mlx2()
 	case k.x4:
 		g.legacy512x4()
 	case k.isa == avx512 && k.typ.legacy():
@@ -781,6 +793,123 @@ func (g *gen) legacy2() {
 	g.advance(1)
 	g.p("DECQ CX")
 	g.p("JNZ %s_loop", name)
+	g.label(name + "_reduce")
+}
+
+// mlx2: MLX affine weights on AVX2 (the AVX-512 level uses them too), one
+// 32-element sub-block per step. a.nb counts groups, a.gsub the
+// sub-blocks of a group: AX holds a group's code bytes, DX the offset of
+// the current sub-block's codes in them. A group is the scale and bias
+// (hdr bytes) and then its codes, so sub-block codes are at hdr(w)(DX*1).
+// Per weight row and sub-block: the codes unpacked to bytes in W (4-bit:
+// low nibbles, then high ones; 2-bit: the bytes shifted by 0, 2, 4, 6;
+// 8-bit: made signed, |w| in H), the scale S and bias B broadcast, and
+// B += off·S (off = 2^(bits−1), see mlxOff); per activation row:
+// VPMADDUBSW, VPMADDWD with ones (2 and 4 bits: plus −off·Σqx from lane 0
+// of 96(x)), to float, times dx, then acc += S·sum + B·Σx (Σx in lane 0
+// of 64(x)).
+// Registers: Y15 ones, Y14 the byte mask (0x0F, 0x03) or 0x80, Y13 the
+// 2-bit shifts.
+func (g *gen) mlx2() {
+	k := g.k
+	R, C := k.r, k.c
+	nacc := R * C
+	top := 13
+	if k.mlx == 4 {
+		top = 14
+	}
+	W, H, S, B := nacc, nacc+1, nacc+2, nacc+3
+	tmp := temps{lo: nacc + 4, n: top - (nacc + 4)}
+	if tmp.n < 1 {
+		log.Fatalf("%s: out of registers", k.name())
+	}
+	hdr := map[string]int{"BF16": 4, "F16": 4, "F32": 8}[k.scale]
+	name := k.name()
+	g.zeroAcc(nacc)
+	g.p("VMOVDQU ·qones<>(SB), Y15")
+	switch k.mlx {
+	case 2:
+		g.p("VMOVDQU ·qc03<>(SB), Y14")
+		g.p("VMOVDQU ·qshrM2<>(SB), Y13")
+	case 4:
+		g.p("VMOVDQU ·qc0F<>(SB), Y14")
+	case 8:
+		g.p("VMOVDQU ·qc80<>(SB), Y14")
+	}
+	g.p("MOVQ %d(DI), AX", offGsub)
+	g.p("SHLQ $%d, AX", map[int]int{2: 3, 4: 4, 8: 5}[k.mlx])
+	g.p("TESTQ CX, CX")
+	g.p("JZ %s_reduce", name)
+	g.label(name + "_group")
+	g.p("XORQ DX, DX")
+	g.label(name + "_sub")
+	for r := 0; r < C; r++ {
+		wp := g.wp(r)
+		codes := fmt.Sprintf("%d(%s)(DX*1)", hdr, wp)
+		switch k.mlx {
+		case 2:
+			g.p("VPBROADCASTQ %s, %s", codes, y(W))
+			g.p("VPSRLVQ Y13, %s, %s", y(W), y(W))
+			g.p("VPAND Y14, %s, %s", y(W), y(W))
+		case 4:
+			g.p("VMOVDQU %s, %s", codes, x(W))
+			g.p("VPSRLW $4, %s, %s", x(W), x(H))
+			g.p("VINSERTI128 $1, %s, %s, %s", x(H), y(W), y(W))
+			g.p("VPAND Y14, %s, %s", y(W), y(W))
+		case 8:
+			g.p("VMOVDQU %s, %s", codes, y(W))
+			g.p("VPXOR Y14, %s, %s", y(W), y(W))
+			g.p("VPABSB %s, %s", y(W), y(H))
+		}
+		switch k.scale {
+		case "BF16":
+			g.p("VPBROADCASTD (%s), %s", wp, y(B))
+			g.p("VPSLLD $16, %s, %s", y(B), y(S))
+			g.p("VPAND ·qhi16<>(SB), %s, %s", y(B), y(B))
+		case "F16":
+			g.p("VPBROADCASTW (%s), %s", wp, x(S))
+			g.p("VCVTPH2PS %s, %s", x(S), y(S))
+			g.p("VPBROADCASTW 2(%s), %s", wp, x(B))
+			g.p("VCVTPH2PS %s, %s", x(B), y(B))
+		case "F32":
+			g.p("VBROADCASTSS (%s), %s", wp, y(S))
+			g.p("VBROADCASTSS 4(%s), %s", wp, y(B))
+		}
+		g.p("VFMADD231PS ·qfoff%d<>(SB), %s, %s", k.mlx, y(S), y(B))
+		if k.pf > 0 {
+			g.p("PREFETCHT0 %d(%s)(DX*1)", k.pf, wp)
+		}
+		for t := 0; t < R; t++ {
+			xp := g.xp(t)
+			P := tmp.next()
+			if k.mlx == 8 {
+				g.p("VMOVDQU (%s), %s", xp, y(P))
+				g.p("VPSIGNB %s, %s, %s", y(W), y(P), y(P))
+				g.p("VPMADDUBSW %s, %s, %s", y(P), y(H), y(P))
+			} else {
+				g.p("VPMADDUBSW (%s), %s, %s", xp, y(W), y(P))
+			}
+			g.p("VPMADDWD Y15, %s, %s", y(P), y(P))
+			if k.mlx != 8 {
+				g.p("VPADDD 96(%s), %s, %s", xp, y(P), y(P))
+			}
+			g.p("VCVTDQ2PS %s, %s", y(P), y(P))
+			g.p("VMULPS 32(%s), %s, %s", xp, y(P), y(P))
+			g.p("VFMADD231PS %s, %s, %s", y(P), y(S), y(g.acc(t, r)))
+			g.p("VFMADD231PS 64(%s), %s, %s", xp, y(B), y(g.acc(t, r)))
+		}
+	}
+	for t := 0; t < R; t++ {
+		g.p("ADDQ $128, %s", g.xp(t))
+	}
+	g.p("ADDQ $%d, DX", 4*k.mlx)
+	g.p("CMPQ DX, AX")
+	g.p("JB %s_sub", name)
+	for r := 0; r < C; r++ {
+		g.p("LEAQ %d(%s)(AX*1), %s", hdr, g.wp(r), g.wp(r))
+	}
+	g.p("DECQ CX")
+	g.p("JNZ %s_group", name)
 	g.label(name + "_reduce")
 }
 
@@ -1473,6 +1602,12 @@ func (g *gen) constants() {
 	g.data("·qc30", fill(64, 0x30))
 	g.data("·qc3F", fill(16, 0x3F))
 	g.data("·qc80", fill(64, 0x80))
+	g.data("·qc03", fill(32, 0x03))
+	g.data("·qshrM2", dwords(0, 0, 2, 0, 4, 0, 6, 0))
+	for _, c := range []struct{ bits, f32 int }{{2, 0x40000000}, {4, 0x41000000}, {8, 0x43000000}} {
+		g.data(fmt.Sprintf("·qfoff%d", c.bits), dwords(c.f32, c.f32, c.f32, c.f32, c.f32, c.f32, c.f32, c.f32)) // 2^(bits−1) as float32
+	}
+	g.data("·qhi16", dwords(-65536, -65536, -65536, -65536, -65536, -65536, -65536, -65536))
 	g.data("·qones", words(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
 	g.data("·qshr04", []byte{0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0})
 	// Q4_0 pairs: lanes A×4 B×4 A×4 B×4; the scale of B is word 9.
@@ -1582,31 +1717,46 @@ type config struct {
 func configs() []config {
 	var cs []config
 	for _, t := range []qtype{q8_0, q4_0, q4_k, q6_k, q5_0, iq4_nl, q5_k} {
-		gemm := kern{avx512, t, 4, 4, 0, false}
+		gemm := kern{avx512, t, 4, 4, 0, false, 0, ""}
 		if !t.legacy() {
-			gemm = kern{avx512, t, 4, 3, 0, false}
+			gemm = kern{avx512, t, 4, 3, 0, false, 0, ""}
 		}
-		cs = append(cs, config{kern{avx512, t, 1, 4, 1024, false}, gemm})
+		cs = append(cs, config{kern{avx512, t, 1, 4, 1024, false, 0, ""}, gemm})
 	}
-	cs = append(cs, config{kern{avx512, q4_0, 1, 4, 1024, true}, kern{avx512, q4_0, 6, 3, 0, true}})
+	cs = append(cs, config{kern{avx512, q4_0, 1, 4, 1024, true, 0, ""}, kern{avx512, q4_0, 6, 3, 0, true, 0, ""}})
 	for _, t := range []qtype{q8_0, q4_0, q4_k, q6_k, q5_0, iq4_nl, q5_k} {
-		gemm := kern{avx2, t, 2, 4, 0, false}
+		gemm := kern{avx2, t, 2, 4, 0, false, 0, ""}
 		if !t.legacy() {
-			gemm = kern{avx2, t, 2, 2, 0, false}
+			gemm = kern{avx2, t, 2, 2, 0, false, 0, ""}
 		}
-		cs = append(cs, config{kern{avx2, t, 1, 4, 1024, false}, gemm})
+		cs = append(cs, config{kern{avx2, t, 1, 4, 1024, false, 0, ""}, gemm})
+	}
+	return cs
+}
+
+// mlxConfigs returns the MLX affine kernels: AVX2, per code width and
+// scale type.
+func mlxConfigs() []config {
+	var cs []config
+	for _, bits := range []int{2, 4, 8} {
+		for _, sc := range []string{"BF16", "F16", "F32"} {
+			cs = append(cs, config{
+				kern{avx2, q8_0, 1, 4, 1024, false, bits, sc},
+				kern{avx2, q8_0, 2, 4, 0, false, bits, sc},
+			})
+		}
 	}
 	return cs
 }
 
 // extra kernels generated for benchmarking other block shapes.
 var extra = []kern{
-	{avx512, q4_0, 1, 4, 0, false}, {avx512, q4_0, 1, 8, 1024, false}, {avx512, q4_0, 1, 4, 512, false}, {avx512, q4_0, 1, 4, 2048, false}, {avx512, q4_0, 6, 3, 0, false},
-	{avx512, q8_0, 1, 4, 0, false}, {avx512, q8_0, 1, 8, 1024, false},
-	{avx512, q4_k, 1, 4, 0, false}, {avx512, q4_k, 1, 8, 1024, false}, {avx512, q4_k, 4, 2, 0, false},
-	{avx512, q6_k, 1, 4, 0, false}, {avx512, q6_k, 1, 8, 1024, false}, {avx512, q6_k, 4, 2, 0, false},
-	{avx2, q4_0, 1, 4, 0, false}, {avx2, q4_k, 1, 4, 0, false},
-	{avx512, q4_0, 1, 8, 1024, true}, {avx512, q4_0, 4, 4, 0, true}, {avx512, q4_0, 1, 4, 0, true},
+	{avx512, q4_0, 1, 4, 0, false, 0, ""}, {avx512, q4_0, 1, 8, 1024, false, 0, ""}, {avx512, q4_0, 1, 4, 512, false, 0, ""}, {avx512, q4_0, 1, 4, 2048, false, 0, ""}, {avx512, q4_0, 6, 3, 0, false, 0, ""},
+	{avx512, q8_0, 1, 4, 0, false, 0, ""}, {avx512, q8_0, 1, 8, 1024, false, 0, ""},
+	{avx512, q4_k, 1, 4, 0, false, 0, ""}, {avx512, q4_k, 1, 8, 1024, false, 0, ""}, {avx512, q4_k, 4, 2, 0, false, 0, ""},
+	{avx512, q6_k, 1, 4, 0, false, 0, ""}, {avx512, q6_k, 1, 8, 1024, false, 0, ""}, {avx512, q6_k, 4, 2, 0, false, 0, ""},
+	{avx2, q4_0, 1, 4, 0, false, 0, ""}, {avx2, q4_k, 1, 4, 0, false, 0, ""},
+	{avx512, q4_0, 1, 8, 1024, true, 0, ""}, {avx512, q4_0, 4, 4, 0, true, 0, ""}, {avx512, q4_0, 1, 4, 0, true, 0, ""},
 }
 
 func main() {
@@ -1631,6 +1781,11 @@ func main() {
 	}
 	for _, k := range extra {
 		add(k)
+	}
+	mcs := mlxConfigs()
+	for _, c := range mcs {
+		add(c.gemv)
+		add(c.gemm)
 	}
 	s.qx512Legacy("L64Q4")
 	s.qx512Legacy("L64Q8")
@@ -1678,6 +1833,11 @@ func qxAVX2K6(dst *byte, x *float32, n int)
 	decl.WriteString("}\n\n// qextraKernels are other block shapes, for benchmarks: each as both gemv and gemm.\nvar qextraKernels = []qkernelSet{\n")
 	for _, k := range extra {
 		decl.WriteString("\t" + set(k, k, k))
+	}
+	decl.WriteString("}\n\n// asmMLXKernels lists the generated MLX affine kernel sets, per code width\n// and scale type; mlxKernelSets installs them for every group size.\nvar asmMLXKernels = []mlxKernelSet{\n")
+	for _, c := range mcs {
+		fmt.Fprintf(&decl, "\t{bits: %d, scale: compute.%s, set: qkernelSet{xf: %s, gemv: %s, gemvC: %d, gemvRows: %v, gemm: %s, gemmR: %d, gemmC: %d}},\n",
+			c.gemv.mlx, c.gemv.scale, c.gemv.xfmt(), c.gemv.name(), c.gemv.c, c.gemv.multi(), c.gemm.name(), c.gemm.r, c.gemm.c)
 	}
 	decl.WriteString("}\n")
 	src, err := format.Source(decl.Bytes())

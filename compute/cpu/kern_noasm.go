@@ -13,6 +13,8 @@ var asmQKernels []qkernelSet
 
 var qextraKernels []qkernelSet
 
+var asmMLXKernels []mlxKernelSet
+
 const (
 	hasVNNI = false
 	hasVBMI = false

@@ -47,9 +47,20 @@ import (
 // each kernel call computes an R×C block, unpacking each weight block once
 // for R activation rows.
 //
-// The other quantized types (Q4_1, Q5_1, Q2_K, Q3_K, MXFP4) are
-// dequantized to float32, a few rows at a time, into a per-thread buffer
-// that the float32 kernels then read.
+// MLX affine weights of 2, 4 and 8 bits (compute.MLXAffine) take the
+// same route: w·x over a group is scale·Σ (code − off)·x + (bias +
+// off·scale)·Σx for any off, so with the activations quantized per 32
+// elements (layouts xfM*, which also carry each block's float32 Σx), a
+// kernel sums (code − off)·qx exactly in integers per 32-element sub-block
+// (off = 2^(bits−1) centres the codes, see mlxOff), scales the sum by dx
+// and the group's scale, and adds (bias + off·scale)·Σx. The activations' codes are stored in the order
+// the kernel unpacks a sub-block's bit stream (mlxOrder), so the weights'
+// bytes are read as they are. One generated kernel serves the three group
+// sizes (qargs.gsub sub-blocks per group).
+//
+// The other quantized types (Q4_1, Q5_1, Q2_K, Q3_K, MXFP4, MLX affine of
+// 3, 5 and 6 bits) are dequantized to float32, a few rows at a time, into
+// a per-thread buffer that the float32 kernels then read.
 
 //go:generate go run gen_qkernels.go
 
@@ -86,12 +97,44 @@ const (
 	xfK4
 	// xfK6: as xfK4 with d·Σqs of each 16-element sub-block in the 16.
 	xfK6
+	// xfM2, xfM4, xfM8: for MLX affine weights of 2, 4 and 8 bits, per 32
+	// elements: qs[32] in the order the kernels unpack a sub-block's codes
+	// (see mlxOrder), dx as 8 float32, Σx (the float32 sum of the block's
+	// activations, for the weights' biases) in the first of 8 float32
+	// lanes, and −off·Σqs in the first of 8 int32 lanes (zeros in the
+	// other lanes), off the kernels' code offset (mlxOff).
+	xfM2
+	xfM4
+	xfM8
 )
+
+// mlxOrder returns where the quantized activation of element e of a
+// 32-element sub-block goes in layouts xfM2, xfM4 and xfM8. The kernels
+// unpack the sub-block's 32·bits/8 code bytes as a whole shifted by 0,
+// bits, 2·bits, …: element e = j·(8/bits) + s, the code at bit s·bits of
+// byte j, lands at position s·(32·bits/8) + j.
+func mlxOrder(bits, e int) int {
+	per := 8 / bits
+	return e%per*(32/per) + e/per
+}
+
+// mlxBits returns the code width of an MLX activation layout.
+func (f xfmt) mlxBits() int {
+	switch f {
+	case xfM2:
+		return 2
+	case xfM4:
+		return 4
+	case xfM8:
+		return 8
+	}
+	return 0
+}
 
 // group returns the number of activations in one group of f.
 func (f xfmt) group() int {
 	switch f {
-	case xfL32:
+	case xfL32, xfM2, xfM4, xfM8:
 		return 32
 	case xfL64Q4, xfL64Q8:
 		return 64
@@ -106,6 +149,8 @@ func (f xfmt) bytes() int {
 	switch f {
 	case xfL32:
 		return 96
+	case xfM2, xfM4, xfM8:
+		return 128
 	case xfL64Q4, xfL64Q8:
 		return 192
 	case xfL128Q4:
@@ -242,6 +287,27 @@ func quantizeGo(dst []byte, x []float32, f xfmt, off int32) {
 				binary.LittleEndian.PutUint32(g[192+16*j:], uint32(-off*s))
 			}
 		}
+	case xfM2, xfM4, xfM8:
+		bits := f.mlxBits()
+		for b := 0; b < k/32; b++ {
+			g := dst[b*128 : (b+1)*128]
+			xs := x[b*32 : (b+1)*32]
+			d, qsum := quantBlock(q[:32], xs)
+			for e, c := range q[:32] {
+				g[mlxOrder(bits, e)] = c
+			}
+			var sum float32
+			for _, v := range xs {
+				sum += v
+			}
+			for i := range 8 {
+				putF32(g[32+4*i:], d)
+				putF32(g[64+4*i:], 0)
+				putF32(g[96+4*i:], 0)
+			}
+			putF32(g[64:], sum)
+			binary.LittleEndian.PutUint32(g[96:], uint32(-off*qsum))
+		}
 	case xfK4, xfK6:
 		for b := 0; b < k/256; b++ {
 			g := dst[b*384 : (b+1)*384]
@@ -290,6 +356,10 @@ type qargs struct {
 
 	// Read by the pure-Go kernels only.
 	nt, nr int
+
+	// gsub is the number of 32-element sub-blocks in a group of the MLX
+	// affine types.
+	gsub int
 }
 
 const (
@@ -314,9 +384,18 @@ type qkernelSet struct {
 	gemmC    int // weight rows per gemm call
 }
 
+// mlxKernelSet is a generated kernel set of the MLX affine types of one
+// code width and scale type, for every group size.
+type mlxKernelSet struct {
+	bits  int
+	scale compute.DType
+	set   qkernelSet // without dtype and level
+}
+
 // qkernels[l][dt] is the kernel set for level l and weight type dt (nil
-// when dt has none: it is dequantized to float32 instead).
-var qkernels [numLevels][compute.MXFP4 + 1]*qkernelSet
+// when dt has none: it is dequantized to float32 instead). Every DType
+// value indexes it.
+var qkernels [numLevels][256]*qkernelSet
 
 func init() {
 	for _, g := range []struct {
@@ -346,6 +425,94 @@ func init() {
 			qkernels[ks.level][ks.dtype] = ks
 		}
 	}
+	for _, ks := range mlxKernelSets() {
+		qkernels[ks.level][ks.dtype] = ks
+	}
+}
+
+// mlxKernelSets returns the kernel sets of the MLX affine types of 2, 4
+// and 8 bits: the pure-Go kernels, and the generated ones (AVX2 kernels,
+// which the AVX-512 level uses too). A generated kernel serves every
+// group size (qargs.gsub); other widths are dequantized.
+func mlxKernelSets() []*qkernelSet {
+	var sets []*qkernelSet
+	for _, bits := range []int{2, 4, 8} {
+		xf := [...]xfmt{2: xfM2, 4: xfM4, 8: xfM8}[bits]
+		for _, group := range []int{32, 64, 128} {
+			for _, scale := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
+				dt, _ := compute.MLXAffine(bits, group, scale)
+				k := qgenericKernel(dt, xf, mlxDot(bits, group, scale))
+				sets = append(sets, &qkernelSet{
+					level: levelGeneric, dtype: dt, xf: xf, xoff: mlxOff(bits),
+					gemv: k, gemvC: 4, gemm: k, gemmR: 2, gemmC: 4,
+				})
+				for _, m := range asmMLXKernels {
+					if m.bits != bits || m.scale != scale {
+						continue
+					}
+					for _, l := range []level{levelAVX2, levelAVX512} {
+						ks := m.set
+						ks.level, ks.dtype, ks.xoff = l, dt, mlxOff(bits)
+						sets = append(sets, &ks)
+					}
+				}
+			}
+		}
+	}
+	return sets
+}
+
+// mlxDot returns the dot product of nb MLX affine blocks (bits, group,
+// scale) with activations in the matching layout xfM*: per 32-element
+// sub-block, scale·dx·Σ (code−off)·qx + (bias + off·scale)·Σx, where off
+// is mlxOff(bits), as the assembly computes it (the Go kernel subtracts
+// off per element instead of reading −off·Σqx).
+func mlxDot(bits, group int, scale compute.DType) func(w, x []byte, nb int) float32 {
+	es := scale.Size()
+	bb := 2*es + group*bits/8
+	per := 8 / bits
+	mask := byte(1)<<bits - 1
+	off := mlxOff(bits)
+	return func(w, x []byte, nb int) float32 {
+		var s float32
+		for b := range nb {
+			wb := w[b*bb : (b+1)*bb]
+			sc, bi := mlxScaleValue(wb, scale), mlxScaleValue(wb[es:], scale)
+			bi += float32(off) * sc
+			for sb := range group / 32 {
+				codes := wb[2*es+sb*4*bits : 2*es+(sb+1)*4*bits]
+				xb := x[(b*group/32+sb)*128:]
+				var is int32
+				for j, c := range codes {
+					for q := range per {
+						is += (int32(c>>(q*bits)&mask) - off) * int32(int8(xb[q*4*bits+j]))
+					}
+				}
+				s += float32(float32(is)*getF32(xb[32:]))*sc + bi*getF32(xb[64:])
+			}
+		}
+		return s
+	}
+}
+
+// mlxOff is the code offset of the MLX kernels, 2^(bits−1): they multiply
+// code − off, centred on zero, by the quantized activations, and add
+// (bias + off·scale)·Σx. Centring matters: the activations' rounding
+// errors are multiplied by scale·(code − off), which is about as large as
+// the weight, where scale·code (up to the group's range) is larger. The
+// 8-bit kernels make the codes signed; the 2- and 4-bit ones multiply the
+// unsigned codes and add −off·Σqx from the activation layout.
+func mlxOff(bits int) int32 { return 1 << (bits - 1) }
+
+// mlxScaleValue reads an MLX scale or bias of type scale.
+func mlxScaleValue(b []byte, scale compute.DType) float32 {
+	switch scale {
+	case compute.F16:
+		return f16le(b)
+	case compute.F32:
+		return getF32(b)
+	}
+	return math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16)
 }
 
 // qlevel returns the level the quantized kernels run at: the active level,
@@ -583,7 +750,7 @@ func matMulQuant(s *poolState, dst, x []float32, n int, w Weights) {
 	*t = qmatmulTask{
 		qs: qs, dst: dst, x: x, w: w.Data,
 		n: n, m: m, k: k, nb: k / w.DType.BlockSize(), rb: rb,
-		xrb: xrb, xq: s.qscratch(n * xrb),
+		xrb: xrb, xq: s.qscratch(n * xrb), gsub: w.DType.BlockSize() / 32,
 	}
 	if n == 1 {
 		quantizeX(t.xq, x[:k], qs.xf, qs.xoff)
@@ -608,6 +775,7 @@ type qmatmulTask struct {
 	w            []byte
 	n, m, k      int
 	nb, rb       int    // weight blocks and bytes per row
+	gsub         int    // 32-element sub-blocks per weight block
 	xrb          int    // bytes per quantized activation row
 	xq           []byte // quantized activations, n rows of xrb bytes
 	rowsPerChunk int
@@ -635,7 +803,7 @@ func (t *qmatmulTask) gemv(a *qargs, c int) {
 	j0 := c * t.rowsPerChunk
 	j1 := min(j0+t.rowsPerChunk, t.m)
 	a.x[0] = &t.xq[0]
-	a.nb, a.nt, a.nr = t.nb, 1, C
+	a.nb, a.nt, a.nr, a.gsub = t.nb, 1, C, t.gsub
 	a.rows, a.rstride = 1, t.rb
 	if qs.gemvRows && j1-j0 >= C {
 		// All whole groups of C rows in one call.
@@ -674,7 +842,7 @@ func (t *qmatmulTask) gemm(a *qargs, c int) {
 	t1 := min(t0+t.tileN, t.n)
 	j1 := min(j0+t.tileM, t.m)
 	m := t.m
-	a.nb, a.nt, a.nr = t.nb, R, C
+	a.nb, a.nt, a.nr, a.gsub = t.nb, R, C, t.gsub
 	a.ldd = 4 * m
 	for j := j0; j < j1; j += C {
 		nr := min(C, j1-j)

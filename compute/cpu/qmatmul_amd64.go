@@ -150,6 +150,60 @@ func qkAVX512VBMIQ4_0R4C4(a *qargs)
 //go:noescape
 func qkAVX512VBMIQ4_0R1C4(a *qargs)
 
+//go:noescape
+func qkAVX2MLX2BF16R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX2BF16R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX2F16R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX2F16R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX2F32R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX2F32R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX4BF16R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX4BF16R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX4F16R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX4F16R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX4F32R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX4F32R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX8BF16R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX8BF16R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX8F16R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX8F16R2C4(a *qargs)
+
+//go:noescape
+func qkAVX2MLX8F32R1C4p1024(a *qargs)
+
+//go:noescape
+func qkAVX2MLX8F32R2C4(a *qargs)
+
 // Activation quantizers; see quantizeX.
 
 //go:noescape
@@ -215,4 +269,18 @@ var qextraKernels = []qkernelSet{
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C8p1024, gemvC: 8, gemvRows: false, gemm: qkAVX512VBMIQ4_0R1C8p1024, gemmR: 1, gemmC: 8},
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R4C4, gemvC: 4, gemvRows: false, gemm: qkAVX512VBMIQ4_0R4C4, gemmR: 4, gemmC: 4},
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C4, gemvC: 4, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C4, gemmR: 1, gemmC: 4},
+}
+
+// asmMLXKernels lists the generated MLX affine kernel sets, per code width
+// and scale type; mlxKernelSets installs them for every group size.
+var asmMLXKernels = []mlxKernelSet{
+	{bits: 2, scale: compute.BF16, set: qkernelSet{xf: xfM2, gemv: qkAVX2MLX2BF16R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX2BF16R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 2, scale: compute.F16, set: qkernelSet{xf: xfM2, gemv: qkAVX2MLX2F16R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX2F16R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 2, scale: compute.F32, set: qkernelSet{xf: xfM2, gemv: qkAVX2MLX2F32R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX2F32R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 4, scale: compute.BF16, set: qkernelSet{xf: xfM4, gemv: qkAVX2MLX4BF16R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX4BF16R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 4, scale: compute.F16, set: qkernelSet{xf: xfM4, gemv: qkAVX2MLX4F16R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX4F16R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 4, scale: compute.F32, set: qkernelSet{xf: xfM4, gemv: qkAVX2MLX4F32R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX4F32R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 8, scale: compute.BF16, set: qkernelSet{xf: xfM8, gemv: qkAVX2MLX8BF16R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX8BF16R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 8, scale: compute.F16, set: qkernelSet{xf: xfM8, gemv: qkAVX2MLX8F16R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX8F16R2C4, gemmR: 2, gemmC: 4}},
+	{bits: 8, scale: compute.F32, set: qkernelSet{xf: xfM8, gemv: qkAVX2MLX8F32R1C4p1024, gemvC: 4, gemvRows: true, gemm: qkAVX2MLX8F32R2C4, gemmR: 2, gemmC: 4}},
 }

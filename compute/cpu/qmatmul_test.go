@@ -28,6 +28,7 @@ func TestQargsLayout(t *testing.T) {
 		{"rstride", unsafe.Offsetof(a.rstride), 160},
 		{"out", unsafe.Offsetof(a.out), 168},
 		{"scr", unsafe.Offsetof(a.scr), 424},
+		{"gsub", unsafe.Offsetof(a.gsub), 3576},
 	} {
 		if c.got != c.want {
 			t.Errorf("qargs.%s at offset %d, the assembly reads it at %d", c.name, c.got, c.want)

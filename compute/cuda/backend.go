@@ -275,13 +275,15 @@ func (b *Backend) rawAlloc(size int64, pooled bool) (*buffer, error) {
 // in its stored dtype.
 func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*compute.Tensor, error) {
 	t := &compute.Tensor{DType: dtype, Shape: append([]int(nil), shape...)}
-	if want := t.Len() * dtype.Size(); len(data) != want {
-		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
-	}
 	switch dtype {
 	case compute.F32, compute.BF16, compute.F16:
 	default:
-		return nil, fmt.Errorf("weight dtype %s not supported on CUDA", dtype)
+		// Block-quantized weights (GGUF types, MLX affine packs) have
+		// no CUDA kernels yet.
+		return nil, fmt.Errorf("weight dtype %s not supported on CUDA (run quantized models on the CPU)", dtype)
+	}
+	if want := t.Len() * dtype.Size(); len(data) != want {
+		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
 	}
 	bf, err := b.rawAlloc(int64(len(data)), false)
 	if err != nil {
