@@ -179,9 +179,17 @@ func (s *Session) decode(ids, pos *compute.Tensor) {
 			return
 		}
 		s.graph = g
+		// Capturing ran Forward's host bookkeeping once already.
+		g.Launch()
+		return
 	}
 	if s.graph != nil {
 		s.graph.Launch()
+		// The replay ran the step on the device only: a recurrent state
+		// still has to count the position.
+		if r, ok := s.st.(model.Recurrent); ok {
+			r.Advance(1)
+		}
 		return
 	}
 	s.m.Forward(s.st, ids, pos, s.logits)

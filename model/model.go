@@ -68,6 +68,10 @@ type Recurrent interface {
 	// drops later checkpoints, and returns its length. 0 means the initial
 	// state: recurrent parts zeroed.
 	Restore(n int) int
+	// Advance records that n more positions were folded in by a replay of
+	// a recorded decode step (compute.Graph), which repeats Forward's
+	// device operations but not its bookkeeping on the host.
+	Advance(n int)
 }
 
 // LoadFunc builds a model of one architecture from its config and tensors.

@@ -61,6 +61,9 @@ func (s *recurrentState[S]) CanRewind(n, length int) bool { return n == length |
 // advance records that n more positions have been folded in.
 func (s *recurrentState[S]) advance(n int) { s.length += n }
 
+// Advance implements Recurrent.
+func (s *recurrentState[S]) Advance(n int) { s.advance(n) }
+
 // scratchFor returns the scratch kept for chunks of n rows, or nil.
 func (s *recurrentState[S]) scratchFor(n int) *S { return s.scratch[n] }
 

@@ -49,6 +49,10 @@ type Backend struct {
 
 	ropes    map[*compute.Rope]*compute.Tensor
 	attnPart *buffer // partial results of split attention
+
+	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
+	moeDesc []uint64                            // descriptors being checked against a table
+	moeAct  *buffer                             // gated activations of (row, slot) pairs
 }
 
 var _ compute.Backend = (*Backend)(nil)

@@ -44,6 +44,10 @@ type kernels struct {
 	attend                                                  [4]uintptr // 2, 4, 8, 16 elements per lane
 	gemv                                                    [3][4]uintptr
 	gemm                                                    [3]uintptr // by dtype: f32, f16, bf16
+
+	convOut, convState, ssmScan, deltaRule uintptr
+	moeRoute, moeGateUp, moeDown           uintptr
+	axpyRows, matchRMS, gaussianTopK       uintptr
 }
 
 // kernelTable lists every kernel with where its handle goes.
@@ -54,6 +58,9 @@ func (k *kernels) table() map[string]*uintptr {
 		"rmsnorm": &k.rmsnorm, "layernorm": &k.layernorm, "rope": &k.rope, "kvstore": &k.kvstore, "attend_combine": &k.attendCombine,
 		"attend2": &k.attend[0], "attend4": &k.attend[1], "attend8": &k.attend[2], "attend16": &k.attend[3],
 		"gemm_f32": &k.gemm[0], "gemm_f16": &k.gemm[1], "gemm_bf16": &k.gemm[2],
+		"conv_out": &k.convOut, "conv_state": &k.convState, "ssm_scan": &k.ssmScan, "delta_rule": &k.deltaRule,
+		"moe_route": &k.moeRoute, "moe_gateup": &k.moeGateUp, "moe_down": &k.moeDown,
+		"axpy_rows": &k.axpyRows, "match_rms": &k.matchRMS, "gaussian_topk": &k.gaussianTopK,
 	}
 	for d, dn := range []string{"f32", "f16", "bf16"} {
 		for r := range 4 {

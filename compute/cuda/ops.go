@@ -233,16 +233,20 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 }
 
 // attnScratch returns device memory of at least size bytes for partial
-// attention results. It is never returned to the pool: captured graphs
-// refer to it. A larger request replaces it (the old block stays allocated
-// until Close, since graphs may still use it).
-func (b *Backend) attnScratch(size int) uintptr {
-	if b.attnPart == nil || b.attnPart.size < int64(size) {
+// attention results.
+func (b *Backend) attnScratch(size int) uintptr { return b.scratch(&b.attnPart, size) }
+
+// scratch returns device memory of at least size bytes held in *slot for
+// one kind of intermediate result. It is never returned to the pool:
+// captured graphs refer to it. A larger request replaces it (the old block
+// stays allocated until Close, since graphs may still use it).
+func (b *Backend) scratch(slot **buffer, size int) uintptr {
+	if *slot == nil || (*slot).size < int64(size) {
 		bf, err := b.rawAlloc(max(int64(size), 1<<20), false)
 		if err != nil {
-			panic(fmt.Sprintf("cuda: attention scratch of %d bytes: %v", size, err))
+			panic(fmt.Sprintf("cuda: scratch of %d bytes: %v", size, err))
 		}
-		b.attnPart = bf
+		*slot = bf
 	}
-	return b.attnPart.ptr
+	return (*slot).ptr
 }

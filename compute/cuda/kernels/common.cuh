@@ -54,6 +54,16 @@ __device__ double block_sum_d(double v, double* sh) {
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// GRID_STRIDE loops i over [0, n) across the whole grid.
+#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
+
+// softplusf is log(1 + eˣ), x itself above 20 (as PyTorch and the CPU
+// backend compute it).
+__device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : (float)log1p(exp((double)x)); }
+
+// sigmoidf is 1 / (1 + e⁻ˣ).
+__device__ __forceinline__ float sigmoidf(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+
 // Sixteen bytes, for vector loads.
 struct alignas(16) U4 {
     u32 x, y, z, w;
@@ -70,4 +80,50 @@ __device__ __forceinline__ U4 ld_stream(const void* p) {
                  : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
                  : "l"(p));
     return u;
+}
+
+// unpack16 widens 16 bytes of storage type DT into V floats.
+template <int DT>
+__device__ __forceinline__ void unpack16(U4 u, float* f) {
+    u32 a[4] = {u.x, u.y, u.z, u.w};
+    if (DT == DT_F32) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) f[i] = __uint_as_float(a[i]);
+    } else if (DT == DT_BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(a[i] << 16);
+            f[2 * i + 1] = __uint_as_float(a[i] & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = h2f((u16)(a[i] & 0xffffu));
+            f[2 * i + 1] = h2f((u16)(a[i] >> 16));
+        }
+    }
+}
+
+// Activation codes, numbered as compute.Activation.
+#define ACT_SILU 0
+#define ACT_GELU_TANH 1
+#define ACT_GELU 2
+#define ACT_RELU 3
+#define ACT_SIGMOID 4
+
+__device__ __forceinline__ float activate(float x, int act) {
+    switch (act) {
+    case ACT_SILU:
+        return x / (1.0f + (float)exp(-(double)x));
+    case ACT_GELU_TANH: {
+        double xf = x;
+        return (float)(0.5 * xf * (1.0 + tanh(0.7978845608028654 * (xf + 0.044715 * xf * xf * xf))));
+    }
+    case ACT_GELU:
+        return (float)(0.5 * (double)x * (1.0 + erf((double)x / 1.4142135623730951)));
+    case ACT_SIGMOID:
+        return (float)(1.0 / (1.0 + exp(-(double)x)));
+    default:
+        return fmaxf(x, 0.0f);
+    }
 }

@@ -1,31 +1,5 @@
 // Elementwise operations, gathers and copies.
 
-// Activation codes, numbered as compute.Activation.
-#define ACT_SILU 0
-#define ACT_GELU_TANH 1
-#define ACT_GELU 2
-#define ACT_RELU 3
-#define ACT_SIGMOID 4
-
-__device__ __forceinline__ float activate(float x, int act) {
-    switch (act) {
-    case ACT_SILU:
-        return x / (1.0f + (float)exp(-(double)x));
-    case ACT_GELU_TANH: {
-        double xf = x;
-        return (float)(0.5 * xf * (1.0 + tanh(0.7978845608028654 * (xf + 0.044715 * xf * xf * xf))));
-    }
-    case ACT_GELU:
-        return (float)(0.5 * (double)x * (1.0 + erf((double)x / 1.4142135623730951)));
-    case ACT_SIGMOID:
-        return (float)(1.0 / (1.0 + exp(-(double)x)));
-    default:
-        return fmaxf(x, 0.0f);
-    }
-}
-
-#define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
-
 // embed gathers rows ids[r] of table (storage type dt) into dst; one block per row.
 extern "C" __global__ void embed(float* dst, const void* table, int dt, const int* ids, int cols) {
     i64 r = blockIdx.x;

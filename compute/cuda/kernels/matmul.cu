@@ -12,28 +12,6 @@
 #define GEMV_WARPS 4
 #define GEMV_UNROLL 8
 
-// unpack16 widens 16 bytes of storage type DT into V floats.
-template <int DT>
-__device__ __forceinline__ void unpack16(U4 u, float* f) {
-    u32 a[4] = {u.x, u.y, u.z, u.w};
-    if (DT == DT_F32) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) f[i] = __uint_as_float(a[i]);
-    } else if (DT == DT_BF16) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(a[i] << 16);
-            f[2 * i + 1] = __uint_as_float(a[i] & 0xffff0000u);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = h2f((u16)(a[i] & 0xffffu));
-            f[2 * i + 1] = h2f((u16)(a[i] >> 16));
-        }
-    }
-}
-
 template <int DT, int NR>
 __device__ __forceinline__ void gemv_t(float* dst, const float* x, const void* w, int m, int k) {
     const int V = DT == DT_F32 ? 4 : 8;
