@@ -36,7 +36,9 @@ func (s safetensorsSource) Lookup(name string) (Stored, bool) {
 // Loaded is a model with the files it reads from.
 type Loaded struct {
 	Model
-	Dir     string
+	Dir string
+	// Reads accounts what the model reads of its weights.
+	Reads   WeightReads
 	closers []func() error
 }
 
@@ -67,10 +69,10 @@ func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(cfg, safetensorsSource{st}, b)
+	m, reads, err := LoadReads(cfg, safetensorsSource{st}, b)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	return &Loaded{Model: m, Dir: dir, closers: []func() error{st.Close}}, nil
+	return &Loaded{Model: m, Dir: dir, Reads: reads, closers: []func() error{st.Close}}, nil
 }

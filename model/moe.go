@@ -148,6 +148,7 @@ func (l *loader) moe(p string, spec *moeSpec) *moeBlock {
 		ffn: compute.ExpertFFN{Act: spec.act, Limit: spec.limit, Alpha: spec.alpha},
 	}
 	e := p + spec.experts
+	from := l.logMark()
 	switch spec.layout {
 	case moePerExpert:
 		for i := range ne {
@@ -158,6 +159,7 @@ func (l *loader) moe(p string, spec *moeSpec) *moeBlock {
 	default:
 		l.err = fmt.Errorf("%s: unknown expert layout %d", e, spec.layout)
 	}
+	l.route(from, spec.topK, ne)
 	if spec.shared != "" {
 		m.ffn.Experts = append(m.ffn.Experts, l.mlp(p+spec.shared, hid, spec.sharedInter))
 		m.routing.Shared = 1
