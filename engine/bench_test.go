@@ -41,3 +41,46 @@ func BenchmarkDecodeStep(b *testing.B) {
 		step()
 	}
 }
+
+// benchDecodeSteps is BenchmarkDecodeStep on each named fixture of
+// ../shared/fixtures/archs: one greedy decode step per iteration, after a
+// warm-up through a whole context and a reset so that every buffer (KV
+// caches, recurrent state, routing scratch) has grown. The steady-state
+// step must not allocate.
+func benchDecodeSteps(b *testing.B, names []string) {
+	for _, name := range names {
+		b.Run(name, func(b *testing.B) {
+			m, err := Open(fixtures.Dir(b, "archs", name), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			s := m.NewSession(256)
+			sampler := NewSampler(SampleParams{})
+			logits, err := s.Append([]int32{1, 34, 22, 46})
+			if err != nil {
+				b.Fatal(err)
+			}
+			next := make([]int32, 1)
+			step := func() {
+				if s.Len() == s.Capacity() {
+					s.Reset()
+				}
+				next[0] = sampler.Sample(logits, s.Tokens())
+				if logits, err = s.Append(next); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range s.Capacity() + 1 {
+				step()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				step()
+			}
+			if n := testing.AllocsPerRun(100, step); n != 0 {
+				b.Errorf("%v allocations per decode step", n)
+			}
+		})
+	}
+}

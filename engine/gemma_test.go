@@ -109,6 +109,12 @@ func TestKVSharedPrefillShortcut(t *testing.T) {
 	}
 }
 
+// BenchmarkGemmaNextDecodeStep measures a decode step of each Gemma 3n and
+// Gemma 4 fixture: per-layer embeddings, KV-shared layers reading an
+// earlier layer's cache, and Gemma 4's experts. The steady-state step must
+// not allocate.
+func BenchmarkGemmaNextDecodeStep(b *testing.B) { benchDecodeSteps(b, gemmaNext) }
+
 // TestGemmaNextDecodeAllocs checks that a steady-state decode step of each
 // Gemma 3n and Gemma 4 fixture allocates nothing.
 func TestGemmaNextDecodeAllocs(t *testing.T) {

@@ -102,3 +102,9 @@ func TestHybridReuse(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkHybridDecodeStep measures a decode step of each hybrid fixture:
+// the delta-rule step of the linear-attention layers beside gated
+// attention (and the experts of qwen3_5_moe_text). The steady-state step
+// must not allocate.
+func BenchmarkHybridDecodeStep(b *testing.B) { benchDecodeSteps(b, hybridFixtures) }

@@ -132,43 +132,7 @@ func pick(cond bool, a, b int) int {
 	return b
 }
 
-// BenchmarkSSMDecodeStep measures one decode step (forward pass and greedy
-// sampling) of each recurrent fixture. The steady-state step must not
-// allocate.
-func BenchmarkSSMDecodeStep(b *testing.B) {
-	for _, name := range ssmFixtures {
-		b.Run(name, func(b *testing.B) {
-			dir := fixtures.Dir(b, "archs", name)
-			be := defaultBackend()
-			m, err := model.OpenDir(dir, be)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			s := NewSession(m, be, 256)
-			sampler := NewSampler(SampleParams{})
-			logits, err := s.Append([]int32{1, 5, 7, 9})
-			if err != nil {
-				b.Fatal(err)
-			}
-			next := make([]int32, 1)
-			step := func() {
-				if s.Len() == s.Capacity() {
-					s.Reset()
-				}
-				next[0] = sampler.Sample(logits, s.Tokens())
-				if logits, err = s.Append(next); err != nil {
-					b.Fatal(err)
-				}
-			}
-			// Warm up through a whole context and a reset.
-			for range s.Capacity() + 1 {
-				step()
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				step()
-			}
-		})
-	}
-}
+// BenchmarkSSMDecodeStep measures a decode step of each state-space
+// fixture: the recurrent SSM step and the short convolution's window. The
+// steady-state step must not allocate.
+func BenchmarkSSMDecodeStep(b *testing.B) { benchDecodeSteps(b, ssmFixtures) }
