@@ -109,6 +109,10 @@ func openGGUF(path string, b compute.Backend, opts Options) (*Model, error) {
 // Close releases the model's files.
 func (m *Model) Close() error { return m.loaded.Close() }
 
+// WeightReads accounts what the model reads of its weights per decoded
+// token.
+func (m *Model) WeightReads() model.WeightReads { return m.loaded.Reads }
+
 // DefaultContext bounds the context of a session when none is asked for, so
 // that models trained on 128k tokens don't reserve caches that large.
 const DefaultContext = 8192

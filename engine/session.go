@@ -59,6 +59,10 @@ func (s *Session) Tokens() []int32 { return s.tokens }
 // Capacity returns the maximum number of positions.
 func (s *Session) Capacity() int { return s.st.Capacity() }
 
+// Memory returns the bytes the model's per-sequence state holds: KV caches,
+// recurrent state and its checkpoints.
+func (s *Session) Memory() model.StateMemory { return s.st.Memory() }
+
 func (s *Session) inputs(n int) (ids, pos *compute.Tensor) {
 	if s.ids[n] == nil {
 		s.ids[n] = s.b.Alloc(compute.I32, n)

@@ -32,11 +32,11 @@ func OpenTiny(opts Options) (*Model, error) {
 	if err != nil {
 		return fail("model.safetensors", err)
 	}
-	net, err := model.Load(cfg, fileSource{st}, b)
+	net, reads, err := model.LoadReads(cfg, fileSource{st}, b)
 	if err != nil {
 		return fail("model.safetensors", err)
 	}
-	m := &Model{Name: tiny.Name, Net: net, Backend: b, loaded: &model.Loaded{Model: net}}
+	m := &Model{Name: tiny.Name, Net: net, Backend: b, loaded: &model.Loaded{Model: net, Reads: reads}}
 	special, err := tinySpecialTokens()
 	if err != nil {
 		return fail("tokenizer_config.json", err)

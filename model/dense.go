@@ -54,6 +54,9 @@ type denseState struct {
 
 func (s *denseState) Capacity() int { return s.ctx }
 
+// Memory implements State.
+func (s *denseState) Memory() StateMemory { return StateMemory{KV: cacheBytes(s.caches...)} }
+
 // CanRewind implements State. A ring of capacity c holds positions
 // [length-c, length); continuing at n needs positions (n-window, n), which
 // survive unless the ring wrapped past them.
@@ -270,13 +273,9 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 	}
 	hid, vocab, ff := cfg.HiddenSize, cfg.VocabSize, cfg.IntermediateSize
 	l := &loader{src: src, b: b}
-	m.embed = l.weight("model.embed_tokens.weight", vocab, hid)
+	m.embed = l.table("model.embed_tokens.weight", vocab, hid)
 	m.norm = l.vector("model.norm.weight", hid)
-	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
-		m.output = l.weight("lm_head.weight", vocab, hid)
-	} else {
-		m.output = m.embed
-	}
+	m.output = l.output(cfg.TieWordEmbeddings, "model.embed_tokens.weight", m.embed, vocab, hid)
 	ropes := map[string]*compute.Rope{}
 	var first *moeBlock // the first sparse layer's block
 	for i := range cfg.NumHiddenLayers {

@@ -102,13 +102,9 @@ func loadFalconH1(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		ssmOut: float32(cfg.SSMOutMultiplier),
 	}
 	l := &loader{src: src, b: b}
-	m.embed = l.weight("model.embed_tokens.weight", vocab, hid)
+	m.embed = l.table("model.embed_tokens.weight", vocab, hid)
 	m.norm = l.vector("model.final_layernorm.weight", hid)
-	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
-		m.output = l.weight("lm_head.weight", vocab, hid)
-	} else {
-		m.output = m.embed
-	}
+	m.output = l.output(cfg.TieWordEmbeddings, "model.embed_tokens.weight", m.embed, vocab, hid)
 	mup := mupVector(cfg)
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)

@@ -126,7 +126,7 @@ func loadGemma3n(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	b.Upload(m.plusOne, ones)
 
 	l := &loader{src: src, b: b}
-	m.embed = l.weight("model.embed_tokens.weight", cfg.VocabSize, hid)
+	m.embed = l.table("model.embed_tokens.weight", cfg.VocabSize, hid)
 	m.norm, m.output = loadOutput(l, cfg, m.embed)
 	m.ple = loadPerLayerEmbedding(l, cfg)
 	for j := range m.k - 1 {

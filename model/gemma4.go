@@ -96,7 +96,7 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	}
 	hid := cfg.HiddenSize
 	l := &loader{src: src, b: b}
-	m.embed = l.weight("model.embed_tokens.weight", cfg.VocabSize, hid)
+	m.embed = l.table("model.embed_tokens.weight", cfg.VocabSize, hid)
 	m.norm, m.output = loadOutput(l, cfg, m.embed)
 	d := cfg.HiddenSizePerLayerInput
 	if d > 0 {

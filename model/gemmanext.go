@@ -161,6 +161,11 @@ func newKVState(b compute.Backend, attns []*gemmaAttention, ctx int) *kvState {
 
 func (s *kvState) Capacity() int { return s.ctx }
 
+// Memory implements State.
+func (s *kvState) Memory() StateMemory {
+	return StateMemory{KV: cacheBytes(s.caches...) + cacheBytes(s.snaps...)}
+}
+
 // CanRewind implements State, as for the dense stack.
 func (s *kvState) CanRewind(n, length int) bool {
 	for _, c := range s.caches {
@@ -261,7 +266,7 @@ type perLayerEmbedding struct {
 func loadPerLayerEmbedding(l *loader, cfg *Config) *perLayerEmbedding {
 	d, n := cfg.HiddenSizePerLayerInput, cfg.NumHiddenLayers
 	return &perLayerEmbedding{
-		table:      l.weight("model.embed_tokens_per_layer.weight", cfg.VocabSizePerLayerInput, n*d),
+		table:      l.table("model.embed_tokens_per_layer.weight", cfg.VocabSizePerLayerInput, n*d),
 		proj:       l.weight("model.per_layer_model_projection.weight", n*d, cfg.HiddenSize),
 		norm:       l.vector("model.per_layer_projection_norm.weight", d),
 		d:          d,
@@ -309,11 +314,7 @@ func gemmaHead(b compute.Backend, s *scratch, x, norm, output, logits *compute.T
 // embedding when tied).
 func loadOutput(l *loader, cfg *Config, embed *compute.Tensor) (norm, output *compute.Tensor) {
 	norm = l.vector("model.norm.weight", cfg.HiddenSize)
-	output = embed
-	if !cfg.TieWordEmbeddings && l.has("lm_head.weight") {
-		output = l.weight("lm_head.weight", cfg.VocabSize, cfg.HiddenSize)
-	}
-	return norm, output
+	return norm, l.output(cfg.TieWordEmbeddings, "model.embed_tokens.weight", embed, cfg.VocabSize, cfg.HiddenSize)
 }
 
 // onesCache returns a function giving an all-ones F32 vector of each length,

@@ -275,11 +275,11 @@ func LoadGGUF(f *gguf.File, b compute.Backend, opts GGUFOptions) (*Loaded, error
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(g.Config, g, b)
+	m, reads, err := LoadReads(g.Config, g, b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Name, err)
 	}
-	return &Loaded{Model: m, Dir: f.Name, closers: []func() error{f.Close}}, nil
+	return &Loaded{Model: m, Dir: f.Name, Reads: reads, closers: []func() error{f.Close}}, nil
 }
 
 // GGUF is a GGUF file read as a model: its configuration and its tensors

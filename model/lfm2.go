@@ -86,14 +86,10 @@ func loadLFM2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		}
 	}
 	l := &loader{src: src, b: b}
-	m.embed = l.weight("model.embed_tokens.weight", vocab, hid)
+	m.embed = l.table("model.embed_tokens.weight", vocab, hid)
 	// The reference calls the final norm embedding_norm.
 	m.norm = l.vector("model.embedding_norm.weight", hid)
-	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
-		m.output = l.weight("lm_head.weight", vocab, hid)
-	} else {
-		m.output = m.embed
-	}
+	m.output = l.output(cfg.TieWordEmbeddings, "model.embed_tokens.weight", m.embed, vocab, hid)
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		ly := lfm2Layer{

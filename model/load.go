@@ -37,7 +37,9 @@ func (s safetensorsSource) Lookup(name string) (Stored, bool) {
 // Loaded is a model with the files it reads from.
 type Loaded struct {
 	Model
-	Dir     string
+	Dir string
+	// Reads accounts what the model reads of its weights.
+	Reads   WeightReads
 	closers []func() error
 }
 
@@ -70,12 +72,12 @@ func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := Load(cfg, src, b)
+	m, reads, err := LoadReads(cfg, src, b)
 	if err != nil {
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	return &Loaded{Model: m, Dir: dir, closers: []func() error{src.Close}}, nil
+	return &Loaded{Model: m, Dir: dir, Reads: reads, closers: []func() error{src.Close}}, nil
 }
 
 // DirSource is the tensors of a model directory as the architecture

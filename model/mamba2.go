@@ -246,13 +246,9 @@ func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	m := &mamba2{cfg: cfg, b: b, eps: float32(eps)}
 	hid, vocab := cfg.HiddenSize, cfg.VocabSize
 	l := &loader{src: src, b: b}
-	m.embed = l.weight("backbone.embeddings.weight", vocab, hid)
+	m.embed = l.table("backbone.embeddings.weight", vocab, hid)
 	m.norm = l.vector("backbone.norm_f.weight", hid)
-	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
-		m.output = l.weight("lm_head.weight", vocab, hid)
-	} else {
-		m.output = m.embed
-	}
+	m.output = l.output(cfg.TieWordEmbeddings, "backbone.embeddings.weight", m.embed, vocab, hid)
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("backbone.layers.%d.", i)
 		ly := mamba2Layer{norm: l.vector(p+"norm.weight", hid)}

@@ -52,6 +52,51 @@ type State interface {
 	// always can; a sliding-window ring cannot once newer positions have
 	// overwritten ones the continuation would attend to.
 	CanRewind(n, length int) bool
+	// Memory returns the bytes the state holds on its backend.
+	Memory() StateMemory
+}
+
+// StateMemory is the memory a State holds, in bytes, not counting scratch
+// buffers for activations.
+type StateMemory struct {
+	// KV is the key and value caches (sliding-window rings at their
+	// window, and their snapshots where a KV-shared layer reads them).
+	KV int64
+	// Recurrent is the recurrent tensors: delta-rule and SSM states,
+	// short-convolution windows.
+	Recurrent int64
+	// Checkpoints is the copies of the recurrent tensors kept to restore a
+	// shorter prefix (see Recurrent), those in use and those kept for
+	// reuse.
+	Checkpoints int64
+}
+
+// Total returns the sum of the parts.
+func (m StateMemory) Total() int64 { return m.KV + m.Recurrent + m.Checkpoints }
+
+// tensorBytes returns the size of the tensors, nil ones counting 0.
+func tensorBytes(ts ...*compute.Tensor) int64 {
+	var n int64
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		if rb, err := t.DType.RowBytes(t.Cols()); err == nil {
+			n += int64(rb) * int64(t.Rows())
+		}
+	}
+	return n
+}
+
+// cacheBytes returns the size of the caches, nil ones counting 0.
+func cacheBytes(cs ...*compute.KVCache) int64 {
+	var n int64
+	for _, c := range cs {
+		if c != nil {
+			n += tensorBytes(c.K, c.V)
+		}
+	}
+	return n
 }
 
 // Recurrent is implemented by states with recurrent parts (a delta-rule or
@@ -91,11 +136,23 @@ func Supported() []string {
 
 // Load builds the model that cfg describes.
 func Load(cfg *Config, src Source, b compute.Backend) (Model, error) {
+	m, _, err := LoadReads(cfg, src, b)
+	return m, err
+}
+
+// LoadReads is Load that also accounts what the model reads of its weights
+// per decoded token.
+func LoadReads(cfg *Config, src Source, b compute.Backend) (Model, WeightReads, error) {
 	load, ok := registry[cfg.ModelType]
 	if !ok {
-		return nil, fmt.Errorf("unsupported model_type %q (supported: %s)", cfg.ModelType, strings.Join(Supported(), ", "))
+		return nil, WeightReads{}, fmt.Errorf("unsupported model_type %q (supported: %s)", cfg.ModelType, strings.Join(Supported(), ", "))
 	}
-	return load(cfg, src, b)
+	log := newReadLog(src)
+	m, err := load(cfg, log, b)
+	if err != nil {
+		return nil, WeightReads{}, err
+	}
+	return m, log.reads(), nil
 }
 
 // loader fetches named tensors onto a backend, checking their shapes.
@@ -135,9 +192,14 @@ func (l *loader) optional(name string, shape ...int) *compute.Tensor {
 	return l.weight(name, shape...)
 }
 
-// has reports whether the file holds a tensor.
+// has reports whether the file holds a tensor. Asking does not count as
+// loading it (see readLog).
 func (l *loader) has(name string) bool {
-	_, ok := l.src.Lookup(name)
+	src := l.src
+	if r := l.log(); r != nil {
+		src = r.src
+	}
+	_, ok := src.Lookup(name)
 	return ok
 }
 

@@ -158,6 +158,7 @@ func (l *loader) moe(p string, spec *moeSpec) *moeBlock {
 		ffn: compute.ExpertFFN{Act: spec.act, Limit: spec.limit, Alpha: spec.alpha},
 	}
 	e := p + spec.experts
+	from := l.logMark()
 	layout := spec.layout
 	if l.has(e + ".gate_proj.weight") {
 		// GGUF files store every family's experts stacked per projection.
@@ -175,6 +176,7 @@ func (l *loader) moe(p string, spec *moeSpec) *moeBlock {
 	default:
 		l.err = fmt.Errorf("%s: unknown expert layout %d", e, spec.layout)
 	}
+	l.route(from, spec.topK, ne)
 	if spec.shared != "" {
 		m.ffn.Experts = append(m.ffn.Experts, l.mlp(p+spec.shared, hid, spec.sharedInter))
 		m.routing.Shared = 1

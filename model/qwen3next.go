@@ -255,13 +255,9 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 	if l.has("model.language_model.embed_tokens.weight") {
 		root = "model.language_model."
 	}
-	m.embed = l.weight(root+"embed_tokens.weight", vocab, hid)
+	m.embed = l.table(root+"embed_tokens.weight", vocab, hid)
 	m.norm = l.vector(root+"norm.weight", hid)
-	if l.has("lm_head.weight") && !cfg.TieWordEmbeddings {
-		m.output = l.weight("lm_head.weight", vocab, hid)
-	} else {
-		m.output = m.embed
-	}
+	m.output = l.output(cfg.TieWordEmbeddings, root+"embed_tokens.weight", m.embed, vocab, hid)
 	var rope *compute.Rope
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("%slayers.%d.", root, i)

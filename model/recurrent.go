@@ -53,6 +53,19 @@ func (s *recurrentState[S]) recurrent(shape ...int) *compute.Tensor {
 // Capacity implements State.
 func (s *recurrentState[S]) Capacity() int { return s.ctx }
 
+// Memory implements State.
+func (s *recurrentState[S]) Memory() StateMemory {
+	m := StateMemory{KV: cacheBytes(s.caches...), Recurrent: tensorBytes(s.rec...)}
+	for _, c := range s.saved {
+		m.Checkpoints += tensorBytes(c.rec...)
+	}
+	for _, rec := range s.spare {
+		m.Checkpoints += tensorBytes(rec...)
+	}
+	m.Checkpoints += tensorBytes(s.zero...)
+	return m
+}
+
 // CanRewind implements State: a state with recurrent tensors can only
 // stay where it is (rewinding goes through Restore); one without can
 // rewind anywhere.

@@ -52,6 +52,13 @@ type Geometry struct {
 	// 1 + w (so its weights are stored as zeros).
 	Linear *LinearAttention
 
+	// MoE, when set, replaces every layer's MLP by a mixture of experts
+	// of this shape; OutputBias adds a bias to the attention output
+	// projection and Sinks a learned sink logit per head (gpt-oss).
+	MoE        *MoE
+	OutputBias bool
+	Sinks      bool
+
 	// BOS, EOS and Pad are the special token ids of config.json; -1 or nil
 	// when the model has none.
 	BOS, Pad int
@@ -71,17 +78,31 @@ type LinearAttention struct {
 	ConvKernel           int
 }
 
+// MoE is the shape of mixture-of-experts layers: Experts experts of width
+// Inter, TopK of which each token runs.
+type MoE struct {
+	Experts, TopK, Inter int
+	// Stacked selects gpt-oss's layout: a router mlp.router with a bias,
+	// and each projection of all experts in one tensor, stored
+	// input-major with gate and up columns interleaved, with biases.
+	// Otherwise Qwen 3 MoE's: a router mlp.gate and one tensor per expert
+	// and projection (mlp.experts.E.gate_proj.weight …).
+	Stacked bool
+}
+
 // likes builds the geometries by name. Each returns a fresh value, so
 // callers may modify what Like returns.
 var likes = map[string]func() *Geometry{
-	"tiny":         tiny,
-	"llama-3.2-1b": llama32_1b,
-	"llama-3.1-8b": llama31_8b,
-	"qwen2.5-0.5b": qwen25_05b,
-	"qwen3-8b":     qwen3_8b,
-	"gemma-3-1b":   gemma3_1b,
-	"gemma-4-e2b":  gemma4_e2b,
-	"qwen3.5-0.8b": qwen35_08b,
+	"tiny":          tiny,
+	"llama-3.2-1b":  llama32_1b,
+	"llama-3.1-8b":  llama31_8b,
+	"qwen2.5-0.5b":  qwen25_05b,
+	"qwen3-8b":      qwen3_8b,
+	"gemma-3-1b":    gemma3_1b,
+	"gemma-4-e2b":   gemma4_e2b,
+	"qwen3.5-0.8b":  qwen35_08b,
+	"qwen3-30b-a3b": qwen3_30b_a3b,
+	"gpt-oss-20b":   gptOss20b,
 }
 
 // Likes returns the names Like accepts, sorted.
@@ -280,6 +301,61 @@ func qwen35_08b() *Geometry {
 	}
 }
 
+// qwen3_30b_a3b is Qwen3-30B-A3B: Qwen 3's attention, and on every layer
+// 128 experts of width 768, of which a token runs 8.
+func qwen3_30b_a3b() *Geometry {
+	const layers = 48
+	return &Geometry{
+		Name: "qwen3-30b-a3b", ModelType: "qwen3_moe", Architecture: "Qwen3MoeForCausalLM",
+		VocabSize: 151936, HiddenSize: 2048, IntermediateSize: 6144, Layers: layers,
+		Heads: 32, KVHeads: 4, HeadDim: 128, MaxPositions: 40960,
+		RMSNormEps: 1e-6, HiddenAct: "silu", Tied: false, QKNorm: true,
+		MoE: &MoE{Experts: 128, TopK: 8, Inter: 768},
+		BOS: 151643, EOS: []int{151645}, Pad: -1,
+		Extra: map[string]any{
+			"attention_bias": false, "decoder_sparse_step": 1, "mlp_only_layers": []int{},
+			"norm_topk_prob": true, "output_router_logits": false, "router_aux_loss_coef": 0.001,
+			"use_sliding_window": false, "sliding_window": nil, "max_window_layers": layers,
+			"rope_parameters": defaultRope(1e6),
+		},
+		Generation: map[string]any{"do_sample": true, "temperature": 0.6, "top_k": 20, "top_p": 0.95},
+	}
+}
+
+// gptOss20b is gpt-oss-20b with its experts in bf16 (the published
+// checkpoint stores them in MXFP4): layers alternating between a window of
+// 128 and full attention, attention sinks, and 32 experts of which a token
+// runs 4.
+func gptOss20b() *Geometry {
+	const layers = 24
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "sliding_attention"
+		if i%2 == 1 {
+			types[i] = "full_attention"
+		}
+	}
+	return &Geometry{
+		Name: "gpt-oss-20b", ModelType: "gpt_oss", Architecture: "GptOssForCausalLM",
+		VocabSize: 201088, HiddenSize: 2880, IntermediateSize: 2880, Layers: layers,
+		Heads: 64, KVHeads: 8, HeadDim: 64, MaxPositions: 131072,
+		RMSNormEps: 1e-5, HiddenAct: "silu", Tied: false,
+		AttentionBias: true, OutputBias: true, Sinks: true,
+		MoE: &MoE{Experts: 32, TopK: 4, Inter: 2880, Stacked: true},
+		BOS: 199998, EOS: []int{200002, 199999, 200012}, Pad: 199999,
+		Extra: map[string]any{
+			"attention_bias": true, "layer_types": types, "sliding_window": 128,
+			"swiglu_limit": 7.0, "initial_context_length": 4096,
+			"output_router_logits": false, "router_aux_loss_coef": 0.9,
+			"rope_parameters": map[string]any{
+				"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+				"beta_fast": 32.0, "beta_slow": 1.0, "original_max_position_embeddings": 4096, "truncate": false,
+			},
+		},
+		Generation: map[string]any{"do_sample": true},
+	}
+}
+
 // tiny is a few-megabyte Qwen 3-style model over the built-in tokenizer,
 // for end-to-end tests of serving, templates and benchmarking.
 func tiny() *Geometry {
@@ -371,10 +447,20 @@ func (g *Geometry) Tensors() []TensorSpec {
 			add("self_attn.k_norm.weight", norm, hd)
 		}
 		add("self_attn.o_proj.weight", Normal, hid, q)
+		if g.OutputBias {
+			add("self_attn.o_proj.bias", Normal, hid)
+		}
+		if g.Sinks {
+			add("self_attn.sinks", Normal, g.Heads)
+		}
 		add("post_attention_layernorm.weight", norm, hid)
 		if g.Gemma {
 			add("pre_feedforward_layernorm.weight", norm, hid)
 			add("post_feedforward_layernorm.weight", norm, hid)
+		}
+		if g.MoE != nil {
+			g.MoE.tensors(add, hid)
+			continue
 		}
 		add("mlp.gate_proj.weight", Normal, ff, hid)
 		add("mlp.up_proj.weight", Normal, ff, hid)
@@ -466,6 +552,81 @@ func (l *LinearAttention) tensors(add func(name string, init Init, shape ...int)
 	add("linear_attn.out_proj.weight", Normal, hid, v)
 }
 
+// tensors adds the tensors of a mixture-of-experts layer.
+func (m *MoE) tensors(add func(name string, init Init, shape ...int), hid int) {
+	e, ff := m.Experts, m.Inter
+	if m.Stacked {
+		add("mlp.router.weight", Normal, e, hid)
+		add("mlp.router.bias", Normal, e)
+		add("mlp.experts.gate_up_proj", Normal, e, hid, 2*ff)
+		add("mlp.experts.gate_up_proj_bias", Normal, e, 2*ff)
+		add("mlp.experts.down_proj", Normal, e, ff, hid)
+		add("mlp.experts.down_proj_bias", Normal, e, hid)
+		return
+	}
+	add("mlp.gate.weight", Normal, e, hid)
+	for i := range e {
+		p := fmt.Sprintf("mlp.experts.%d.", i)
+		add(p+"gate_proj.weight", Normal, ff, hid)
+		add(p+"up_proj.weight", Normal, ff, hid)
+		add(p+"down_proj.weight", Normal, hid, ff)
+	}
+}
+
+// params returns the parameters of one layer's routed experts.
+func (m *MoE) params(hid int) int64 {
+	n := 3 * int64(m.Inter) * int64(hid)
+	if m.Stacked {
+		n += 2*int64(m.Inter) + int64(hid) // the biases
+	}
+	return int64(m.Experts) * n
+}
+
+// ActiveParams returns the parameters one decoded token reads: all of
+// them, except that of the token embedding (and Gemma's per-layer
+// embeddings) only the token's row counts, and of each layer's experts
+// only the TopK a token is routed to. A tied output projection counts the
+// embedding table in full.
+func (g *Geometry) ActiveParams() int64 {
+	n := g.Params() - int64(g.VocabSize-1)*int64(g.HiddenSize)
+	if g.Tied {
+		n += int64(g.VocabSize) * int64(g.HiddenSize)
+	}
+	if g.PerLayerInput > 0 {
+		n -= int64(g.VocabSize-1) * int64(g.Layers*g.PerLayerInput)
+	}
+	if m := g.MoE; m != nil {
+		n -= int64(g.Layers) * m.params(g.HiddenSize) / int64(m.Experts) * int64(m.Experts-m.TopK)
+	}
+	return n
+}
+
+// DecodeBytes returns the bytes of weights that one decode step reads
+// (ActiveParams) with the weights stored as d.
+func (g *Geometry) DecodeBytes(d DType) int64 { return g.ActiveParams() * int64(d.Size()) }
+
+// CutLayers keeps the first n layers of the geometry (the rest of its shape
+// unchanged), for benchmarks of models too large to write whole. Layers
+// that share the keys and values of earlier ones cannot be cut.
+func (g *Geometry) CutLayers(n int) error {
+	switch {
+	case n <= 0 || n > g.Layers:
+		return fmt.Errorf("cannot cut %s to %d layers: it has %d", g.Name, n, g.Layers)
+	case n == g.Layers:
+		return nil
+	case g.KVSharedLayers > 0:
+		return fmt.Errorf("cannot cut %s to fewer layers: its last %d layers share the KV caches of earlier ones", g.Name, g.KVSharedLayers)
+	}
+	g.Layers = n
+	if types, ok := g.Extra["layer_types"].([]string); ok {
+		g.Extra["layer_types"] = types[:n]
+	}
+	if w, ok := g.Extra["max_window_layers"].(int); ok {
+		g.Extra["max_window_layers"] = min(w, n)
+	}
+	return nil
+}
+
 // Params returns the number of parameters (a tied output projection counted
 // once).
 func (g *Geometry) Params() int64 {
@@ -539,6 +700,18 @@ func (g *Geometry) Config(d DType) ([]byte, error) {
 		c["global_head_dim"] = g.GlobalHeadDim
 		c["num_kv_shared_layers"] = g.KVSharedLayers
 		c["use_double_wide_mlp"] = g.DoubleWideMLP
+	}
+	if m := g.MoE; m != nil {
+		if m.Stacked && m.Inter != g.IntermediateSize {
+			return nil, fmt.Errorf("%s: stacked experts of width %d, but intermediate_size %d gives their width", g.Name, m.Inter, g.IntermediateSize)
+		}
+		c["num_experts_per_tok"] = m.TopK
+		if m.Stacked {
+			c["num_local_experts"] = m.Experts
+		} else {
+			c["num_experts"] = m.Experts
+			c["moe_intermediate_size"] = m.Inter
+		}
 	}
 	if l := g.Linear; l != nil {
 		c["linear_num_key_heads"] = l.KeyHeads

@@ -37,6 +37,9 @@ type Options struct {
 	// Empty: the built-in tokenizer.
 	Tokenizer string
 	Seed      uint64
+	// Layers, when positive, keeps only the first Layers layers of the
+	// geometry (see Geometry.CutLayers).
+	Layers int
 }
 
 // Result describes a written model.
@@ -63,6 +66,11 @@ func Write(dir string, opts Options) (*Result, error) {
 	g, err := Like(opts.Like)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Layers > 0 {
+		if err := g.CutLayers(opts.Layers); err != nil {
+			return nil, err
+		}
 	}
 	return WriteGeometry(dir, g, opts)
 }

@@ -42,6 +42,10 @@ func TestSynthLikeGeometry(t *testing.T) {
 		// vision encoder): embeddings 248320×1024, 18 DeltaNet layers of
 		// 21,555,360 and 6 attention layers of 18,352,640 parameters.
 		{"qwen3.5-0.8b", 0.7524e9, "qwen3_5_text", "default", 0},
+		// Qwen3-30B-A3B: 30.5B parameters. gpt-oss-20b: 20.9B (the model
+		// card's 21B).
+		{"qwen3-30b-a3b", 30.53e9, "qwen3_moe", "default", 0},
+		{"gpt-oss-20b", 20.91e9, "gpt_oss", "yarn", 12},
 		{"tiny", 3.3e6, "qwen3", "default", 0},
 	}
 	if got, want := len(tests), len(Likes()); got != want {
@@ -73,6 +77,10 @@ func TestSynthLikeGeometry(t *testing.T) {
 				c.NumKeyValueHeads != g.KVHeads || c.HeadDim != g.HeadDim || c.VocabSize != g.VocabSize ||
 				c.TieWordEmbeddings != g.Tied || c.MaxPositionEmbeddings != g.MaxPositions || c.RMSNormEps != g.RMSNormEps {
 				t.Errorf("config parses to %v, tied %v, ctx %d, eps %g; geometry %+v", c, c.TieWordEmbeddings, c.MaxPositionEmbeddings, c.RMSNormEps, g)
+			}
+			if m := g.MoE; m != nil && (c.NumExperts != m.Experts || c.NumExpertsPerTok != m.TopK ||
+				!m.Stacked && c.MoEIntermediateSize != m.Inter || !c.SparseLayer(0) || !c.SparseLayer(g.Layers-1)) {
+				t.Errorf("config parses to %d experts, top %d, width %d; geometry %+v", c.NumExperts, c.NumExpertsPerTok, c.MoEIntermediateSize, *m)
 			}
 			if got := c.Rope(model.FullAttention).Type; got != tt.rope {
 				t.Errorf("rope type %q, want %q", got, tt.rope)
@@ -458,40 +466,6 @@ func TestSynthDirChecks(t *testing.T) {
 	}
 }
 
-func TestSynthDecodeBytes(t *testing.T) {
-	emb := StoredTensor{Name: "model.embed_tokens.weight", Shape: []int{1000, 64}, Bytes: 128000}
-	w := StoredTensor{Name: "model.layers.0.mlp.up_proj.weight", Shape: []int{256, 64}, Bytes: 32768}
-	head := StoredTensor{Name: "lm_head.weight", Shape: []int{1000, 64}, Bytes: 128000}
-	ple := StoredTensor{Name: "model.embed_tokens_per_layer.weight", Shape: []int{1000, 320}, Bytes: 640000}
-	gguf := StoredTensor{Name: "token_embd.weight", Shape: []int{1000, 64}, Bytes: 36000}
-	tests := []struct {
-		name    string
-		tensors []StoredTensor
-		tied    bool
-		want    int64
-	}{
-		{"untied", []StoredTensor{emb, w, head}, false, 128 + 32768 + 128000},
-		{"tied", []StoredTensor{emb, w}, true, 128 + 32768 + 128000},
-		{"per-layer embeddings", []StoredTensor{emb, ple, w}, true, 128 + 640 + 32768 + 128000},
-		{"gguf quantized tied", []StoredTensor{gguf, w}, true, 36 + 32768 + 36000},
-		{"no shape", []StoredTensor{{Name: "model.embed_tokens.weight", Bytes: 10}}, false, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := DecodeBytes(tt.tensors, tt.tied); got != tt.want {
-				t.Errorf("DecodeBytes = %d, want %d", got, tt.want)
-			}
-		})
-	}
-	// A 1B model in bf16 reads about its size per token.
-	g, _ := Like("llama-3.2-1b")
-	d, _ := ParseDType("bf16")
-	got := DecodeBytes(g.Stored(d), g.Tied)
-	if want := g.Bytes(d); got != want+int64(2*g.HiddenSize) {
-		t.Errorf("llama-3.2-1b reads %d bytes per token, want %d", got, want+int64(2*g.HiddenSize))
-	}
-}
-
 func BenchmarkSynthWeights(b *testing.B) {
 	g, _ := Like("qwen2.5-0.5b")
 	g.Layers = 2
@@ -579,5 +553,152 @@ func TestSynthHybridLoads(t *testing.T) {
 	}
 	if slices.Min(logits) == slices.Max(logits) {
 		t.Errorf("all logits equal %v", logits[0])
+	}
+}
+
+// TestSynthMoEActive checks the mixtures of experts' active parameters
+// against the published figures.
+func TestSynthMoEActive(t *testing.T) {
+	tests := []struct {
+		like   string
+		active float64
+		embed  bool // the published figure counts the input embedding table
+	}{
+		// "3.3B activated", counting the embedding table in full.
+		{"qwen3-30b-a3b", 3.35e9, true},
+		// "3.6B active parameters", the input embedding left out.
+		{"gpt-oss-20b", 3.61e9, false},
+	}
+	for _, tt := range tests {
+		g, _ := Like(tt.like)
+		got := float64(g.ActiveParams())
+		if tt.embed {
+			got += float64(g.VocabSize-1) * float64(g.HiddenSize)
+		}
+		if math.Abs(got-tt.active)/tt.active > 0.01 {
+			t.Errorf("%s: %.4g active parameters, want %.4g ± 1%%", tt.like, got, tt.active)
+		}
+	}
+}
+
+// TestSynthLoadsAndReads writes a shrunken copy of each geometry with
+// mechanisms of its own, loads it, checks what the loader accounts as read
+// per decoded token against the geometry, and runs a prompt in chunks and
+// a decode step.
+func TestSynthLoadsAndReads(t *testing.T) {
+	tests := []struct {
+		like   string
+		shrink func(g *Geometry)
+	}{
+		{"tiny", func(g *Geometry) {}},
+		{"qwen3-30b-a3b", func(g *Geometry) {
+			g.CutLayers(3)
+			g.VocabSize, g.HiddenSize, g.IntermediateSize = 300, 64, 96
+			g.Heads, g.KVHeads, g.HeadDim = 4, 2, 16
+			g.MoE = &MoE{Experts: 8, TopK: 2, Inter: 32}
+		}},
+		{"gpt-oss-20b", func(g *Geometry) {
+			g.CutLayers(4)
+			g.VocabSize, g.HiddenSize, g.IntermediateSize = 300, 64, 32
+			g.Heads, g.KVHeads, g.HeadDim = 4, 2, 16
+			g.MoE = &MoE{Experts: 4, TopK: 2, Inter: 32, Stacked: true}
+			g.Extra["sliding_window"] = 4
+		}},
+		{"gemma-4-e2b", func(g *Geometry) {
+			g.VocabSize, g.HiddenSize, g.IntermediateSize = 320, 32, 48
+			g.Heads, g.HeadDim, g.GlobalHeadDim, g.PerLayerInput = 2, 8, 16, 4
+		}},
+		{"qwen3.5-0.8b", func(g *Geometry) {
+			g.CutLayers(4)
+			g.VocabSize, g.HiddenSize, g.IntermediateSize = 300, 64, 96
+			g.Heads, g.KVHeads, g.HeadDim = 2, 1, 32
+			g.Linear = &LinearAttention{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8, ConvKernel: 4}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.like, func(t *testing.T) {
+			g, err := Like(tt.like)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.shrink(g)
+			dir := t.TempDir()
+			res, err := WriteGeometry(dir, g, Options{DType: "bf16", Seed: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := cpu.New(1)
+			m, err := model.OpenDir(dir, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			r := m.Reads
+			if r.Bytes != g.Bytes(res.DType) {
+				t.Errorf("loaded %d bytes of weights, the file holds %d", r.Bytes, g.Bytes(res.DType))
+			}
+			if want := g.DecodeBytes(res.DType); r.PerToken != want {
+				t.Errorf("reads %d bytes per token, want %d", r.PerToken, want)
+			}
+			if e := g.MoE; e != nil {
+				size := int64(res.DType.Size())
+				experts := int64(g.Layers) * e.params(g.HiddenSize) * size
+				// Untied: all weights but the embedding rows not looked
+				// up and the experts not routed to.
+				want := r.Bytes - int64(g.VocabSize-1)*int64(g.HiddenSize)*size - experts*int64(e.Experts-e.TopK)/int64(e.Experts)
+				if r.Experts != experts || r.PerToken != want {
+					t.Errorf("experts %d bytes, per token %d; want %d and %d", r.Experts, r.PerToken, experts, want)
+				}
+			} else if r.Experts != 0 || r.ActiveExperts != 0 {
+				t.Errorf("a model without experts reads %d of %d expert bytes", r.ActiveExperts, r.Experts)
+			}
+			s := engine.NewSession(m, b, 32)
+			s.SetChunk(5)
+			logits, err := s.Append([]int32{5, 9, 2, 40, 41, 7, 8, 90, 3, 3, 1, 60})
+			if err == nil {
+				logits, err = s.Append([]int32{17})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range logits {
+				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+					t.Fatalf("logit %d is %v", i, v)
+				}
+			}
+			if slices.Min(logits) == slices.Max(logits) {
+				t.Errorf("all logits equal %v", logits[0])
+			}
+		})
+	}
+}
+
+// TestSynthCutLayers checks that a geometry cut to fewer layers keeps its
+// layer types in step, and that the cuts that cannot work are refused.
+func TestSynthCutLayers(t *testing.T) {
+	g, _ := Like("gpt-oss-20b")
+	if err := g.CutLayers(3); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := ParseDType("bf16")
+	data, err := g.Config(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := model.ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumHiddenLayers != 3 || len(c.LayerTypes) != 3 || c.LayerType(1) != model.FullAttention {
+		t.Errorf("cut to 3 layers: %d layers, types %v", c.NumHiddenLayers, c.LayerTypes)
+	}
+	for _, tt := range []struct {
+		like string
+		n    int
+	}{{"gpt-oss-20b", 0}, {"gpt-oss-20b", 25}, {"gemma-4-e2b", 10}} {
+		g, _ := Like(tt.like)
+		if err := g.CutLayers(tt.n); err == nil {
+			t.Errorf("%s cut to %d layers: no error", tt.like, tt.n)
+		}
 	}
 }

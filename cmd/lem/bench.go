@@ -23,7 +23,6 @@ import (
 	"lem/internal/mmap"
 	"lem/model"
 	"lem/safetensors"
-	"lem/synth"
 )
 
 // benchReport is what bench --json prints; a stable contract.
@@ -35,20 +34,31 @@ type benchReport struct {
 	Params    int64  `json:"params"`
 	Backend   string `json:"backend"`
 	Threads   int    `json:"threads"`
-	// WeightBytesPerToken is what one decode step reads (see
-	// synth.DecodeBytes).
+	// WeightBytesPerToken is what one decode step reads of the weights, as
+	// the loaded model accounts it (see model.WeightReads): every weight
+	// the model loaded, one row of each embedding table, and of a mixture
+	// of experts the router, the shared experts and the top k routed ones.
 	WeightBytesPerToken int64 `json:"weight_bytes_per_token"`
+	// ExpertBytes is the size of the routed experts, ActiveExpertBytes the
+	// part of them a token reads (0 without experts).
+	ExpertBytes       int64 `json:"expert_bytes,omitempty"`
+	ActiveExpertBytes int64 `json:"active_expert_bytes,omitempty"`
 	// MemBandwidthGBs is the machine's streaming-read bandwidth with the
 	// same thread count, in 10^9 bytes per second; MemBufferBytes the size
 	// of the buffer read.
 	MemBandwidthGBs float64 `json:"mem_bandwidth_gbs"`
 	MemBufferBytes  int64   `json:"mem_buffer_bytes"`
 	// PeakRSSBytes is the process's peak resident set while the tests ran
-	// (before the bandwidth measurement); KVBytes the largest session's KV
-	// cache.
-	PeakRSSBytes int64       `json:"peak_rss_bytes"`
-	KVBytes      int64       `json:"kv_bytes"`
-	Tests        []benchTest `json:"tests"`
+	// (before the bandwidth measurement). KVBytes, StateBytes and
+	// CheckpointBytes are the per-sequence state of the largest session:
+	// its KV caches, its recurrent state (delta-rule and SSM states,
+	// convolution windows) and the checkpoints of that state kept for
+	// prefix reuse.
+	PeakRSSBytes    int64       `json:"peak_rss_bytes"`
+	KVBytes         int64       `json:"kv_bytes"`
+	StateBytes      int64       `json:"state_bytes"`
+	CheckpointBytes int64       `json:"checkpoint_bytes"`
+	Tests           []benchTest `json:"tests"`
 }
 
 // benchTest is one row of the table: prefill of NPrompt tokens (ppN) or
@@ -86,12 +96,18 @@ of -p random prompt tokens in a fresh session (ppN) and the greedy decode of
 second as mean ± standard deviation over the repetitions. A warm-up run
 precedes them.
 
-Decode reads every weight once per token, so its speed is also given as the
+Decode reads the weights once per token, so its speed is also given as the
 weight bandwidth it achieves (bytes of weights read per token × tokens per
-second; the embedding table counts one row, the output projection all of it)
-and as a percentage of the machine's memory bandwidth, measured in the same
-run by streaming reads of a buffer much larger than the caches with the same
-number of threads.`,
+second) and as a percentage of the machine's memory bandwidth, measured in
+the same run by streaming reads of a buffer much larger than the caches with
+the same number of threads. The bytes per token are what the loaded model
+reads: embedding tables (the token's, Gemma's per-layer ones) count one row,
+the output projection all of it, and a mixture-of-experts layer its router,
+its shared experts and the k routed experts a token runs, not all of them.
+
+The memory line compares the peak resident set with the weights plus the
+largest session's state: KV caches, and for hybrid and state-space models
+the recurrent state and the checkpoints of it kept for prefix reuse.`,
 		Example: `  lem bench /tmp/qwen05b -p 512 -n 128 -r 3
   lem bench model-dir --threads 8 --json`,
 		Args: cobra.ExactArgs(1),
@@ -152,16 +168,15 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	if n := max(o.prompt, o.gen+1); n > m.ContextLength() {
 		return nil, fmt.Errorf("%d positions exceed the model's context of %d", n, m.ContextLength())
 	}
-	hasHead := slices.ContainsFunc(stored, func(t synth.StoredTensor) bool {
-		return t.Name == "lm_head.weight" || t.Name == "output.weight"
-	})
 	rep.ModelType = cfg.ModelType
 	for _, t := range stored {
-		rep.SizeBytes += t.Bytes
-		rep.Params += elements(t.Shape)
+		rep.SizeBytes += t.bytes
+		rep.Params += elements(t.shape)
 	}
 	rep.Label = fmt.Sprintf("%s %s %s", cfg.ModelType, humanCount(rep.Params), dtype)
-	rep.WeightBytesPerToken = synth.DecodeBytes(stored, cfg.TieWordEmbeddings || !hasHead)
+	reads := m.WeightReads()
+	rep.WeightBytesPerToken = reads.PerToken
+	rep.ExpertBytes, rep.ActiveExpertBytes = reads.Experts, reads.ActiveExperts
 
 	rep.MemBufferBytes = int64(o.memMiB) << 20
 	logf := func(format string, args ...any) {
@@ -170,11 +185,12 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 	}
 	logf("bench: %s, %s of weights\n", rep.Label, humanBytes(rep.SizeBytes))
-	kvDim := 0
-	for i := range cfg.NumHiddenLayers {
-		kvDim += 2 * cfg.KVHeadsFor(i) * cfg.HeadDimFor(i)
+	// state notes the largest session's per-sequence memory.
+	state := func(s *engine.Session) {
+		if mem := s.Memory(); mem.Total() > rep.KVBytes+rep.StateBytes+rep.CheckpointBytes {
+			rep.KVBytes, rep.StateBytes, rep.CheckpointBytes = mem.KV, mem.Recurrent, mem.Checkpoints
+		}
 	}
-	rep.KVBytes = int64(kvDim) * int64(max(o.prompt, o.gen+1)) * 4
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	vocab := cfg.VocabSize
@@ -190,14 +206,18 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		ids := randomIDs(n)
 		t0 := time.Now()
 		_, err := s.Append(ids)
-		return time.Since(t0), err
+		d := time.Since(t0)
+		state(s)
+		return d, err
 	}
 	decode := func(n int) (time.Duration, error) {
 		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true}
-		res, err := m.Generate(ctx, m.NewSession(n+1), req, nil)
+		s := m.NewSession(n + 1)
+		res, err := m.Generate(ctx, s, req, nil)
 		if err != nil {
 			return 0, err
 		}
+		state(s)
 		if len(res.IDs) != n+1 {
 			return 0, fmt.Errorf("decode stopped after %d of %d tokens (%s)", len(res.IDs)-1, n, res.StopReason)
 		}
@@ -282,11 +302,17 @@ func peakRSS() int64 {
 	return 0
 }
 
+// storedTensor is a weight as the model file stores it.
+type storedTensor struct {
+	shape []int // outermost dimension first
+	bytes int64 // as stored, quantized blocks included
+}
+
 // storedTensors lists the weights of the model at path (a Hugging Face
 // directory or a GGUF file), and names the storage type holding most of
 // their bytes.
-func storedTensors(path string) ([]synth.StoredTensor, string, error) {
-	var out []synth.StoredTensor
+func storedTensors(path string) ([]storedTensor, string, error) {
+	var out []storedTensor
 	byType := map[string]int64{}
 	if isGGUF(path) {
 		f, err := gguf.Open(path)
@@ -299,7 +325,7 @@ func storedTensors(path string) ([]synth.StoredTensor, string, error) {
 			for i, d := range t.Dims {
 				shape[len(t.Dims)-1-i] = int(d)
 			}
-			out = append(out, synth.StoredTensor{Name: t.Name, Shape: shape, Bytes: t.Size()})
+			out = append(out, storedTensor{shape: shape, bytes: t.Size()})
 			byType[t.Type.String()] += t.Size()
 		}
 	} else {
@@ -323,7 +349,7 @@ func storedTensors(path string) ([]synth.StoredTensor, string, error) {
 				t, _ := d.Tensor(name)
 				typ = string(t.DType)
 			}
-			out = append(out, synth.StoredTensor{Name: name, Shape: slices.Clone(shape), Bytes: int64(size)})
+			out = append(out, storedTensor{shape: slices.Clone(shape), bytes: int64(size)})
 			byType[typ] += int64(size)
 		}
 	}
@@ -436,11 +462,20 @@ func printBench(w io.Writer, r *benchReport) error {
 	for _, row := range rows[1:] {
 		line(row)
 	}
-	fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token\n",
+	fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token",
 		r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	if r.ExpertBytes > 0 {
+		fmt.Fprintf(&b, " (routed experts: %s of %s)", humanBytes(r.ActiveExpertBytes), humanBytes(r.ExpertBytes))
+	}
+	b.WriteString("\n")
 	if r.PeakRSSBytes > 0 {
-		fmt.Fprintf(&b, "peak resident memory: %s = %.2f × (weights %s + KV cache %s)\n", humanBytes(r.PeakRSSBytes),
-			float64(r.PeakRSSBytes)/float64(r.SizeBytes+r.KVBytes), humanBytes(r.SizeBytes), humanBytes(r.KVBytes))
+		held := r.SizeBytes + r.KVBytes + r.StateBytes + r.CheckpointBytes
+		fmt.Fprintf(&b, "peak resident memory: %s = %.2f × (weights %s + KV cache %s", humanBytes(r.PeakRSSBytes),
+			float64(r.PeakRSSBytes)/float64(held), humanBytes(r.SizeBytes), humanBytes(r.KVBytes))
+		if r.StateBytes+r.CheckpointBytes > 0 {
+			fmt.Fprintf(&b, " + recurrent state %s + its checkpoints %s", humanBytes(r.StateBytes), humanBytes(r.CheckpointBytes))
+		}
+		b.WriteString(")\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

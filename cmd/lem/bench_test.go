@@ -37,8 +37,11 @@ func TestBenchCmdJSON(t *testing.T) {
 		t.Errorf("header fields: %+v", rep)
 	case rep.Params != g.Params() || rep.SizeBytes != g.Bytes(bf16):
 		t.Errorf("params %d size %d, want %d and %d", rep.Params, rep.SizeBytes, g.Params(), g.Bytes(bf16))
-	case rep.WeightBytesPerToken != synth.DecodeBytes(g.Stored(bf16), true):
-		t.Errorf("weight bytes per token %d, want %d", rep.WeightBytesPerToken, synth.DecodeBytes(g.Stored(bf16), true))
+	case rep.WeightBytesPerToken != g.DecodeBytes(bf16) || rep.ExpertBytes != 0:
+		t.Errorf("weight bytes per token %d, want %d; expert bytes %d", rep.WeightBytesPerToken, g.DecodeBytes(bf16), rep.ExpertBytes)
+	case rep.KVBytes != int64(g.Layers*2*g.KVHeads*g.HeadDim*16*4) || rep.StateBytes != 0 || rep.CheckpointBytes != 0:
+		// The largest session is the 16-token prefill's, F32 caches.
+		t.Errorf("state: KV %d, recurrent %d, checkpoints %d bytes", rep.KVBytes, rep.StateBytes, rep.CheckpointBytes)
 	case !(rep.MemBandwidthGBs > 0) || rep.MemBufferBytes != 64<<20:
 		t.Errorf("memory bandwidth %v GB/s over %d bytes", rep.MemBandwidthGBs, rep.MemBufferBytes)
 	case len(rep.Tests) != 2:
@@ -159,9 +162,9 @@ func TestMLXBenchInspect(t *testing.T) {
 		t.Fatalf("bench --json: %v\n%s", err, o)
 	}
 	if !strings.Contains(rep.Label, "mlx4g64") || rep.Params != g.Params() || len(rep.Tests) != 2 || rep.Tests[1].AvgTS <= 0 ||
-		rep.WeightBytesPerToken <= 0 || rep.WeightBytesPerToken >= synth.DecodeBytes(g.Stored(bf16), true)/3 {
+		rep.WeightBytesPerToken <= 0 || rep.WeightBytesPerToken >= g.DecodeBytes(bf16)/3 {
 		t.Errorf("bench of an MLX pack: label %q, params %d (want %d), %d bytes per token (bf16: %d), tests %+v",
-			rep.Label, rep.Params, g.Params(), rep.WeightBytesPerToken, synth.DecodeBytes(g.Stored(bf16), true), rep.Tests)
+			rep.Label, rep.Params, g.Params(), rep.WeightBytesPerToken, g.DecodeBytes(bf16), rep.Tests)
 	}
 	o, err = execLem(t, "inspect", "--json", out)
 	if err != nil {
@@ -182,5 +185,94 @@ func TestMLXBenchInspect(t *testing.T) {
 	}
 	if in.Parameters != g.Params() || in.Quantization != "mlx affine 4-bit, group 64" || mlx.Tensors == 0 || !in.Supported {
 		t.Errorf("inspect of an MLX pack: %+v", in)
+	}
+}
+
+// TestBenchCmdStateAndExperts benchmarks shrunken hybrid and
+// mixture-of-experts geometries: the recurrent state and its checkpoints
+// count in the memory report, and decode reads only the routed experts.
+func TestBenchCmdStateAndExperts(t *testing.T) {
+	bf16, _ := synth.ParseDType("bf16")
+	tests := []struct {
+		like   string
+		shrink func(g *synth.Geometry)
+		// kv, state: bytes of the 16-token prefill session's KV caches
+		// and recurrent state (one checkpoint of it: one chunk).
+		kv, state func(g *synth.Geometry) int64
+	}{
+		{
+			like: "qwen3.5-0.8b",
+			shrink: func(g *synth.Geometry) {
+				g.CutLayers(4)
+				g.VocabSize, g.HiddenSize, g.IntermediateSize = 300, 64, 96
+				g.Heads, g.KVHeads, g.HeadDim = 2, 1, 32
+				g.Linear = &synth.LinearAttention{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8, ConvKernel: 4}
+			},
+			// One attention layer; three DeltaNet layers, each with a
+			// convolution window of K-1 rows and a delta-rule state.
+			kv: func(g *synth.Geometry) int64 { return int64(2*g.KVHeads*g.HeadDim*16) * 4 },
+			state: func(g *synth.Geometry) int64 {
+				l := g.Linear
+				conv := (l.ConvKernel - 1) * (2*l.KeyHeads*l.KeyDim + l.ValueHeads*l.ValueDim)
+				return int64(3*(conv+l.ValueHeads*l.ValueDim*l.KeyDim)) * 4
+			},
+		},
+		{
+			like: "qwen3-30b-a3b",
+			shrink: func(g *synth.Geometry) {
+				g.CutLayers(2)
+				g.VocabSize, g.HiddenSize, g.IntermediateSize = 300, 64, 96
+				g.Heads, g.KVHeads, g.HeadDim = 4, 2, 16
+				g.MoE = &synth.MoE{Experts: 16, TopK: 4, Inter: 32}
+			},
+			kv:    func(g *synth.Geometry) int64 { return int64(g.Layers*2*g.KVHeads*g.HeadDim*16) * 4 },
+			state: func(*synth.Geometry) int64 { return 0 },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.like, func(t *testing.T) {
+			g, err := synth.Like(tt.like)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.shrink(g)
+			dir := filepath.Join(t.TempDir(), "m")
+			if _, err := synth.WriteGeometry(dir, g, synth.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			out, err := execLem(t, "bench", dir, "-p", "16", "-n", "4", "-r", "1", "--threads", "1", "--mem-buffer", "16", "--json")
+			if err != nil {
+				t.Fatalf("bench: %v\n%s", err, out)
+			}
+			var rep benchReport
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
+				t.Fatalf("bench --json: %v\n%s", err, out)
+			}
+			if rep.WeightBytesPerToken != g.DecodeBytes(bf16) || rep.SizeBytes != g.Bytes(bf16) {
+				t.Errorf("reads %d of %d bytes per token, want %d of %d", rep.WeightBytesPerToken, rep.SizeBytes, g.DecodeBytes(bf16), g.Bytes(bf16))
+			}
+			if e := g.MoE; e != nil {
+				if rep.ExpertBytes <= 0 || rep.ActiveExpertBytes != rep.ExpertBytes*int64(e.TopK)/int64(e.Experts) {
+					t.Errorf("reads %d of %d expert bytes, want %d of %d", rep.ActiveExpertBytes, rep.ExpertBytes, e.TopK, e.Experts)
+				}
+			}
+			if kv, st := tt.kv(g), tt.state(g); rep.KVBytes != kv || rep.StateBytes != st || rep.CheckpointBytes != st {
+				t.Errorf("state: KV %d, recurrent %d, checkpoints %d bytes; want %d, %d, %d", rep.KVBytes, rep.StateBytes, rep.CheckpointBytes, kv, st, st)
+			}
+		})
+	}
+	// The table's memory line names the recurrent state.
+	g, _ := synth.Like("qwen3.5-0.8b")
+	tests[0].shrink(g)
+	dir := filepath.Join(t.TempDir(), "m")
+	if _, err := synth.WriteGeometry(dir, g, synth.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execLem(t, "bench", dir, "-p", "8", "-n", "2", "-r", "1", "--threads", "1", "--mem-buffer", "16")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "+ recurrent state ") || !strings.Contains(out, "peak resident memory:") {
+		t.Errorf("memory line lacks the recurrent state:\n%s", out)
 	}
 }

@@ -30,9 +30,13 @@ possibly gzipped, or a directory holding one, with the tokenizer_config.json
 and chat template beside it) and sizes the vocabulary to it.
 
 --like tiny is a few-megabyte Qwen 3-style model for end-to-end tests.
+--layers N cuts a geometry to its first N layers, every other dimension
+kept: a large mixture of experts then fits the disk, and its decode speed
+per layer is that of the whole model.
 --list shows the geometries.`,
 		Example: `  lem synth --like llama-3.2-1b -o /tmp/llama1b
   lem synth --like qwen3-8b --dtype bf16 --tokenizer ../shared/fixtures/tokenizers/qwen3 -o /tmp/qwen3-8b
+  lem synth --like qwen3-30b-a3b --layers 4 -o /tmp/qwen3-moe-4l
   lem synth --like tiny -o /tmp/tiny && lem bench /tmp/tiny -p 64 -n 32`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -69,6 +73,7 @@ and chat template beside it) and sizes the vocabulary to it.
 	fs.StringVarP(&out, "output", "o", "", "directory to write (created; must be empty or a previous synth output)")
 	fs.StringVar(&opts.Tokenizer, "tokenizer", "", "tokenizer.json or directory to copy in (default: a small built-in tokenizer)")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "random seed of the weights")
+	fs.IntVar(&opts.Layers, "layers", 0, "keep only the first N layers (0: all), for geometries too large to write whole")
 	fs.BoolVar(&list, "list", false, "list the geometries and exit")
 	return cmd
 }
