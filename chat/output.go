@@ -170,9 +170,8 @@ type OutputParser struct {
 	name    string
 
 	// Harmony.
-	inHeader bool       // a header is being read (not plain text)
-	hKind    OutputKind // what the message body is
-	hText    OutputKind // what a call's body becomes when it is not one
+	hKind OutputKind // what the message body is
+	hText OutputKind // what a call's body becomes when it is not one
 }
 
 // pstate is the parser's state.
@@ -229,6 +228,11 @@ var harmonyEnds = []string{hEnd, hCall, hReturn, hStart, hChannel}
 // maxHeaderLead bounds the text before the first marker of a Harmony
 // header (" to=functions.NAME"); longer text is not a header.
 const maxHeaderLead = 64
+
+// maxHeader bounds a Harmony header up to <|message|>: room for the role,
+// the channel, a recipient with a tool name of maxNameLen bytes and a
+// content type. A longer one is malformed.
+const maxHeader = 96 + maxNameLen
 
 // maxMistralName bounds what may come between [TOOL_CALLS] and [ARGS].
 const maxMistralName = 512
@@ -706,35 +710,56 @@ func plausibleStart(open, c byte, python bool) bool {
 	return c == '{' || c == ']' || python && (c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
 }
 
-// stepHarmonyHeader reads a Harmony message header up to <|message|>. Text
-// with no marker among its first bytes is not a header: it is read as
-// content up to the next marker.
+// stepHarmonyHeader reads a Harmony message header up to <|message|>.
+// Text that cannot open a header (anything but white space or a recipient,
+// " to=...", before the first marker) is content up to the next marker. A
+// header that is too long, or that an end marker closes before
+// <|message|>, is malformed: its text becomes content. A header cut short
+// by the end of the output is dropped.
 func (p *OutputParser) stepHarmonyHeader() bool {
-	if !p.inHeader {
-		j := strings.Index(p.buf, "<|")
-		if j < 0 || j > maxHeaderLead {
-			if j >= 0 || p.final || len(p.buf) >= maxHeaderLead+2 {
-				p.st, p.hKind = sHarmonyBody, OutputContent
-				return true
-			}
-			return false
-		}
-		p.inHeader = true
-		p.acc = p.acc[:0]
+	j := strings.Index(p.buf, "<|")
+	lead := p.buf
+	switch {
+	case j >= 0:
+		lead = p.buf[:j]
+	case !p.final:
+		lead = strings.TrimSuffix(lead, "<") // "<|" may follow
 	}
-	i := strings.Index(p.buf, hMessage)
-	if i < 0 {
-		if p.final {
-			// A header cut short: nothing of it is text.
-			p.buf, p.acc, p.inHeader = "", p.acc[:0], false
-			return false
-		}
-		p.hold(hMessage)
+	if len(lead) > maxHeaderLead || !headerLead(lead, j >= 0 || p.final) || j < 0 && p.final && p.buf != "" {
+		p.st, p.hKind = sHarmonyBody, OutputContent
+		return true
+	}
+	if j < 0 {
 		return false
 	}
-	channel, recipient := parseHarmonyHeader(string(p.acc) + p.buf[:i])
+	// The header's length is bounded, so it is searched from its start
+	// each time rather than gathered.
+	window := p.buf[:min(len(p.buf), maxHeader+len(hMessage))]
+	i, m := firstMarker(window, hMessage, hEnd, hCall, hReturn)
+	switch {
+	case i > maxHeader || i < 0 && len(p.buf) > maxHeader+len(hMessage):
+		n := maxHeader + 1
+		p.text(OutputContent, p.buf[:n])
+		p.buf = p.buf[n:]
+		p.st, p.hKind = sHarmonyBody, OutputContent
+		return true
+	case i < 0 && p.final:
+		// A header cut short: nothing of it is text.
+		p.buf = ""
+		return false
+	case i < 0:
+		return false
+	case m != hMessage:
+		// An end marker before <|message|>: the text was not a header.
+		p.text(OutputContent, p.buf[:i])
+		p.ws = p.ws[:0]
+		p.buf = p.buf[i+len(m):]
+		p.trimLead = true
+		return true
+	}
+	channel, recipient := parseHarmonyHeader(p.buf[:i])
 	p.buf = p.buf[i+len(hMessage):]
-	p.acc, p.inHeader = p.acc[:0], false
+	p.acc = p.acc[:0]
 	p.st, p.trimLead = sHarmonyBody, true
 	p.name = ""
 	p.hKind = OutputContent
@@ -742,21 +767,35 @@ func (p *OutputParser) stepHarmonyHeader() bool {
 		p.hKind = OutputReasoning
 	}
 	p.hText = p.hKind
-	if recipient != "" && p.tools {
-		p.hKind = OutputToolCall
-		p.name = strings.TrimPrefix(recipient, "functions.")
+	if name, ok := strings.CutPrefix(recipient, "functions."); ok && p.tools && validName(name) {
+		p.hKind, p.name = OutputToolCall, name
 	}
 	return true
 }
 
-// stepHarmonyBody streams a message body up to its end.
-func (p *OutputParser) stepHarmonyBody() bool {
+// headerLead reports whether text before the first marker may belong to a
+// Harmony header: white space, then nothing or a recipient ("to=...").
+// Unless complete, more text may follow it.
+func headerLead(s string, complete bool) bool {
+	t := strings.TrimLeft(s, wsChars)
+	return t == "" || strings.HasPrefix(t, "to=") || !complete && strings.HasPrefix("to=", t)
+}
+
+// firstMarker returns the offset of the first of the markers in s and
+// which one it is, or -1.
+func firstMarker(s string, markers ...string) (int, string) {
 	i, m := -1, ""
-	for _, e := range harmonyEnds {
-		if j := strings.Index(p.buf, e); j >= 0 && (i < 0 || j < i) {
-			i, m = j, e
+	for _, mk := range markers {
+		if j := strings.Index(s, mk); j >= 0 && (i < 0 || j < i) {
+			i, m = j, mk
 		}
 	}
+	return i, m
+}
+
+// stepHarmonyBody streams a message body up to its end.
+func (p *OutputParser) stepHarmonyBody() bool {
+	i, m := firstMarker(p.buf, harmonyEnds...)
 	if i < 0 && !p.final {
 		if p.hKind == OutputToolCall {
 			p.hold(harmonyEnds...)
@@ -775,7 +814,7 @@ func (p *OutputParser) stepHarmonyBody() bool {
 	if p.hKind == OutputToolCall {
 		body = string(p.acc) + body
 		p.acc = p.acc[:0]
-		if args, ok := objectArgs([]byte(body)); ok && p.name != "" {
+		if args, ok := objectArgs([]byte(body)); ok {
 			p.call(ParsedToolCall{Name: p.name, Arguments: args})
 		} else {
 			p.text(p.hText, body)
