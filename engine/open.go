@@ -136,7 +136,19 @@ func (m *Model) ContextLength() int {
 }
 
 // endOfTurn lists the special tokens chat templates close a turn with.
-var endOfTurn = []string{"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|eom_id|>", "<|return|>", "<|endoftext|>", "</s>"}
+// "<|call|>" closes a Harmony (gpt-oss) turn that calls a tool.
+var endOfTurn = []string{"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|eom_id|>", "<|return|>", "<|call|>", "<|endoftext|>", "</s>"}
+
+// endsTurn reports whether the special token tok ends the turn of a
+// model whose chat template has the source src. In the Harmony format
+// (gpt-oss), "<|end|>" ends one message of a turn, such as its reasoning,
+// and the turn goes on.
+func endsTurn(tok, src string) bool {
+	if !strings.Contains(src, tok) {
+		return false
+	}
+	return tok != "<|end|>" || !strings.Contains(src, "<|channel|>")
+}
 
 // stopIDs collects the ids that end generation.
 func stopIDs(m *Model) []int32 {
@@ -160,7 +172,7 @@ func stopIDs(m *Model) []int32 {
 	if m.Templates != nil && m.Tokenizer != nil {
 		if t := m.Templates.Default(); t != nil {
 			for _, tok := range endOfTurn {
-				if id, ok := m.Tokenizer.TokenID(tok); ok && strings.Contains(t.Source(), tok) {
+				if id, ok := m.Tokenizer.TokenID(tok); ok && endsTurn(tok, t.Source()) {
 					addID(id)
 				}
 			}
