@@ -141,6 +141,11 @@ func (v *Vocab) splitOn(c byte) *byteSplit {
 // in Open and Close. For Hermes-style models (Qwen, Hermes):
 //
 //	CallSyntax{Call: "<tool_call>\n{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}\n</tool_call>"}
+//
+// An empty Suffix ends a call with its arguments, as in the Harmony format
+// of the gpt-oss models, where the stop token <|call|> follows them:
+//
+//	CallSyntax{Call: "<|channel|>commentary to=functions.", Mid: " <|constrain|>json<|message|>"}
 type CallSyntax struct {
 	Open, Call, Mid, Suffix, Sep, Close string
 }
@@ -181,6 +186,17 @@ type Spec struct {
 	// ThinkBudget, when positive, is the number of reasoning tokens after
 	// which ThinkEnd is forced.
 	ThinkBudget int
+	// ThinkEndCommit, when positive, is how many bytes of ThinkEnd commit
+	// the output to it: once they are written in reasoning, the rest of
+	// ThinkEnd must follow, and reasoning cannot hold them otherwise. The
+	// Harmony format's reasoning ends with "<|end|><|start|>assistant",
+	// and any "<|" in it would end a message: it commits at 2.
+	ThinkEndCommit int
+
+	// Prefix is text the body must begin with (after any reasoning),
+	// such as the Harmony format's "<|channel|>final<|message|>" before a
+	// JSON value.
+	Prefix string
 
 	// Schema holds the body to one JSON value.
 	Schema *Schema
@@ -201,6 +217,7 @@ type Grammar struct {
 	init     gstate
 
 	first, more, suffix, closing *litSet
+	prefix                       *litSet
 	params                       []*node
 
 	// startTok and endTok are the tokens that are ThinkStart and
@@ -227,22 +244,26 @@ func (v *Vocab) Compile(spec Spec) (*Grammar, error) {
 	if len(spec.ThinkStart) > 255 || len(spec.ThinkEnd) > 255 || len(spec.Forbid) > 255 {
 		return nil, errors.New("constrain: a marker longer than 255 bytes")
 	}
+	if spec.ThinkEndCommit < 0 || spec.ThinkEndCommit > len(spec.ThinkEnd) {
+		return nil, fmt.Errorf("constrain: ThinkEndCommit %d is outside ThinkEnd's %d bytes", spec.ThinkEndCommit, len(spec.ThinkEnd))
+	}
 	g.thinkEnd = newKMP(spec.ThinkEnd)
 	g.startTok, g.endTok = v.tokenFor(spec.ThinkStart), v.tokenFor(spec.ThinkEnd)
 	g.forbid = newKMP(spec.Forbid)
 	s := &g.init
-	switch {
-	case spec.Schema != nil:
-		s.phase, s.v = bValue, newValue(spec.Schema.root)
-	case spec.Tools != nil:
+	if spec.Tools != nil {
 		if err := g.compileTools(spec.Tools); err != nil {
 			return nil, err
 		}
-		s.phase, s.set, s.hi = bLit, g.first, uint16(len(g.first.texts))
-	case spec.Forbid != "":
-		s.phase = bForbid
-	default:
-		s.phase = bFree
+	}
+	if spec.Prefix != "" {
+		var err error
+		if g.prefix, err = newLitSet(false, false, litAlt{text: []byte(spec.Prefix), act: actBody}); err != nil {
+			return nil, err
+		}
+		g.enter(s, g.prefix)
+	} else {
+		g.startBody(s)
 	}
 	switch {
 	case spec.ThinkEnd == "":
@@ -264,6 +285,7 @@ const (
 	actArgs      uint8 = iota // a tool's arguments
 	actAfterCall              // the end of a call
 	actEnd                    // the end of the output
+	actBody                   // the end of Spec.Prefix: the body proper
 )
 
 // litSet is a choice between literals, sorted, none a prefix of another.
@@ -304,8 +326,8 @@ func (g *Grammar) compileTools(tc *ToolCalls) error {
 		return errors.New("constrain: tool calls without tools")
 	}
 	sx := tc.Syntax
-	if sx.Call+sx.Mid == "" || sx.Suffix == "" {
-		return errors.New("constrain: the tool-call syntax needs Call or Mid, and Suffix")
+	if sx.Call+sx.Mid == "" {
+		return errors.New("constrain: the tool-call syntax needs Call or Mid")
 	}
 	seen := map[string]bool{}
 	var first, more []litAlt
@@ -330,8 +352,10 @@ func (g *Grammar) compileTools(tc *ToolCalls) error {
 	if g.first, err = newLitSet(true, false, first...); err != nil {
 		return err
 	}
-	if g.suffix, err = newLitSet(false, false, litAlt{text: []byte(sx.Suffix), act: actAfterCall}); err != nil {
-		return err
+	if sx.Suffix != "" {
+		if g.suffix, err = newLitSet(false, false, litAlt{text: []byte(sx.Suffix), act: actAfterCall}); err != nil {
+			return err
+		}
 	}
 	if sx.Close != "" {
 		if g.closing, err = newLitSet(false, false, litAlt{text: []byte(sx.Close), act: actEnd}); err != nil {
@@ -457,7 +481,7 @@ func (g *Grammar) step(s *gstate, c byte, marker bool) bool {
 			}
 			return true
 		}
-		if s.forced || marker {
+		if s.forced || marker || g.spec.ThinkEndCommit > 0 && int(s.tm) >= g.spec.ThinkEndCommit {
 			return false
 		}
 		s.tm = g.thinkEnd.next(s.tm, c)
@@ -488,7 +512,11 @@ func (g *Grammar) stepBody(s *gstate, c byte, marker bool) bool {
 			return false
 		}
 		if s.v.mode == vDone {
-			g.enter(s, g.suffix)
+			if g.suffix != nil {
+				g.enter(s, g.suffix)
+			} else {
+				g.act(s, actAfterCall, 0)
+			}
 		}
 		return true
 	case bLit:
@@ -512,6 +540,20 @@ func (g *Grammar) stepBody(s *gstate, c byte, marker bool) bool {
 	return false
 }
 
+// startBody puts the body at its start, past any Prefix.
+func (g *Grammar) startBody(s *gstate) {
+	switch spec := &g.spec; {
+	case spec.Schema != nil:
+		s.phase, s.set, s.v = bValue, nil, newValue(spec.Schema.root)
+	case spec.Tools != nil:
+		g.enter(s, g.first)
+	case spec.Forbid != "":
+		s.phase, s.set, s.fm = bForbid, nil, 0
+	default:
+		s.phase, s.set = bFree, nil
+	}
+}
+
 // enter begins a literal set.
 func (g *Grammar) enter(s *gstate, ls *litSet) {
 	s.phase, s.set, s.lo, s.hi, s.off, s.ws = bLit, ls, 0, uint16(len(ls.texts)), 0, 0
@@ -533,6 +575,8 @@ func (g *Grammar) act(s *gstate, act uint8, tool int) {
 		}
 	case actEnd:
 		s.phase, s.set = bEnd, nil
+	case actBody:
+		g.startBody(s)
 	}
 }
 
