@@ -22,6 +22,10 @@ type ParsedToolCall struct {
 // maxNameLen bounds a tool name.
 const maxNameLen = 256
 
+// ValidToolName reports whether s can be read back from a model's output
+// as a tool's name: letters, digits and "_-.:/@", at most 256 bytes.
+func ValidToolName(s string) bool { return validName(s) }
+
 // validName reports whether s can be a tool's name: letters, digits and
 // "_-.:/@", at most maxNameLen bytes.
 func validName(s string) bool {

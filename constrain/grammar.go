@@ -429,6 +429,7 @@ const (
 type gstate struct {
 	th     thinkMode
 	tk     uint8 // thMaybe: bytes of ThinkStart matched
+	lw     uint8 // thMaybe: white space before ThinkStart
 	tm     uint8 // thIn: bytes of ThinkEnd matched
 	forced bool  // thIn: ThinkEnd must come now
 	dead   bool  // thMaybe: the body can no longer begin here
@@ -454,7 +455,8 @@ func (g *Grammar) step(s *gstate, c byte, marker bool) bool {
 		if c == ts[s.tk] {
 			s.tk++
 			okT = true
-		} else if s.tk == 0 && isWS(c) && !marker {
+		} else if s.tk == 0 && isWS(c) && !marker && s.lw < maxWS {
+			s.lw++
 			okT = true
 		}
 		okB := false

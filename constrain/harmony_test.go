@@ -125,6 +125,8 @@ func TestGrammarHarmony(t *testing.T) {
 		{"required text after end", required, "<|channel|>analysis<|message|>a<|end|>b", false, false},
 		{"required marker in analysis", required, "<|channel|>analysis<|message|>a <|b", false, false},
 		{"required second analysis", required, analysis + "<|channel|>analysis<|message|>", false, false},
+		{"required white space first", required, strings.Repeat(" \n", 10) + analysis + call, true, true},
+		{"required endless white space", required, strings.Repeat(" \n", 11) + analysis + call, false, false},
 		{"named call", named, `<|channel|>commentary to=functions.add <|constrain|>json<|message|>{"a": 1, "b": 2}`, true, true},
 		{"named other", named, call, false, false},
 		{"none final", none, "<|channel|>analysis<|message|>No tools.<|end|><|start|>assistant<|channel|>final<|message|>Hi", true, false},

@@ -389,7 +389,7 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 	if err := m.checkContext(p); err != nil {
 		return nil, err
 	}
-	if req.JSON {
+	if req.JSON && !m.harmonyChat(req) {
 		m.jsonOnce.Do(func() { m.jsonMake, m.jsonErr = newJSONFactory(tok) })
 		if m.jsonErr != nil {
 			return nil, invalid("response_format", "%v", m.jsonErr)
@@ -715,7 +715,8 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		sample.Seed += uint64(i)
 	}
 	r := &choiceRun{m: m, p: p, index: i, choice: c, emit: emit, first: true, stop: newStopMatcher(req.Stop)}
-	if len(req.Messages) > 0 && p.json == nil && req.Schema == nil {
+	if len(req.Messages) > 0 && (p.json == nil && req.Schema == nil || m.harmonyChat(req)) {
+		// A Harmony model's JSON is in its final channel.
 		r.parser = m.format.NewParser(p.inReasoning, p.toolsOffered)
 	} else {
 		r.parser = plainText{}

@@ -50,6 +50,10 @@
 // syntax, arguments held to the tool's parameters), tool_choice none (the
 // family's call marker kept out of the reply), a reasoning budget, and
 // thinking turned off where the template does not close reasoning itself.
+// Models in the Harmony format (gpt-oss) reason in an analysis channel
+// rather than between markers: their JSON goes in the final channel and a
+// forced call in the commentary channel, after analysis unless thinking is
+// off, and tool_choice none keeps messages to functions out.
 //
 // Streams go through stream (sse.go), which sets a write deadline per
 // frame and flushes it; per-token frames should be appended by hand into

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 
 	"lem/chat"
 	"lem/constrain"
@@ -27,7 +28,32 @@ var callSyntaxes = map[chat.ToolFormat]struct {
 	chat.ToolsMistral: {constrain.CallSyntax{Open: "[TOOL_CALLS][", Call: "{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}", Sep: ", ", Close: "]"}, true, "[TOOL_CALLS]"},
 	chat.ToolsLlama3:  {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, "<|python_tag|>"},
 	chat.ToolsGemma:   {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, ""},
+	// The stop token <|call|> ends a Harmony call; one call ends the turn.
+	chat.ToolsHarmony: {constrain.CallSyntax{Call: "<|channel|>commentary to=" + harmonyFunctions, Mid: " <|constrain|>json<|message|>"}, false, "to=" + harmonyFunctions},
 }
+
+// The Harmony format (gpt-oss) as constraints hold output to it. Its
+// reasoning is the analysis channel, which the end of the message and the
+// header of the next one close; its answer is the final channel; a call
+// goes in the commentary channel, to a recipient in the functions
+// namespace. The generation prompt ends with "<|start|>assistant", so
+// output begins with "<|channel|>".
+const (
+	harmonyAnalysis  = "<|channel|>analysis<|message|>"
+	harmonyNext      = "<|end|><|start|>assistant"
+	harmonyFinal     = "<|channel|>final<|message|>"
+	harmonyFunctions = "functions."
+)
+
+// anyObject is the schema of response_format json_object where a grammar
+// holds the output (Harmony models, whose JSON goes in the final channel).
+var anyObject = sync.OnceValue(func() *constrain.Schema {
+	s, err := constrain.CompileSchema([]byte(`{"type": "object"}`))
+	if err != nil {
+		panic(err)
+	}
+	return s
+})
 
 // compileSchema compiles a request's JSON schema (response_format
 // json_schema and the like), naming param in errors.
@@ -74,12 +100,15 @@ func (m *Model) vocab() (*constrain.Vocab, error) {
 // grammar builds the constraint a prepared chat or completion request
 // needs, or nil when it needs none. tools are the tools the prompt offers.
 func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*constrain.Grammar, error) {
-	if req.JSON {
+	harmony := m.harmonyChat(req)
+	if req.JSON && !harmony {
 		return nil, nil // the JSON object constraint of jsonmode.go
 	}
 	var spec constrain.Spec
 	need := false
-	if req.Schema != nil {
+	if harmony {
+		spec, need = harmonySpec(req, tools)
+	} else if req.Schema != nil {
 		spec.Schema, need = req.Schema, true
 	} else if len(req.Messages) > 0 {
 		f := m.format
@@ -125,6 +154,58 @@ func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*co
 		return nil, err
 	}
 	return v.Compile(spec)
+}
+
+// harmonyChat reports whether req is a chat request to a model in the
+// Harmony format, whose constraints harmonySpec builds.
+func (m *Model) harmonyChat(req *Request) bool {
+	return len(req.Messages) > 0 && m.format.Tools == chat.ToolsHarmony
+}
+
+// harmonySpec returns the constraint a chat request to a Harmony model
+// needs, and whether it needs one. A JSON value (a schema, or any object)
+// goes in the final channel and a required or named call in the
+// commentary channel, either after analysis unless thinking is off; under
+// tool_choice none no message goes to a function; a reasoning budget
+// bounds the analysis. (Thinking off leaves free text free: the analysis
+// channel cannot be kept out of it.)
+func harmonySpec(req *Request, tools []json.RawMessage) (constrain.Spec, bool) {
+	var spec constrain.Spec
+	think := !thinkingOff(req.Kwargs)
+	switch {
+	case req.Schema != nil || req.JSON:
+		spec.Schema, spec.Prefix = req.Schema, harmonyFinal
+		if spec.Schema == nil {
+			spec.Schema = anyObject()
+		}
+	case (req.ToolChoice.Mode == ToolRequired || req.ToolChoice.Mode == ToolNamed) && len(tools) > 0:
+		cs := callSyntaxes[chat.ToolsHarmony]
+		tc := &constrain.ToolCalls{Syntax: cs.syntax}
+		for _, t := range tools {
+			name, params := toolSignature(t)
+			if !chat.ValidToolName(name) {
+				// Not a name a header can carry: the parser would not
+				// read the call back.
+				continue
+			}
+			tc.Tools = append(tc.Tools, constrain.Tool{Name: name, Params: constrain.CompileToolSchema(params)})
+		}
+		if len(tc.Tools) == 0 {
+			return spec, false
+		}
+		spec.Tools = tc
+	case req.ToolChoice.Mode == ToolNone && len(req.Tools) > 0:
+		spec.Forbid = callSyntaxes[chat.ToolsHarmony].marker
+		think = req.ThinkingBudget > 0
+	case req.ThinkingBudget > 0:
+	default:
+		return spec, false
+	}
+	if think {
+		spec.ThinkStart, spec.ThinkEnd, spec.ThinkEndCommit = harmonyAnalysis, harmonyNext, len("<|")
+		spec.ThinkBudget = req.ThinkingBudget
+	}
+	return spec, true
 }
 
 // toolSignature returns a tool definition's function name and parameters.
