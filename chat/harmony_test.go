@@ -36,7 +36,7 @@ func TestHarmonyTemplate(t *testing.T) {
 		Messages: []Message{
 			{Role: "system", Content: Text("Be brief.")},
 			{Role: "user", Content: Text("Weather in Paris?")},
-			{Role: "assistant", ReasoningContent: "Use the tool.", ToolCalls: []ToolCall{{ID: "call_1", Name: "get_weather", Arguments: json.RawMessage(`{"city": "Paris"}`)}}},
+			{Role: "assistant", Extra: []Field{{Key: "thinking", Value: json.RawMessage(`"Use the tool."`)}}, ToolCalls: []ToolCall{{ID: "call_1", Name: "get_weather", Arguments: json.RawMessage(`{"city": "Paris"}`)}}},
 			{Role: "tool", ToolCallID: "call_1", Content: Text("21 C")},
 		},
 		Tools:               []json.RawMessage{json.RawMessage(weather)},

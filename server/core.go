@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -472,6 +473,9 @@ func (m *Model) render(req *Request, promptParam string) (string, []json.RawMess
 	if err != nil {
 		return "", nil, err
 	}
+	if m.format.Tools == chat.ToolsHarmony {
+		harmonyThinking(msgs)
+	}
 	tools := req.Tools
 	switch req.ToolChoice.Mode {
 	case ToolNone:
@@ -584,6 +588,25 @@ func normalizeMessages(in []chat.Message, promptParam string) ([]chat.Message, e
 		out[i] = msg
 	}
 	return out, nil
+}
+
+// harmonyThinking gives each assistant message with reasoning a
+// "thinking" key holding it, where the templates of Harmony models (gpt-oss)
+// read an earlier turn's analysis.
+func harmonyThinking(msgs []chat.Message) {
+	for i, msg := range msgs {
+		if msg.Role != "assistant" || msg.ReasoningContent == "" {
+			continue
+		}
+		has := false
+		for _, f := range msg.Extra {
+			has = has || f.Key == "thinking"
+		}
+		if !has {
+			v, _ := json.Marshal(msg.ReasoningContent)
+			msgs[i].Extra = append(slices.Clip(msg.Extra), chat.Field{Key: "thinking", Value: v})
+		}
+	}
 }
 
 // eventParser splits model output into content, reasoning and tool calls.

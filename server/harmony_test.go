@@ -23,7 +23,7 @@ var harmonySpecials = []string{"<|start|>", "<|end|>", "<|message|>", "<|channel
 // and whose chat template is chat/testdata/harmony.jinja, a template in
 // that format. No trained gpt-oss chat model is at hand: the model answers
 // at random, and only the constraints make its output well formed.
-func newHarmonyServer(t *testing.T) *httptest.Server {
+func newHarmonyServer(t *testing.T) (*Model, *httptest.Server) {
 	t.Helper()
 	tmpl, err := os.ReadFile("../chat/testdata/harmony.jinja")
 	if err != nil {
@@ -80,7 +80,7 @@ func newHarmonyServer(t *testing.T) *httptest.Server {
 	}
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { s.Close(); ts.Close() })
-	return ts
+	return m, ts
 }
 
 // Tools whose arguments a random model completes: enums, integers and
@@ -117,7 +117,7 @@ func checkHarmonyArgs(t *testing.T, name, args string) {
 // tool call (finish_reason tool_calls), never as text, with or without
 // analysis before it.
 func TestHarmonyOpenAI(t *testing.T) {
-	ts := newHarmonyServer(t)
+	_, ts := newHarmonyServer(t)
 	url := ts.URL + "/v1/chat/completions"
 	tests := []struct {
 		name     string
@@ -224,7 +224,7 @@ func TestHarmonyOpenAI(t *testing.T) {
 // budget the analysis channel, which the budget ends, comes back as a
 // thinking block and the call as tool_use.
 func TestHarmonyAnthropic(t *testing.T) {
-	ts := newHarmonyServer(t)
+	_, ts := newHarmonyServer(t)
 	tools := `"tools":[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"enum":["Paris","Tokyo"]},"days":{"type":"integer"}},"required":["city"],"additionalProperties":false}},` +
 		`{"name":"add","input_schema":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":false}}]`
 	const thinking = `,"thinking":{"type":"enabled","budget_tokens":6}`
@@ -271,5 +271,34 @@ func TestHarmonyAnthropic(t *testing.T) {
 				t.Errorf("thinking %q: %s", thought, raw)
 			}
 		})
+	}
+}
+
+// TestHarmonyHistory renders a conversation that goes on after a tool
+// call: the call's reasoning, sent back as reasoning_content, reaches the
+// template as the "thinking" key Harmony templates read it from.
+func TestHarmonyHistory(t *testing.T) {
+	m, _ := newHarmonyServer(t)
+	var o oaChatRequest
+	body := `{"model":"harmony","messages":[{"role":"user","content":"Weather in Paris?"},` +
+		`{"role":"assistant","reasoning_content":"Use the tool.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"21 C"}],` + hTools + `}`
+	if err := json.Unmarshal([]byte(body), &o); err != nil {
+		t.Fatal(err)
+	}
+	req, err := o.toRequest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Prepare(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "<|start|>user<|message|>Weather in Paris?<|end|>" +
+		"<|start|>assistant<|channel|>analysis<|message|>Use the tool.<|end|>" +
+		`<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>` +
+		`<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"21 C"<|end|><|start|>assistant`
+	if !strings.HasSuffix(p.PromptText(), want) {
+		t.Errorf("prompt %q\ndoes not end with %q", p.PromptText(), want)
 	}
 }
