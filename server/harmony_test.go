@@ -202,6 +202,28 @@ func TestHarmonyOpenAI(t *testing.T) {
 		checkHarmonyArgs(t, name, args)
 	})
 
+	t.Run("responses", func(t *testing.T) {
+		code, v, raw := post(t, ts.URL+"/v1/responses", `{"model":"harmony","temperature":0,"max_output_tokens":1000,"reasoning":{"effort":"none"},"input":"Weather in Paris?",`+
+			`"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"enum":["Paris","Tokyo"]}},"required":["city"],"additionalProperties":false}}],"tool_choice":"required"}`)
+		if code != 200 {
+			t.Fatalf("%d %s", code, raw)
+		}
+		var calls []map[string]any
+		for _, item := range asList(v["output"]) {
+			switch item := item.(map[string]any); item["type"] {
+			case "function_call":
+				calls = append(calls, item)
+			case "message":
+				t.Errorf("message item: %s", raw)
+			}
+		}
+		if len(calls) != 1 || calls[0]["name"] != "get_weather" {
+			t.Fatalf("calls %v: %s", calls, raw)
+		}
+		args, _ := calls[0]["arguments"].(string)
+		checkHarmonyArgs(t, "get_weather", args)
+	})
+
 	t.Run("json schema", func(t *testing.T) {
 		const schema = `{"type":"object","properties":{"capital":{"enum":["Tokyo","Paris"]},"rank":{"type":"integer"}},"required":["capital","rank"],"additionalProperties":false}`
 		code, v, raw := post(t, url, `{"model":"harmony","temperature":0,"max_tokens":1000,`+hNoThink+`,"messages":[{"role":"user","content":"Capital of Japan, in JSON?"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,"schema":`+schema+`}}}`)
