@@ -134,6 +134,9 @@ var ggufFamilies = map[string]ggufFamily{
 	"falcon-h1": {modelType: "falcon_h1", act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
 	"lfm2":      {modelType: "lfm2", act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
 
+	"gemma3n": {modelType: "gemma3n_text", act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
+		swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
+
 	"qwen3next": {modelType: "qwen3_next", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
 		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, splitQKVZ)},
 	"qwen35": {modelType: "qwen3_5_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
@@ -149,7 +152,7 @@ var ggufArchOf = map[string]string{
 	"gemma2": "gemma2", "gemma3_text": "gemma3",
 	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
 	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
-	"qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
+	"gemma3n_text": "gemma3n", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
 }
 
 // GGUFArchitectures returns the general.architecture values OpenGGUF
@@ -599,10 +602,27 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	}
 	c.NumHiddenLayers = k.need("block_count")
 	c.HiddenSize = k.need("embedding_length")
-	if isLinearArch(arch) {
+	var ffPerLayer []int
+	switch {
+	case isLinearArch(arch):
 		// Qwen3.5-MoE checkpoints have no intermediate_size.
 		c.IntermediateSize, _ = k.uint("feed_forward_length")
-	} else {
+	case arch == "gemma3n":
+		// One width per layer, or one for all.
+		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
+			ff, err := ggufPerLayer(k, "feed_forward_length", c.NumHiddenLayers)
+			if err != nil {
+				return nil, err
+			}
+			if ff == nil || ff[0] == 0 {
+				return nil, fmt.Errorf("missing key %s.feed_forward_length", arch)
+			}
+			c.IntermediateSize = ff[0]
+			if _, isArray := gguf.ArrayOf[uint32](mustValue(f, arch+".feed_forward_length")); isArray {
+				ffPerLayer = ff
+			}
+		}
+	default:
 		c.IntermediateSize = k.need("feed_forward_length")
 	}
 	c.NumAttentionHeads = k.need("attention.head_count")
@@ -629,7 +649,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		c.RMSNormEps = eps
 	} else {
 		c.RMSNormEps = 1e-5
-		if arch == "gemma2" || arch == "gemma3" {
+		if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" {
 			c.RMSNormEps = 1e-6
 		}
 	}
@@ -706,6 +726,10 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		return nil, err
 	}
 	switch arch {
+	case "gemma3n":
+		if err := ggufGemma3nConfig(c, k, g, ffPerLayer); err != nil {
+			return nil, err
+		}
 	case "qwen3next", "qwen35", "qwen35moe":
 		if err := ggufLinearConfig(c, k); err != nil {
 			return nil, err
@@ -929,7 +953,7 @@ func ggufRope(c *Config, k *ggufKeys, g *GGUF) error {
 	}
 	c.PartialRotaryFactor = p.PartialRotaryFactor
 	c.RopeParams = p
-	if k.arch == "gemma3" {
+	if k.arch == "gemma3" || k.arch == "gemma3n" {
 		// Sliding layers use their own base and no scaling.
 		local := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: p.PartialRotaryFactor, Interleaved: p.Interleaved}
 		if v, ok := k.float("rope.freq_base_swa"); ok {
@@ -1183,7 +1207,7 @@ func (l *GGUFLayout) metadata() error {
 		return l.mamba2Metadata(u32, f32)
 	}
 	for i := range c.NumHiddenLayers {
-		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || c.IntermediateSizeFor(i) != c.IntermediateSize {
+		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || (c.IntermediateSizeFor(i) != c.IntermediateSize && l.Arch != "gemma3n") {
 			return fmt.Errorf("%s: layer %d has its own sizes (per-layer config), which this GGUF layout does not store", c.ModelType, i)
 		}
 	}
@@ -1319,6 +1343,9 @@ func (l *GGUFLayout) metadata() error {
 	if isLinearArch(l.Arch) {
 		return l.linearMetadata(u32)
 	}
+	if l.Arch == "gemma3n" {
+		return l.gemma3nMetadata(u32, f32)
+	}
 	if l.Arch == "qwen3moe" {
 		w, err := qwen3moeWindow(c)
 		if err != nil {
@@ -1396,4 +1423,10 @@ func llama3FreqFactors(p RopeParams, headDim, rotary int) GGUFTensor {
 		}
 	}
 	return GGUFTensor{Name: ggufRopeFreqs, Dims: []int64{int64(len(out))}, Data: out}
+}
+
+// mustValue returns a key's value, or the zero Value when it is absent.
+func mustValue(f *gguf.File, key string) gguf.Value {
+	v, _ := f.Value(key)
+	return v
 }

@@ -104,7 +104,7 @@ func TestGGUFConformance(t *testing.T) {
 // modernFamilies are the fixtures of the families beyond the dense ones
 // (mixtures of experts, state-space and hybrid stacks) that ToGGUF writes
 // and OpenGGUF reads.
-var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "gemma3n_text"}
 
 // TestGGUFConformanceModern is TestGGUFConformance for modernFamilies:
 // F32 and BF16 files within 1e-3 of the safetensors logits and the greedy
@@ -436,6 +436,33 @@ func TestGGUFModernLayout(t *testing.T) {
 			"qwen35moe.expert_used_count":                 uint32(2),
 			"qwen35moe.expert_shared_feed_forward_length": uint32(32),
 		}, []string{"blk.0.ffn_gate.weight", "qwen35moe.feed_forward_length"}},
+		{"gemma3n_text", map[string]tensor{
+			"per_layer_token_embd.weight":      {[]int64{96, 320}, gguf.Q8_0},
+			"per_layer_model_proj.weight":      {[]int64{64, 96}, gguf.Q8_0},
+			"per_layer_proj_norm.weight":       {[]int64{16}, gguf.F32},
+			"altup_proj.weight":                {[]int64{64, 64, 3}, gguf.Q8_0},
+			"altup_unembd_proj.weight":         {[]int64{64, 64, 3}, gguf.Q8_0},
+			"blk.0.inp_gate.weight":            {[]int64{64, 16}, gguf.Q8_0},
+			"blk.0.proj.weight":                {[]int64{16, 64}, gguf.F16},
+			"blk.0.post_norm.weight":           {[]int64{64}, gguf.F32},
+			"blk.0.altup_correct_coef.weight":  {[]int64{4, 4}, gguf.F32},
+			"blk.0.altup_predict_coef.weight":  {[]int64{4, 16}, gguf.F32},
+			"blk.0.altup_router.weight":        {[]int64{64, 4}, gguf.Q8_0},
+			"blk.0.altup_correct_scale.weight": {[]int64{64}, gguf.F32},
+			"blk.0.laurel_l.weight":            {[]int64{64, 8}, gguf.Q8_0},
+			"blk.0.laurel_post_norm.weight":    {[]int64{64}, gguf.F32},
+			"blk.0.post_ffw_norm.weight":       {[]int64{64}, gguf.F32},
+		}, map[string]any{
+			"general.architecture":                     "gemma3n",
+			"gemma3n.altup.active_idx":                 uint32(0),
+			"gemma3n.altup.num_inputs":                 uint32(4),
+			"gemma3n.embedding_length_per_layer_input": uint32(16),
+			"gemma3n.attention.shared_kv_layers":       uint32(2),
+			"gemma3n.attention.sliding_window":         uint32(8),
+			"gemma3n.rope.freq_base":                   float32(1e6),
+			"gemma3n.rope.freq_base_swa":               float32(1e4),
+			"gemma3n.final_logit_softcapping":          float32(30),
+		}, []string{"altup_proj.0.weight", "gemma3n.attention.scale"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {

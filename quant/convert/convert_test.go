@@ -190,7 +190,7 @@ func TestChatModelGGUF(t *testing.T) {
 func TestGGUFFromGGUF(t *testing.T) {
 	// Fixtures whose norm weights the files store shifted by 1.
 	shifted := []string{"gemma2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
-	for _, name := range []string{"llama", "gemma2", "phi3", "qwen3_moe", "gpt_oss", "mamba2", "falcon_h1", "lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"} {
+	for _, name := range []string{"llama", "gemma2", "phi3", "qwen3_moe", "gpt_oss", "mamba2", "falcon_h1", "lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "gemma3n_text"} {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
 			tmp := t.TempDir()
@@ -451,5 +451,49 @@ func TestGGUFLinearValues(t *testing.T) {
 				return convHF[ch*width+k]
 			})
 		})
+	}
+}
+
+// TestGGUFGemma3nKeys checks the per-layer keys of a gemma3n file, which
+// the layout table cannot (arrays), and the configuration read back.
+func TestGGUFGemma3nKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := ToGGUF(fixtures.Dir(t, "archs", "gemma3n_text"), path, GGUFOptions{Type: "f32"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, _ := f.Value("gemma3n.attention.sliding_window_pattern")
+	if got, _ := gguf.ArrayOf[bool](v); !slices.Equal(got, []bool{true, true, true, false, true, false}) {
+		t.Errorf("sliding_window_pattern = %v", v)
+	}
+	v, _ = f.Value("gemma3n.activation_sparsity_scale")
+	scales, _ := gguf.ArrayOf[float32](v)
+	if len(scales) != 6 || math.Abs(float64(scales[0])-1.6448536) > 1e-6 {
+		t.Errorf("activation_sparsity_scale = %v, want 6 × Φ⁻¹(0.95) = 1.6448536", scales)
+	}
+	v, _ = f.Value("gemma3n.feed_forward_length")
+	if got, _ := gguf.ArrayOf[uint32](v); !slices.Equal(got, []uint32{128, 128, 128, 128, 128, 128}) {
+		t.Errorf("feed_forward_length = %v, want one 128 per layer", v)
+	}
+	g, err := model.ReadGGUF(f, model.GGUFOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := g.Config
+	var rank, streams int
+	var sparsity []float64
+	for key, dst := range map[string]any{"laurel_rank": &rank, "altup_num_inputs": &streams, "activation_sparsity_pattern": &sparsity} {
+		if _, err := c.Get(key, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rank != 8 || streams != 4 || len(sparsity) != 6 || math.Abs(sparsity[5]-0.95) > 1e-6 ||
+		c.NumKVSharedLayers != 2 || c.HiddenSizePerLayerInput != 16 || c.VocabSizePerLayerInput != 320 {
+		t.Errorf("read back: laurel_rank %d, altup_num_inputs %d, sparsity %v, %d KV-shared layers, per-layer inputs %d of %d",
+			rank, streams, sparsity, c.NumKVSharedLayers, c.HiddenSizePerLayerInput, c.VocabSizePerLayerInput)
 	}
 }
