@@ -5,8 +5,7 @@ package compute
 // Architectures that need it check for it at load time.
 //
 // Each value head h keeps a state S, a KeyDim×ValueDim matrix, that every
-// row folds in. Value head h reads key head h / (ValueHeads/KeyHeads) (the
-// query and key heads are repeated, as repeat_interleave does). For row t,
+// row folds in. Value head h reads key head DeltaRule.KeyHead(h). For row t,
 // with q, k the row's query and key of that key head and v its value:
 //
 //	q ← Scale · q / √(Σq² + NormEps),  k ← k / √(Σk² + NormEps)
@@ -42,6 +41,21 @@ type DeltaRule struct {
 	Scale float32
 	// NormEps is added to Σq² and Σk² before the square root.
 	NormEps float32
+	// Tiled says the value heads are in tiled order: value head h reads
+	// key head h mod KeyHeads (the query and key heads repeated as a
+	// whole, the order llama.cpp's qwen35 files store). Otherwise they are
+	// grouped, as the Hugging Face checkpoints store them: value head h
+	// reads key head h / (ValueHeads/KeyHeads) (the heads repeated as
+	// repeat_interleave does).
+	Tiled bool
+}
+
+// KeyHead returns the key head that value head h reads.
+func (r *DeltaRule) KeyHead(h int) int {
+	if r.Tiled {
+		return h % r.KeyHeads
+	}
+	return h / (r.ValueHeads / r.KeyHeads)
 }
 
 // Width returns the number of columns of qkv: 2·KeyHeads·KeyDim +

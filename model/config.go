@@ -163,6 +163,12 @@ type Config struct {
 	LinearValueHeadDim    int // linear_value_head_dim
 	LinearConvKernelDim   int // linear_conv_kernel_dim: width of the short causal convolution
 	FullAttentionInterval int // full_attention_interval: every n-th layer attends (when layer_types is absent)
+	// LinearTiledHeads says the value heads of the linear-attention
+	// weights are in tiled order (value head h reads key head h mod
+	// LinearNumKeyHeads) rather than grouped by key head as the Hugging
+	// Face checkpoints store them: llama.cpp's qwen35 and qwen35moe files
+	// reorder them so. Set by the GGUF reader; no config.json key.
+	LinearTiledHeads bool
 
 	// RopeParams holds the rotary embedding parameters shared by all layers;
 	// RopeByLayerType those keyed by layer type when the config gives them

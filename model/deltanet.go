@@ -47,7 +47,9 @@ func (d *deltaNet) forward(m *hybrid, s *hybridScratch, h, convState, deltaState
 // "linear_attn."). Qwen3.5 stores the projections apart (in_proj_qkv,
 // in_proj_z, in_proj_b, in_proj_a); Qwen3-Next fuses them (in_proj_qkvz,
 // in_proj_ba) grouped by key head, and their rows are regrouped here into
-// the same four projections.
+// the same four projections. GGUF files of Qwen3-Next hold in_proj_qkv and
+// in_proj_z apart beside the fused in_proj_ba; those of Qwen3.5 hold the
+// value heads in tiled order (Config.LinearTiledHeads).
 func loadDeltaNet(cfg *Config, l *loader, p string) *deltaNet {
 	kh, vh := cfg.LinearNumKeyHeads, cfg.LinearNumValueHeads
 	dk, dv := cfg.LinearKeyHeadDim, cfg.LinearValueHeadDim
@@ -56,33 +58,41 @@ func loadDeltaNet(cfg *Config, l *loader, p string) *deltaNet {
 		rule: compute.DeltaRule{
 			KeyHeads: kh, ValueHeads: vh, KeyDim: dk, ValueDim: dv,
 			Scale: float32(1 / math.Sqrt(float64(dk))), NormEps: 1e-6,
+			Tiled: cfg.LinearTiledHeads,
 		},
 		kernel: k,
 	}
+	// r = vh/kh value heads share a key head.
+	r := vh / kh
 	if l.has(p + "in_proj_qkvz.weight") {
-		// Per key head: q (dk rows), k (dk), v (r·dv), z (r·dv), where
-		// r = vh/kh value heads share the key head.
-		r := vh / kh
+		// Per key head: q (dk rows), k (dk), v (r·dv), z (r·dv).
 		group := 2*dk + 2*r*dv
-		var q, kk, v, z, bo, ao []int
+		var q, kk, v, z []int
 		for g := range kh {
 			o := g * group
 			q = appendRange(q, o, o+dk)
 			kk = appendRange(kk, o+dk, o+2*dk)
 			v = appendRange(v, o+2*dk, o+2*dk+r*dv)
 			z = appendRange(z, o+2*dk+r*dv, o+group)
-			bo = appendRange(bo, g*2*r, g*2*r+r)
-			ao = appendRange(ao, g*2*r+r, (g+1)*2*r)
 		}
 		name := p + "in_proj_qkvz.weight"
 		d.qkv = l.rows(name, []int{kh * group, hid}, append(append(q, kk...), v...))
 		d.z = l.rows(name, []int{kh * group, hid}, z)
-		name = p + "in_proj_ba.weight"
-		d.b = l.rows(name, []int{2 * vh, hid}, bo)
-		d.a = l.rows(name, []int{2 * vh, hid}, ao)
 	} else {
 		d.qkv = l.weight(p+"in_proj_qkv.weight", d.convDim(), hid)
 		d.z = l.weight(p+"in_proj_z.weight", vh*dv, hid)
+	}
+	if l.has(p + "in_proj_ba.weight") {
+		// Per key head: b (r rows), a (r).
+		var bo, ao []int
+		for g := range kh {
+			bo = appendRange(bo, g*2*r, g*2*r+r)
+			ao = appendRange(ao, g*2*r+r, (g+1)*2*r)
+		}
+		name := p + "in_proj_ba.weight"
+		d.b = l.rows(name, []int{2 * vh, hid}, bo)
+		d.a = l.rows(name, []int{2 * vh, hid}, ao)
+	} else {
 		d.b = l.weight(p+"in_proj_b.weight", vh, hid)
 		d.a = l.weight(p+"in_proj_a.weight", vh, hid)
 	}

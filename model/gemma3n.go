@@ -129,10 +129,8 @@ func loadGemma3n(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	m.embed = l.table("model.embed_tokens.weight", cfg.VocabSize, hid)
 	m.norm, m.output = loadOutput(l, cfg, m.embed)
 	m.ple = loadPerLayerEmbedding(l, cfg)
-	for j := range m.k - 1 {
-		m.project = append(m.project, l.weight(fmt.Sprintf("model.altup_projections.%d.weight", j), hid, hid))
-		m.unproject = append(m.unproject, l.weight(fmt.Sprintf("model.altup_unembed_projections.%d.weight", j), hid, hid))
-	}
+	m.project = loadAltUpProjections(l, "model.altup_projections", m.k-1, hid)
+	m.unproject = loadAltUpProjections(l, "model.altup_unembed_projections", m.k-1, hid)
 	d := cfg.HiddenSizePerLayerInput
 	ropes, onesOf := map[string]*compute.Rope{}, onesCache(b)
 	for i := range n {
@@ -316,4 +314,25 @@ func (m *gemma3n) layer(i int, st *kvState, s *scratch, xs, ps []*compute.Tensor
 	for y := 1; y < k; y++ {
 		b.Add(ps[y], ps[y], f)
 	}
+}
+
+// loadAltUpProjections reads the n hidden×hidden AltUp projections under
+// prefix p: p.J.weight in a checkpoint, or one stacked p.weight [n, hidden,
+// hidden] (GGUF files), viewed per projection in its stored type.
+func loadAltUpProjections(l *loader, p string, n, hid int) []*compute.Tensor {
+	var out []*compute.Tensor
+	if l.has(p + ".weight") {
+		s := l.stored(p+".weight", []int{n, hid, hid})
+		for j := range n {
+			if l.err != nil {
+				return nil
+			}
+			out = append(out, l.tensor(p+".weight", s.DType, []int{hid, hid}, slab(s, j, n)))
+		}
+		return out
+	}
+	for j := range n {
+		out = append(out, l.weight(fmt.Sprintf("%s.%d.weight", p, j), hid, hid))
+	}
+	return out
 }

@@ -42,6 +42,9 @@ type ggufFamily struct {
 	act       string // hidden activation (GGUF does not store it)
 	permuted  bool   // Q/K rows permuted for adjacent-pair rope
 	normShift float32
+	// unshifted are the per-layer Hugging Face suffixes of norm weights
+	// that the file stores without normShift.
+	unshifted []string
 	// layer maps per-layer Hugging Face suffixes to GGUF suffixes, beyond
 	// the ones all families share.
 	layer map[string]string
@@ -130,6 +133,16 @@ var ggufFamilies = map[string]ggufFamily{
 		rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
 	"falcon-h1": {modelType: "falcon_h1", act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
 	"lfm2":      {modelType: "lfm2", act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
+
+	"gemma3n": {modelType: "gemma3n_text", act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
+		swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
+
+	"qwen3next": {modelType: "qwen3_next", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
+		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, splitQKVZ)},
+	"qwen35": {modelType: "qwen3_5_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
+		layer: linearGGUFLayer, rules: linearRules, compose: tileValueHeads},
+	"qwen35moe": {modelType: "qwen3_5_moe_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
+		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, tileValueHeads)},
 }
 
 // ggufArchOf maps Hugging Face model types to GGUF architectures.
@@ -139,6 +152,7 @@ var ggufArchOf = map[string]string{
 	"gemma2": "gemma2", "gemma3_text": "gemma3",
 	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
 	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
+	"gemma3n_text": "gemma3n", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
 }
 
 // GGUFArchitectures returns the general.architecture values OpenGGUF
@@ -237,6 +251,18 @@ func hfLayerNames(fam ggufFamily) map[string]string {
 // isNormWeight reports whether a Hugging Face tensor is an RMSNorm weight.
 func isNormWeight(hf string) bool {
 	return strings.HasSuffix(hf, "norm.weight")
+}
+
+// shift returns what the family's files add to a Hugging Face tensor (the
+// norm shift for norm weights, 0 for the rest).
+func (fam ggufFamily) shift(hf string) float32 {
+	if fam.normShift == 0 || !isNormWeight(hf) {
+		return 0
+	}
+	if _, suffix, ok := layerSuffix(hf); ok && slices.Contains(fam.unshifted, suffix) {
+		return 0
+	}
+	return fam.normShift
 }
 
 // GGUFOptions adjust OpenGGUFWith and ReadGGUF.
@@ -444,10 +470,10 @@ func (g *GGUF) Lookup(name string) (Stored, bool) {
 		shape[len(t.Dims)-1-i] = int(d)
 	}
 	s := Stored{DType: dt, Shape: shape, Data: g.File.TensorData(t)}
-	shift := g.fam.normShift != 0 && isNormWeight(name)
+	shift := g.fam.shift(name)
 	rule, hasRule := g.rules[ruleKey(name)]
 	decode := hasRule && rule.decode != nil
-	if !shift && !decode && !(g.opts.DequantizeToF32 && dt.Quantized()) {
+	if shift == 0 && !decode && !(g.opts.DequantizeToF32 && dt.Quantized()) {
 		if hasRule && rule.unshape != nil {
 			s.Shape = rule.unshape(shape)
 		}
@@ -458,9 +484,9 @@ func (g *GGUF) Lookup(name string) (Stored, bool) {
 		// Leave the stored tensor: the loader reports what it cannot use.
 		return s, true
 	}
-	if shift {
+	if shift != 0 {
 		for i := range vals {
-			vals[i] -= g.fam.normShift
+			vals[i] -= shift
 		}
 	}
 	if decode {
@@ -576,7 +602,29 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	}
 	c.NumHiddenLayers = k.need("block_count")
 	c.HiddenSize = k.need("embedding_length")
-	c.IntermediateSize = k.need("feed_forward_length")
+	var ffPerLayer []int
+	switch {
+	case isLinearArch(arch):
+		// Qwen3.5-MoE checkpoints have no intermediate_size.
+		c.IntermediateSize, _ = k.uint("feed_forward_length")
+	case arch == "gemma3n":
+		// One width per layer, or one for all.
+		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
+			ff, err := ggufPerLayer(k, "feed_forward_length", c.NumHiddenLayers)
+			if err != nil {
+				return nil, err
+			}
+			if ff == nil || ff[0] == 0 {
+				return nil, fmt.Errorf("missing key %s.feed_forward_length", arch)
+			}
+			c.IntermediateSize = ff[0]
+			if _, isArray := gguf.ArrayOf[uint32](mustValue(f, arch+".feed_forward_length")); isArray {
+				ffPerLayer = ff
+			}
+		}
+	default:
+		c.IntermediateSize = k.need("feed_forward_length")
+	}
 	c.NumAttentionHeads = k.need("attention.head_count")
 	c.NumKeyValueHeads = c.NumAttentionHeads
 	kvHeads, err := ggufPerLayer(k, "attention.head_count_kv", c.NumHiddenLayers)
@@ -601,7 +649,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		c.RMSNormEps = eps
 	} else {
 		c.RMSNormEps = 1e-5
-		if arch == "gemma2" || arch == "gemma3" {
+		if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" {
 			c.RMSNormEps = 1e-6
 		}
 	}
@@ -661,7 +709,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		}
 	}
 	switch arch {
-	case "qwen3moe", "gpt-oss":
+	case "qwen3moe", "gpt-oss", "qwen3next", "qwen35moe":
 		ggufMoEConfig(c, k)
 	}
 	if arch == "smollm3" {
@@ -678,6 +726,14 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		return nil, err
 	}
 	switch arch {
+	case "gemma3n":
+		if err := ggufGemma3nConfig(c, k, g, ffPerLayer); err != nil {
+			return nil, err
+		}
+	case "qwen3next", "qwen35", "qwen35moe":
+		if err := ggufLinearConfig(c, k); err != nil {
+			return nil, err
+		}
 	case "lfm2":
 		if err := ggufLFM2Config(c, k, kvHeads); err != nil {
 			return nil, err
@@ -897,7 +953,7 @@ func ggufRope(c *Config, k *ggufKeys, g *GGUF) error {
 	}
 	c.PartialRotaryFactor = p.PartialRotaryFactor
 	c.RopeParams = p
-	if k.arch == "gemma3" {
+	if k.arch == "gemma3" || k.arch == "gemma3n" {
 		// Sliding layers use their own base and no scaling.
 		local := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: p.PartialRotaryFactor, Interleaved: p.Interleaved}
 		if v, ok := k.float("rope.freq_base_swa"); ok {
@@ -1072,8 +1128,10 @@ func (v *ggufView) Describe(name string) (Stored, bool) {
 // adjacent-pair rope (the llama family).
 func (l *GGUFLayout) Permuted() bool { return l.fam.permuted }
 
-// NormShift returns what GGUF adds to RMSNorm weights (1 for Gemma).
-func (l *GGUFLayout) NormShift() float32 { return l.fam.normShift }
+// NormShift returns what the file adds to a Hugging Face tensor's values:
+// 1 for the RMSNorm weights of the families that store w+1 (Gemma, the
+// Qwen delta-rule hybrids), 0 otherwise.
+func (l *GGUFLayout) NormShift(hf string) float32 { return l.fam.shift(hf) }
 
 // TensorName returns the GGUF name of a Hugging Face tensor, or false for a
 // tensor the layout does not store.
@@ -1149,7 +1207,7 @@ func (l *GGUFLayout) metadata() error {
 		return l.mamba2Metadata(u32, f32)
 	}
 	for i := range c.NumHiddenLayers {
-		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || c.IntermediateSizeFor(i) != c.IntermediateSize {
+		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || (c.IntermediateSizeFor(i) != c.IntermediateSize && l.Arch != "gemma3n") {
 			return fmt.Errorf("%s: layer %d has its own sizes (per-layer config), which this GGUF layout does not store", c.ModelType, i)
 		}
 	}
@@ -1158,9 +1216,12 @@ func (l *GGUFLayout) metadata() error {
 	}
 	u32("embedding_length", c.HiddenSize)
 	u32("block_count", c.NumHiddenLayers)
-	if l.Arch == "lfm2" {
+	switch {
+	case l.Arch == "lfm2":
 		u32("feed_forward_length", c.FeedForwardSize())
-	} else {
+	case isLinearArch(l.Arch) && c.IntermediateSize == 0:
+		// Qwen3.5-MoE: the converter writes no key it has no value for.
+	default:
 		u32("feed_forward_length", c.IntermediateSize)
 	}
 	u32("attention.head_count", c.NumAttentionHeads)
@@ -1268,7 +1329,7 @@ func (l *GGUFLayout) metadata() error {
 		return fmt.Errorf("%s: no_rope_layers has no GGUF form", c.ModelType)
 	}
 	switch l.Arch {
-	case "qwen3moe", "gpt-oss":
+	case "qwen3moe", "gpt-oss", "qwen3next", "qwen35moe":
 		if err := l.moeMetadata(u32); err != nil {
 			return err
 		}
@@ -1278,6 +1339,12 @@ func (l *GGUFLayout) metadata() error {
 		if err := l.falconH1Metadata(u32); err != nil {
 			return err
 		}
+	}
+	if isLinearArch(l.Arch) {
+		return l.linearMetadata(u32)
+	}
+	if l.Arch == "gemma3n" {
+		return l.gemma3nMetadata(u32, f32)
 	}
 	if l.Arch == "qwen3moe" {
 		w, err := qwen3moeWindow(c)
@@ -1356,4 +1423,10 @@ func llama3FreqFactors(p RopeParams, headDim, rotary int) GGUFTensor {
 		}
 	}
 	return GGUFTensor{Name: ggufRopeFreqs, Dims: []int64{int64(len(out))}, Data: out}
+}
+
+// mustValue returns a key's value, or the zero Value when it is absent.
+func mustValue(f *gguf.File, key string) gguf.Value {
+	v, _ := f.Value(key)
+	return v
 }

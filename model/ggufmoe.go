@@ -255,6 +255,25 @@ func ggufMoEConfig(c *Config, k *ggufKeys) {
 			}
 			c.NormTopKProb = b
 		}
+	case "qwen3next", "qwen35moe":
+		// llama.cpp's defaults when the keys are absent.
+		if !hasFF && c.NumExpertsPerTok > 0 {
+			ff = c.IntermediateSize / c.NumExpertsPerTok
+		}
+		c.MoEIntermediateSize = ff
+		c.SharedExpertIntermediateSize = c.IntermediateSize
+		if v, ok := k.uint("expert_shared_feed_forward_length"); ok {
+			c.SharedExpertIntermediateSize = v
+		}
+		c.DecoderSparseStep = 1
+		c.NormTopKProb = true
+		if v, ok := k.f.Value(k.arch + ".expert_weights_norm"); ok && k.arch == "qwen3next" {
+			b, ok := v.Bool()
+			if !ok {
+				k.fail(fmt.Errorf("key %s.expert_weights_norm: want a bool, got %s", k.arch, v.Type()))
+			}
+			c.NormTopKProb = b
+		}
 	case "gpt-oss":
 		if !hasFF {
 			k.fail(fmt.Errorf("missing key %s.expert_feed_forward_length", k.arch))
@@ -287,6 +306,8 @@ func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
 			l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
 			l.Warnings = append(l.Warnings, "norm_topk_prob is false: written as qwen3moe.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)")
 		}
+	case "qwen3next", "qwen35moe":
+		return l.linearMoEMetadata(u32)
 	case "gpt-oss":
 		u32("expert_feed_forward_length", c.IntermediateSize)
 		if c.SwiGLULimit != 7 {

@@ -102,7 +102,7 @@ func (j *deltaJob) part(p int) {
 func (j *deltaJob) load(s *deltaScratch, h, t0, c int) {
 	r := j.r
 	dk, w := r.KeyDim, r.Width()
-	kh := h / (r.ValueHeads / r.KeyHeads)
+	kh := r.KeyHead(h)
 	rate := -float32(math.Exp(float64(j.aLog[h])))
 	var sum float32
 	for i := range c {

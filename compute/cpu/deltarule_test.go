@@ -12,6 +12,7 @@ import (
 // deltaCase is a delta-rule geometry with random inputs.
 type deltaCase struct {
 	kh, vh, dk, dv, n int
+	tiled             bool // value head h reads key head h mod kh
 	qkv, a, b         []float32
 	aLog, dtBias      []float32
 }
@@ -57,6 +58,9 @@ func (c *deltaCase) reference() (out, state []float64) {
 		row := c.qkv[t*w : (t+1)*w]
 		for h := range c.vh {
 			kh := h / (c.vh / c.kh)
+			if c.tiled {
+				kh = h % c.kh
+			}
 			q := unit(row[kh*c.dk:(kh+1)*c.dk], scale)
 			k := unit(row[(c.kh+kh)*c.dk:(c.kh+kh+1)*c.dk], 1)
 			v := row[2*c.kh*c.dk+h*c.dv : 2*c.kh*c.dk+(h+1)*c.dv]
@@ -99,7 +103,7 @@ func (c *deltaCase) run(b *Backend, pieces []int) (out, state []float32) {
 	r := &compute.DeltaRule{
 		KeyHeads: c.kh, ValueHeads: c.vh, KeyDim: c.dk, ValueDim: c.dv,
 		ALog: vec(c.aLog), DtBias: vec(c.dtBias),
-		Scale: float32(1 / math.Sqrt(float64(c.dk))), NormEps: 1e-6,
+		Scale: float32(1 / math.Sqrt(float64(c.dk))), NormEps: 1e-6, Tiled: c.tiled,
 	}
 	st := b.Alloc(compute.F32, c.vh, c.dv, c.dk)
 	out = make([]float32, c.n*c.vh*c.dv)
@@ -149,17 +153,20 @@ func TestDeltaRule(t *testing.T) {
 		aLogLo, aLogHi    float32
 		pieces            []int
 		threads           int
+		tiled             bool
 	}{
-		{"one head", 1, 1, 8, 8, 20, -1, 2, []int{20}, 1},
-		{"grouped heads", 2, 4, 16, 16, 40, -1, 2, []int{40}, 2},
-		{"several chunks", 2, 4, 16, 8, 150, -1, 2, []int{150}, 2},
-		{"pieces across chunk ends", 2, 4, 16, 8, 150, -1, 2, []int{5, 70, 1, 1, 60, 13}, 2},
-		{"slow decay", 1, 2, 32, 32, 130, -6, -4, []int{130}, 2},
-		{"fast decay", 1, 2, 16, 16, 70, 2, 3, []int{70}, 2},
-		{"pool", 4, 8, 64, 64, 80, -1, 2, []int{66, 1, 13}, 3},
+		{"one head", 1, 1, 8, 8, 20, -1, 2, []int{20}, 1, false},
+		{"grouped heads", 2, 4, 16, 16, 40, -1, 2, []int{40}, 2, false},
+		{"tiled heads", 2, 6, 16, 16, 40, -1, 2, []int{33, 1, 6}, 2, true},
+		{"several chunks", 2, 4, 16, 8, 150, -1, 2, []int{150}, 2, false},
+		{"pieces across chunk ends", 2, 4, 16, 8, 150, -1, 2, []int{5, 70, 1, 1, 60, 13}, 2, false},
+		{"slow decay", 1, 2, 32, 32, 130, -6, -4, []int{130}, 2, false},
+		{"fast decay", 1, 2, 16, 16, 70, 2, 3, []int{70}, 2, false},
+		{"pool", 4, 8, 64, 64, 80, -1, 2, []int{66, 1, 13}, 3, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newDeltaCase(tc.kh, tc.vh, tc.dk, tc.dv, tc.n, tc.aLogLo, tc.aLogHi, 1)
+			c.tiled = tc.tiled
 			wantOut, wantState := c.reference()
 			b := New(tc.threads)
 			chunkOut, chunkState := c.run(b, tc.pieces)

@@ -31,8 +31,12 @@ func (b *Backend) DeltaRule(dst, qkv, a, bt, state *compute.Tensor, r *compute.D
 	if n == 0 || vh*dv == 0 {
 		return
 	}
+	tiled := 0
+	if r.Tiled {
+		tiled = 1
+	}
 	b.launch(b.k.deltaRule, "delta_rule", (vh*dv+3)/4, 128).
 		ptr(dptr(dst)).ptr(dptr(qkv)).ptr(dptr(a)).ptr(dptr(bt)).ptr(dptr(state)).
 		ptr(dptr(r.ALog)).i(int(r.ALog.DType)).ptr(dptr(r.DtBias)).i(int(r.DtBias.DType)).
-		i(n).i(r.KeyHeads).i(vh).i(dk).i(dv).f(r.Scale).f(r.NormEps)
+		i(n).i(r.KeyHeads).i(vh).i(dk).i(dv).f(r.Scale).f(r.NormEps).i(tiled)
 }

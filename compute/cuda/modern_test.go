@@ -120,16 +120,18 @@ func TestDeltaRule(t *testing.T) {
 		name           string
 		kh, vh, dk, dv int
 		chunks         []int
+		tiled          bool
 	}{
-		{"grouped", 2, 4, 32, 16, []int{5, 1, 1, 70, 1}},
-		{"odd sizes", 1, 3, 20, 7, []int{1, 65, 1}},
-		{"qwen3.5 head", 1, 2, 128, 128, []int{64, 1, 1}},
-		{"key dim 256", 1, 1, 256, 9, []int{3, 1}},
+		{"grouped", 2, 4, 32, 16, []int{5, 1, 1, 70, 1}, false},
+		{"tiled", 2, 6, 32, 16, []int{5, 1, 1, 70, 1}, true},
+		{"odd sizes", 1, 3, 20, 7, []int{1, 65, 1}, false},
+		{"qwen3.5 head", 1, 2, 128, 128, []int{64, 1, 1}, false},
+		{"key dim 256", 1, 1, 256, 9, []int{3, 1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t
 			r := &compute.DeltaRule{KeyHeads: tc.kh, ValueHeads: tc.vh, KeyDim: tc.dk, ValueDim: tc.dv,
-				Scale: float32(1 / math.Sqrt(float64(tc.dk))), NormEps: 1e-6}
+				Scale: float32(1 / math.Sqrt(float64(tc.dk))), NormEps: 1e-6, Tiled: tc.tiled}
 			alog, dtb := h.act(1, tc.vh), h.act(1, tc.vh)
 			state := h.act(0.3, tc.vh, tc.dv, tc.dk)
 			for step, n := range tc.chunks {

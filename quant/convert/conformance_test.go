@@ -104,7 +104,7 @@ func TestGGUFConformance(t *testing.T) {
 // modernFamilies are the fixtures of the families beyond the dense ones
 // (mixtures of experts, state-space and hybrid stacks) that ToGGUF writes
 // and OpenGGUF reads.
-var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1"}
+var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "gemma3n_text"}
 
 // TestGGUFConformanceModern is TestGGUFConformance for modernFamilies:
 // F32 and BF16 files within 1e-3 of the safetensors logits and the greedy
@@ -383,6 +383,86 @@ func TestGGUFModernLayout(t *testing.T) {
 			"lfm2.shortconv.l_cache":   uint32(3),
 			"lfm2.feed_forward_length": uint32(256),
 		}, []string{"output_norm.weight"}},
+		{"qwen3_next", map[string]tensor{
+			"blk.0.attn_qkv.weight":            {[]int64{64, 128}, gguf.Q8_0},
+			"blk.0.attn_gate.weight":           {[]int64{64, 64}, gguf.Q8_0},
+			"blk.0.ssm_ba.weight":              {[]int64{64, 8}, gguf.Q8_0},
+			"blk.0.ssm_conv1d.weight":          {[]int64{4, 128}, gguf.F32},
+			"blk.0.ssm_a":                      {[]int64{4}, gguf.F32},
+			"blk.0.ssm_dt.bias":                {[]int64{4}, gguf.F32},
+			"blk.0.ssm_norm.weight":            {[]int64{16}, gguf.F32},
+			"blk.0.ssm_out.weight":             {[]int64{64, 64}, gguf.Q8_0},
+			"blk.0.post_attention_norm.weight": {[]int64{64}, gguf.F32},
+			"blk.0.ffn_gate_exps.weight":       {[]int64{64, 32, 4}, gguf.Q8_0},
+			"blk.0.ffn_gate_inp_shexp.weight":  {[]int64{64, 1}, gguf.F32},
+			"blk.0.ffn_up_shexp.weight":        {[]int64{64, 32}, gguf.Q8_0},
+			"blk.0.ffn_down_shexp.weight":      {[]int64{32, 64}, gguf.Q8_0},
+			"blk.3.attn_q.weight":              {[]int64{64, 128}, gguf.Q8_0},
+			"blk.3.attn_k_norm.weight":         {[]int64{16}, gguf.F32},
+		}, map[string]any{
+			"general.architecture":                        "qwen3next",
+			"qwen3next.ssm.conv_kernel":                   uint32(4),
+			"qwen3next.ssm.state_size":                    uint32(16),
+			"qwen3next.ssm.group_count":                   uint32(2),
+			"qwen3next.ssm.time_step_rank":                uint32(4),
+			"qwen3next.ssm.inner_size":                    uint32(64),
+			"qwen3next.full_attention_interval":           uint32(4),
+			"qwen3next.rope.dimension_count":              uint32(4),
+			"qwen3next.expert_feed_forward_length":        uint32(32),
+			"qwen3next.expert_shared_feed_forward_length": uint32(32),
+			"qwen3next.feed_forward_length":               uint32(128),
+		}, []string{"blk.0.ssm_in.weight", "blk.0.ssm_beta.weight", "blk.3.attn_qkv.weight", "qwen3next.rope.dimension_sections", "qwen3next.attention.recurrent_layers"}},
+		{"qwen3_5_text", map[string]tensor{
+			"blk.0.attn_qkv.weight":   {[]int64{64, 128}, gguf.Q8_0},
+			"blk.0.attn_gate.weight":  {[]int64{64, 64}, gguf.Q8_0},
+			"blk.0.ssm_beta.weight":   {[]int64{64, 4}, gguf.Q8_0},
+			"blk.0.ssm_alpha.weight":  {[]int64{64, 4}, gguf.Q8_0},
+			"blk.0.ssm_conv1d.weight": {[]int64{4, 128}, gguf.F32},
+			"blk.0.ffn_gate.weight":   {[]int64{64, 128}, gguf.Q8_0},
+		}, map[string]any{
+			"general.architecture":           "qwen35",
+			"qwen35.full_attention_interval": uint32(4),
+			"qwen35.feed_forward_length":     uint32(128),
+			"qwen35.ssm.time_step_rank":      uint32(4),
+		}, []string{"blk.0.ssm_ba.weight", "blk.0.ffn_gate_inp.weight", "qwen35.expert_count"}},
+		{"qwen3_5_moe_text", map[string]tensor{
+			"blk.0.ssm_beta.weight":           {[]int64{64, 4}, gguf.Q8_0},
+			"blk.0.ffn_gate_inp.weight":       {[]int64{64, 4}, gguf.F32},
+			"blk.0.ffn_down_exps.weight":      {[]int64{32, 64, 4}, gguf.Q8_0},
+			"blk.0.ffn_gate_inp_shexp.weight": {[]int64{64, 1}, gguf.F32},
+		}, map[string]any{
+			"general.architecture":                        "qwen35moe",
+			"qwen35moe.expert_count":                      uint32(4),
+			"qwen35moe.expert_used_count":                 uint32(2),
+			"qwen35moe.expert_shared_feed_forward_length": uint32(32),
+		}, []string{"blk.0.ffn_gate.weight", "qwen35moe.feed_forward_length"}},
+		{"gemma3n_text", map[string]tensor{
+			"per_layer_token_embd.weight":      {[]int64{96, 320}, gguf.Q8_0},
+			"per_layer_model_proj.weight":      {[]int64{64, 96}, gguf.Q8_0},
+			"per_layer_proj_norm.weight":       {[]int64{16}, gguf.F32},
+			"altup_proj.weight":                {[]int64{64, 64, 3}, gguf.Q8_0},
+			"altup_unembd_proj.weight":         {[]int64{64, 64, 3}, gguf.Q8_0},
+			"blk.0.inp_gate.weight":            {[]int64{64, 16}, gguf.Q8_0},
+			"blk.0.proj.weight":                {[]int64{16, 64}, gguf.F16},
+			"blk.0.post_norm.weight":           {[]int64{64}, gguf.F32},
+			"blk.0.altup_correct_coef.weight":  {[]int64{4, 4}, gguf.F32},
+			"blk.0.altup_predict_coef.weight":  {[]int64{4, 16}, gguf.F32},
+			"blk.0.altup_router.weight":        {[]int64{64, 4}, gguf.Q8_0},
+			"blk.0.altup_correct_scale.weight": {[]int64{64}, gguf.F32},
+			"blk.0.laurel_l.weight":            {[]int64{64, 8}, gguf.Q8_0},
+			"blk.0.laurel_post_norm.weight":    {[]int64{64}, gguf.F32},
+			"blk.0.post_ffw_norm.weight":       {[]int64{64}, gguf.F32},
+		}, map[string]any{
+			"general.architecture":                     "gemma3n",
+			"gemma3n.altup.active_idx":                 uint32(0),
+			"gemma3n.altup.num_inputs":                 uint32(4),
+			"gemma3n.embedding_length_per_layer_input": uint32(16),
+			"gemma3n.attention.shared_kv_layers":       uint32(2),
+			"gemma3n.attention.sliding_window":         uint32(8),
+			"gemma3n.rope.freq_base":                   float32(1e6),
+			"gemma3n.rope.freq_base_swa":               float32(1e4),
+			"gemma3n.final_logit_softcapping":          float32(30),
+		}, []string{"altup_proj.0.weight", "gemma3n.attention.scale"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {

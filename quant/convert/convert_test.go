@@ -17,7 +17,9 @@ import (
 	"lem/engine"
 	"lem/gguf"
 	"lem/internal/fixtures"
+	"lem/internal/half"
 	"lem/model"
+	"lem/safetensors"
 	"lem/tokenizer"
 )
 
@@ -186,7 +188,9 @@ func TestChatModelGGUF(t *testing.T) {
 // read back from GGUF (Q/K rows of the llama family already permuted,
 // Gemma norms already shifted) are written exactly once transformed.
 func TestGGUFFromGGUF(t *testing.T) {
-	for _, name := range []string{"llama", "gemma2", "phi3", "qwen3_moe", "gpt_oss", "mamba2", "falcon_h1", "lfm2"} {
+	// Fixtures whose norm weights the files store shifted by 1.
+	shifted := []string{"gemma2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+	for _, name := range []string{"llama", "gemma2", "phi3", "qwen3_moe", "gpt_oss", "mamba2", "falcon_h1", "lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "gemma3n_text"} {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
 			tmp := t.TempDir()
@@ -217,10 +221,10 @@ func TestGGUFFromGGUF(t *testing.T) {
 					t.Fatalf("tensor %s: %v %v in one file, %v %v in the other", ta.Name, ta.Type, ta.Dims, tb.Type, tb.Dims)
 				}
 				if da := a.TensorData(ta); !bytes.Equal(da, db) {
-					// Gemma's norms go w+1 → w → w+1 and Mamba2's A goes
+					// Shifted norms go w+1 → w → w+1 and A goes
 					// −exp(a) → a → −exp(a) in float32, which may round in
 					// the last bit; everything else is identical.
-					if !(strings.HasSuffix(ta.Name, "norm.weight") && name == "gemma2") && !(strings.HasSuffix(ta.Name, ".ssm_a") && closeF32(da, db, 1e-6)) {
+					if !(strings.HasSuffix(ta.Name, "norm.weight") && slices.Contains(shifted, name)) && !(strings.HasSuffix(ta.Name, ".ssm_a") && closeF32(da, db, 1e-6)) {
 						t.Errorf("tensor %s differs", ta.Name)
 					}
 				}
@@ -321,4 +325,175 @@ func closeF32(a, b []byte, tol float64) bool {
 		}
 	}
 	return true
+}
+
+// TestGGUFLinearValues pins the values of the delta-rule hybrids' tensors
+// against the checkpoint, as llama.cpp's converter writes them: norms w+1
+// except linear_attn.norm, ssm_a = −exp(A_log), Qwen3-Next's in_proj_qkvz
+// regrouped into attn_qkv and attn_gate, and Qwen3.5's value heads in tiled
+// order (head j = v·kh + g holds the checkpoint's head g·r + v). A
+// round trip alone cannot tell a transform from its mirror image.
+func TestGGUFLinearValues(t *testing.T) {
+	const hid, kh, vh, d = 64, 2, 4, 16 // the fixtures' geometry
+	grouped := func(j int) int { return j }
+	tiled := func(j int) int { return (j%kh)*(vh/kh) + j/kh }
+	for _, tc := range []struct {
+		fixture string
+		head    func(j int) int // checkpoint head of the file's value head j
+	}{
+		{"qwen3_next", grouped},
+		{"qwen3_5_text", tiled},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			dir := fixtures.Dir(t, "archs", tc.fixture)
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if _, err := ToGGUF(dir, path, GGUFOptions{Type: "f32"}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			st, err := safetensors.OpenDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			hf := func(name string) []float32 {
+				x, ok := st.Tensor("model.layers.0." + name)
+				if !ok {
+					t.Fatalf("no tensor %s", name)
+				}
+				v := make([]float32, len(x.Data)/2)
+				half.BF16sToF32s(v, x.Data)
+				return v
+			}
+			file := func(name string) []float32 {
+				_, data, ok := f.Tensor("blk.0." + name)
+				if !ok {
+					t.Fatalf("no tensor %s", name)
+				}
+				v := make([]float32, len(data)/4)
+				for i := range v {
+					v[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+				}
+				return v
+			}
+			check := func(what string, got []float32, want func(i int) float32) {
+				t.Helper()
+				for i, g := range got {
+					if w := want(i); math.Abs(float64(g-w)) > 1e-6*max(1, math.Abs(float64(w))) {
+						t.Fatalf("%s[%d] = %g, want %g", what, i, g, w)
+					}
+				}
+			}
+			norm, inNorm := file("attn_norm.weight"), hf("input_layernorm.weight")
+			check("attn_norm", norm, func(i int) float32 { return inNorm[i] + 1 })
+			ssmNorm, lnNorm := file("ssm_norm.weight"), hf("linear_attn.norm.weight")
+			check("ssm_norm", ssmNorm, func(i int) float32 { return lnNorm[i] })
+			aLog := hf("linear_attn.A_log")
+			check("ssm_a", file("ssm_a"), func(j int) float32 { return -float32(math.Exp(float64(aLog[tc.head(j)]))) })
+			dt := hf("linear_attn.dt_bias")
+			check("ssm_dt.bias", file("ssm_dt.bias"), func(j int) float32 { return dt[tc.head(j)] })
+			qkv, gate := file("attn_qkv.weight"), file("attn_gate.weight")
+			out, outHF := file("ssm_out.weight"), hf("linear_attn.out_proj.weight")
+			check("ssm_out", out, func(i int) float32 {
+				r, c := i/(vh*d), i%(vh*d)
+				return outHF[r*vh*d+tc.head(c/d)*d+c%d]
+			})
+			if tc.fixture == "qwen3_next" {
+				// in_proj_qkvz: per key head g, rows q (d), k (d), v (2d), z (2d).
+				fused := hf("linear_attn.in_proj_qkvz.weight")
+				row := func(r int) []float32 { return fused[r*hid : (r+1)*hid] }
+				group := 6 * d
+				check("attn_qkv", qkv, func(i int) float32 {
+					r, c := i/hid, i%hid
+					switch {
+					case r < kh*d: // queries
+						return row((r/d)*group + r%d)[c]
+					case r < 2*kh*d: // keys
+						r -= kh * d
+						return row((r/d)*group + d + r%d)[c]
+					}
+					r -= 2 * kh * d // values: 2d rows per key head
+					return row((r/(2*d))*group + 2*d + r%(2*d))[c]
+				})
+				check("attn_gate", gate, func(i int) float32 {
+					r, c := i/hid, i%hid
+					return row((r/(2*d))*group + 4*d + r%(2*d))[c]
+				})
+				return
+			}
+			qkvHF, zHF := hf("linear_attn.in_proj_qkv.weight"), hf("linear_attn.in_proj_z.weight")
+			check("attn_qkv", qkv, func(i int) float32 {
+				r, c := i/hid, i%hid
+				if r >= 2*kh*d {
+					v := r - 2*kh*d
+					r = 2*kh*d + tc.head(v/d)*d + v%d
+				}
+				return qkvHF[r*hid+c]
+			})
+			check("attn_gate", gate, func(i int) float32 {
+				r, c := i/hid, i%hid
+				return zHF[(tc.head(r/d)*d+r%d)*hid+c]
+			})
+			beta, bHF := file("ssm_beta.weight"), hf("linear_attn.in_proj_b.weight")
+			check("ssm_beta", beta, func(i int) float32 { return bHF[tc.head(i/hid)*hid+i%hid] })
+			conv, convHF := file("ssm_conv1d.weight"), hf("linear_attn.conv1d.weight")
+			const width = 4
+			check("ssm_conv1d", conv, func(i int) float32 {
+				ch, k := i/width, i%width
+				if ch >= 2*kh*d {
+					v := ch - 2*kh*d
+					ch = 2*kh*d + tc.head(v/d)*d + v%d
+				}
+				return convHF[ch*width+k]
+			})
+		})
+	}
+}
+
+// TestGGUFGemma3nKeys checks the per-layer keys of a gemma3n file, which
+// the layout table cannot (arrays), and the configuration read back.
+func TestGGUFGemma3nKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := ToGGUF(fixtures.Dir(t, "archs", "gemma3n_text"), path, GGUFOptions{Type: "f32"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, _ := f.Value("gemma3n.attention.sliding_window_pattern")
+	if got, _ := gguf.ArrayOf[bool](v); !slices.Equal(got, []bool{true, true, true, false, true, false}) {
+		t.Errorf("sliding_window_pattern = %v", v)
+	}
+	v, _ = f.Value("gemma3n.activation_sparsity_scale")
+	scales, _ := gguf.ArrayOf[float32](v)
+	if len(scales) != 6 || math.Abs(float64(scales[0])-1.6448536) > 1e-6 {
+		t.Errorf("activation_sparsity_scale = %v, want 6 × Φ⁻¹(0.95) = 1.6448536", scales)
+	}
+	v, _ = f.Value("gemma3n.feed_forward_length")
+	if got, _ := gguf.ArrayOf[uint32](v); !slices.Equal(got, []uint32{128, 128, 128, 128, 128, 128}) {
+		t.Errorf("feed_forward_length = %v, want one 128 per layer", v)
+	}
+	g, err := model.ReadGGUF(f, model.GGUFOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := g.Config
+	var rank, streams int
+	var sparsity []float64
+	for key, dst := range map[string]any{"laurel_rank": &rank, "altup_num_inputs": &streams, "activation_sparsity_pattern": &sparsity} {
+		if _, err := c.Get(key, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rank != 8 || streams != 4 || len(sparsity) != 6 || math.Abs(sparsity[5]-0.95) > 1e-6 ||
+		c.NumKVSharedLayers != 2 || c.HiddenSizePerLayerInput != 16 || c.VocabSizePerLayerInput != 320 {
+		t.Errorf("read back: laurel_rank %d, altup_num_inputs %d, sparsity %v, %d KV-shared layers, per-layer inputs %d of %d",
+			rank, streams, sparsity, c.NumKVSharedLayers, c.HiddenSizePerLayerInput, c.VocabSizePerLayerInput)
+	}
 }

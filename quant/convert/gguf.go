@@ -317,9 +317,7 @@ func planTensors(in *input, layout *model.GGUFLayout, ft fileType) ([]plannedTen
 		if !in.permuted {
 			t.heads = layout.PermuteHeads(hf)
 		}
-		if layout.IsNorm(hf) {
-			t.shift = layout.NormShift()
-		}
+		t.shift = layout.NormShift(hf)
 		t.order = tensorOrder(name, i)
 		plan = append(plan, t)
 	}

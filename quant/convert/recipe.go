@@ -181,9 +181,10 @@ func (r *recipe) pick(name string, dims []int64) compute.DType {
 
 // f32Tensors are the small matrices that llama.cpp's converter and
 // quantizer always keep in F32: MoE routers, the short convolutions of the
-// SSM and LFM2 layers, and the per-head A and D of the SSM scan (stored as
-// [heads, 1]).
-var f32Tensors = []string{".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".ssm_conv1d.weight", ".shortconv.conv.weight", ".ssm_a", ".ssm_d"}
+// SSM and LFM2 layers, the per-head A and D of the SSM scan (stored as
+// [heads, 1]), and Gemma 3n's AltUp coefficients.
+var f32Tensors = []string{".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".ssm_conv1d.weight", ".shortconv.conv.weight", ".ssm_a", ".ssm_d",
+	".altup_correct_coef.weight", ".altup_predict_coef.weight"}
 
 // keepF32 reports whether a tensor is one of f32Tensors.
 func keepF32(name string) bool {

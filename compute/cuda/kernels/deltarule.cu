@@ -10,16 +10,17 @@
 #define DR_MAXK 8 // key values per lane: KeyDim ≤ 256
 
 // delta_rule: qkv [n, 2·kh·dk + vh·dv]; a, b [n, vh]; state [vh, dv, dk];
-// dst [n, vh·dv]; alog, dtb [vh] of storage types aldt, dbdt.
+// dst [n, vh·dv]; alog, dtb [vh] of storage types aldt, dbdt. Value head h
+// reads key head h mod kh when tiled is set, else h / (vh/kh).
 extern "C" __global__ void __launch_bounds__(128)
     delta_rule(float* dst, const float* qkv, const float* a, const float* b, float* state,
                const void* alog, int aldt, const void* dtb, int dbdt,
-               int n, int kh, int vh, int dk, int dv, float scale, float eps) {
+               int n, int kh, int vh, int dk, int dv, float scale, float eps, int tiled) {
     int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (warp >= vh * dv) return;
     int h = warp / dv, y = warp - h * dv;
-    int kx = h / (vh / kh);
+    int kx = tiled ? h % kh : h / (vh / kh);
     i64 w = 2 * (i64)kh * dk + (i64)vh * dv;
     float rate = -(float)exp((double)ldf(alog, aldt, h));
     float bias = ldf(dtb, dbdt, h);
