@@ -255,4 +255,3 @@ func l2norm(x []float32, eps, scale float32) {
 	inv := float32(1/math.Sqrt(float64(Dot(x, x))+float64(eps))) * scale
 	Scale(x, inv)
 }
-
