@@ -80,10 +80,7 @@ func TestHarmonyTemplate(t *testing.T) {
 // comes: reasoning and content as soon as they cannot be a marker, a call
 // once its message ends.
 func TestHarmonyParserStreams(t *testing.T) {
-	steps := []struct {
-		delta string
-		want  string // events as kind:text, joined by "|"
-	}{
+	steps := []feedStep{
 		{"<|channel|>analy", ""},
 		{"sis<|message|>Let", "reasoning:Let"},
 		{" me see. <|", "reasoning: me see."},
@@ -93,21 +90,5 @@ func TestHarmonyParserStreams(t *testing.T) {
 		{"1}", ""},
 		{"<|call|>", "tool_call:f"},
 	}
-	p := harmony.NewParser(false, true)
-	for i, s := range steps {
-		var got []string
-		for _, e := range p.Feed(s.delta) {
-			if e.Kind == OutputToolCall {
-				got = append(got, "tool_call:"+e.Call.Name)
-			} else {
-				got = append(got, e.Kind.String()+":"+e.Text)
-			}
-		}
-		if g := strings.Join(got, "|"); g != s.want {
-			t.Errorf("step %d: Feed(%q) = %q, want %q", i, s.delta, g, s.want)
-		}
-	}
-	if evs := p.Finish(); len(evs) != 0 {
-		t.Errorf("Finish = %v, want nothing", evs)
-	}
+	checkSteps(t, harmony.NewParser(false, true), steps)
 }

@@ -418,10 +418,7 @@ func TestOutputParser(t *testing.T) {
 // TestOutputParserStreams checks that text is released as soon as it
 // cannot start a marker, and held while it can.
 func TestOutputParserStreams(t *testing.T) {
-	steps := []struct {
-		delta string
-		want  string // events as kind:text, joined by "|"
-	}{
+	steps := []feedStep{
 		{"<thi", ""},
 		{"nk>\n", ""},
 		{"Let me", "reasoning:Let me"},
@@ -436,7 +433,17 @@ func TestOutputParserStreams(t *testing.T) {
 		{"\"arguments\": {}}\n</tool_call>", "tool_call:f"},
 		{"\nBye", "content:Bye"},
 	}
-	p := qwen3.NewParser(false, true)
+	checkSteps(t, qwen3.NewParser(false, true), steps)
+}
+
+// feedStep is one delta fed to a parser and the events it must release,
+// written as kind:text (tool_call:name for calls) joined by "|".
+type feedStep struct{ delta, want string }
+
+// checkSteps feeds the deltas in turn, comparing the events each releases,
+// and expects nothing more from Finish.
+func checkSteps(t *testing.T, p *OutputParser, steps []feedStep) {
+	t.Helper()
 	for i, s := range steps {
 		var got []string
 		for _, e := range p.Feed(s.delta) {
