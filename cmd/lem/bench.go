@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -82,6 +83,7 @@ type benchOptions struct {
 	prompt, gen, reps, threads int
 	memMiB                     int
 	asJSON                     bool
+	cpuProfile                 string // file for a CPU profile of the timed tests; "": none
 	progress                   io.Writer // receives a line per repetition; nil: none
 }
 
@@ -135,6 +137,7 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up) to this file")
 	return cmd
 }
 
@@ -237,6 +240,17 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 	}
 
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	run := func(name string, np, ng int, once func(int) (time.Duration, error)) error {
 		t := benchTest{Name: name, NPrompt: np, NGen: ng}
 		for i := range o.reps {
@@ -270,6 +284,9 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 	}
 	rep.PeakRSSBytes = peakRSS()
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	// The bandwidth baseline runs last so that its buffer stays out of the
 	// resident-set figure.
 	bw, err := memBandwidth(int(rep.MemBufferBytes), rep.Threads)

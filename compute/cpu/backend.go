@@ -71,6 +71,11 @@ func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*comput
 		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)
 	}
 	t.Buf = data
+	if len(shape) == 2 && packable(dtype, t.Rows(), t.Cols()) {
+		if p := newPackedWeight(dtype, t.Rows(), t.Cols(), data, b.threads); p != nil {
+			t.Buf = p
+		}
+	}
 	return t, nil
 }
 
@@ -113,6 +118,8 @@ func (b *Backend) View(t *compute.Tensor, from, to int) *compute.Tensor {
 	case []byte:
 		rb, _ := t.DType.RowBytes(cols)
 		v.Buf = buf[from*rb : to*rb]
+	case *packedWeight:
+		v.Buf = buf.rowsBytes(from, to)
 	}
 	return v
 }
@@ -131,6 +138,8 @@ func row(dst []float32, t *compute.Tensor, r int) {
 		}
 		es := t.DType.Size()
 		ToF32(dst[:n], buf[r*n*es:(r+1)*n*es], t.DType)
+	case *packedWeight:
+		buf.dequantRow(dst[:n], r)
 	}
 }
 
@@ -174,6 +183,8 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 		ws.Data = buf
 	case []float32:
 		ws = F32Weights(ws.Rows, k, buf)
+	case *packedWeight:
+		ws = buf.weights()
 	}
 	MatMul(f32(dst), f32(x), n, ws, b.pool)
 }

@@ -35,6 +35,10 @@ type Weights struct {
 	DType      compute.DType
 	Rows, Cols int
 	Data       []byte
+
+	// pack, when set, is the matrix in the packed layout of qpack.go,
+	// which the products read instead of Data.
+	pack []byte
 }
 
 // F32Weights returns Weights viewing a float32 matrix in place.

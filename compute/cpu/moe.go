@@ -61,6 +61,8 @@ func weightsOf(w *compute.Tensor) Weights {
 		ws.Data = buf
 	case []float32:
 		ws = F32Weights(ws.Rows, ws.Cols, buf)
+	case *packedWeight:
+		ws = buf.weights()
 	}
 	return ws
 }

@@ -738,6 +738,10 @@ var (
 
 // matMulQuant is MatMul for block-quantized weights; s is the locked pool.
 func matMulQuant(s *poolState, dst, x []float32, n int, w Weights) {
+	if w.pack != nil {
+		matMulPacked(s, dst, x, n, w)
+		return
+	}
 	m, k := w.Rows, w.Cols
 	rb, _ := w.DType.RowBytes(k)
 	qs := qkernels[qlevel()][w.DType]
@@ -782,22 +786,36 @@ type qmatmulTask struct {
 	tileN, tileM int
 	tilesM       int
 
-	// Dequantizing products (types without kernels).
+	// Dequantizing products (types without kernels), and the type of
+	// packed weights.
 	dt  compute.DType
 	f32 matmulTask
+
+	// Packed weights (see qpack.go): w is the packed copy; ps the
+	// assembly kernels, nil for the pure-Go ones.
+	packed bool
+	ps     *qpackSet
 }
 
 // pack quantizes chunk c of the activation rows.
 func (t *qmatmulTask) pack(c int) {
 	lo := c * packChunk
 	hi := min(lo+packChunk, t.n)
+	xf, off := xfL32, packXoff(t.dt)
+	if !t.packed {
+		xf, off = t.qs.xf, t.qs.xoff
+	}
 	for i := lo; i < hi; i++ {
-		quantizeX(t.xq[i*t.xrb:(i+1)*t.xrb], t.x[i*t.k:(i+1)*t.k], t.qs.xf, t.qs.xoff)
+		quantizeX(t.xq[i*t.xrb:(i+1)*t.xrb], t.x[i*t.k:(i+1)*t.k], xf, off)
 	}
 }
 
 // gemv computes chunk c of the output rows of a one-row product.
 func (t *qmatmulTask) gemv(a *qargs, c int) {
+	if t.packed {
+		t.packedGEMV(c)
+		return
+	}
 	qs := t.qs
 	C := qs.gemvC
 	j0 := c * t.rowsPerChunk
@@ -835,6 +853,10 @@ func (t *qmatmulTask) gemv(a *qargs, c int) {
 // gemm computes tile c of a many-row product: for each block of C weight
 // rows, every block of R activation rows of the tile.
 func (t *qmatmulTask) gemm(a *qargs, c int) {
+	if t.packed {
+		t.packedGEMM(c)
+		return
+	}
 	qs := t.qs
 	R, C := qs.gemmR, qs.gemmC
 	t0 := c / t.tilesM * t.tileN

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +45,7 @@ func Open(name string) (*File, error) {
 		return nil, fmt.Errorf("mmap %s: %w", name, err)
 	}
 	_ = unix.Madvise(data, unix.MADV_WILLNEED)
+	mapped.add(data)
 	return &File{Name: name, Data: data}, nil
 }
 
@@ -51,9 +54,66 @@ func (m *File) Close() error {
 	if m == nil || len(m.Data) == 0 {
 		return nil
 	}
+	mapped.remove(m.Data)
 	err := unix.Munmap(m.Data)
 	m.Data = nil
 	return err
+}
+
+// mapped is the set of file mappings made by Open.
+var mapped mappings
+
+type mappings struct {
+	mu     sync.Mutex
+	ranges map[uintptr]uintptr // start → end
+}
+
+func (m *mappings) add(b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ranges == nil {
+		m.ranges = map[uintptr]uintptr{}
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	m.ranges[p] = p + uintptr(len(b))
+}
+
+func (m *mappings) remove(b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.ranges, uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+// contains reports whether b lies inside one file mapping.
+func (m *mappings) contains(b []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for lo, hi := range m.ranges {
+		if p >= lo && p+uintptr(len(b)) <= hi {
+			return true
+		}
+	}
+	return false
+}
+
+// Release gives back to the kernel the pages wholly inside b when b lies in
+// a file mapping made by Open, for data a caller has copied elsewhere and
+// will not read again soon: the pages leave the resident set, and reading
+// them later pages them back in from the file. Other memory (anonymous,
+// the Go heap) is left alone. Release reports whether it released pages.
+func Release(b []byte) bool {
+	if len(b) == 0 || !mapped.contains(b) {
+		return false
+	}
+	ps := uintptr(os.Getpagesize())
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := (p + ps - 1) &^ (ps - 1)
+	hi := (p + uintptr(len(b))) &^ (ps - 1)
+	if hi <= lo {
+		return false
+	}
+	return unix.Madvise(b[lo-p:hi-p], unix.MADV_DONTNEED) == nil
 }
 
 // Anon returns size bytes of zeroed anonymous memory backed by transparent

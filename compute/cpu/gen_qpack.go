@@ -1,0 +1,257 @@
+//go:build ignore
+
+// gen_qpack writes qpack_amd64.s and qpack_amd64.go: the AVX-512 VNNI
+// kernels of the packed quantized weights (see qpack.go). Run it with go
+// generate.
+//
+// A packed group holds 16 weight rows. Per 32-element block it stores the
+// codes as vectors of 16 int32 lanes, lane r holding 4 consecutive code
+// bytes of row r, so that one VPDPBUSD with the matching 4 activation
+// codes broadcast from memory adds 4 products to each of the 16 rows' sums;
+// the rows' 16 float16 scales follow all the codes of the group. The
+// activations are in layout xfL32 (codes, dx at byte 32, −off·Σqs at byte
+// 64), whose offset makes the weights' codes unsigned: Q8_0 codes are
+// stored with 128 added, Q4_0 nibbles are unsigned already (offset 8).
+//
+// Per block and activation row, the integer sums of the 16 rows go through
+// VCVTDQ2PS and are added to the float accumulator times the rows' scales
+// times dx. The one-row kernel loops over a.groups groups and splits each
+// block's products over two integer accumulators (the chain of VPDPBUSD
+// is long); the many-row kernels take R activation rows of one group.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"go/format"
+	"log"
+	"os"
+	"strings"
+)
+
+// qpargs offsets; TestQpargsLayout checks them against the Go struct.
+const (
+	offW       = 0
+	offX       = 8
+	offNB      = 16
+	offGroups  = 24
+	offDst     = 32
+	offLdd     = 40
+	offXstride = 48
+)
+
+type qtype int
+
+const (
+	q8_0 qtype = iota
+	q4_0
+)
+
+func (q qtype) String() string { return [...]string{"Q8_0", "Q4_0"}[q] }
+
+// codeBytes is the size of one block's codes in a group.
+func (q qtype) codeBytes() int { return [...]int{512, 256}[q] }
+
+type gen struct{ b bytes.Buffer }
+
+func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, "\t"+format+"\n", args...) }
+
+func (g *gen) label(l string) { fmt.Fprintf(&g.b, "%s:\n", l) }
+
+func z(i int) string { return fmt.Sprintf("Z%d", i) }
+
+func off(o int, reg string) string {
+	if o == 0 {
+		return "(" + reg + ")"
+	}
+	return fmt.Sprintf("%d(%s)", o, reg)
+}
+
+// xregs hold the activation row pointers of the many-row kernels.
+var xregs = []string{"BX", "DX", "R8", "R9", "R10", "R11", "R12", "R13"}
+
+// blockCodes emits the products of one block's codes (at W) with the
+// activation codes at each of xs into the integer accumulators acc(t, j),
+// where j is the 4-element chunk of the block (so that the one-row kernel
+// can alternate accumulators).
+func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int) {
+	switch q {
+	case q8_0:
+		for j := 0; j < 8; j++ {
+			W := 16 + j%4
+			g.p("VMOVDQU64 %s, %s", off(64*j, "SI"), z(W))
+			for t, xp := range xs {
+				g.p("VPDPBUSD.BCST %s, %s, %s", off(4*j, xp), z(W), z(acc(t, j)))
+			}
+		}
+	case q4_0:
+		for j := 0; j < 4; j++ {
+			L, H := 16+2*(j%2), 17+2*(j%2)
+			g.p("VPANDD %s, Z31, %s", off(64*j, "SI"), z(L))
+			g.p("VPSRLW $4, %s, %s", off(64*j, "SI"), z(H))
+			g.p("VPANDD Z31, %s, %s", z(H), z(H))
+			for t, xp := range xs {
+				g.p("VPDPBUSD.BCST %s, %s, %s", off(4*j, xp), z(L), z(acc(t, 2*j)))
+			}
+			for t, xp := range xs {
+				g.p("VPDPBUSD.BCST %s, %s, %s", off(16+4*j, xp), z(H), z(acc(t, 2*j+1)))
+			}
+		}
+	}
+}
+
+func (g *gen) constants(q qtype) {
+	if q == q4_0 {
+		g.p("MOVL $0x0f0f0f0f, AX")
+		g.p("VPBROADCASTD AX, Z31")
+	}
+}
+
+// gemv: one activation row (BX), a.groups groups of 16 rows from a.w,
+// 16 sums per group to a.dst. Z0/Z1 integer accumulators of a block, Z2
+// the float accumulator, Z3 the scales.
+func (g *gen) gemv(q qtype, pf int) string {
+	name := fmt.Sprintf("qpAVX512%sR1", q)
+	if pf > 0 {
+		name += fmt.Sprintf("p%d", pf)
+	}
+	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
+	g.p("MOVQ a+0(FP), DI")
+	g.constants(q)
+	g.p("MOVQ %d(DI), SI", offW)
+	g.p("MOVQ %d(DI), R14", offDst)
+	g.p("MOVQ %d(DI), R13", offGroups)
+	g.p("MOVQ %d(DI), R12", offNB)
+	g.p("IMUL3Q $%d, R12, R11", q.codeBytes()) // bytes of a group's codes
+	g.label(name + "_group")
+	g.p("MOVQ %d(DI), BX", offX)
+	g.p("LEAQ (SI)(R11*1), AX") // the group's scales
+	g.p("MOVQ R12, CX")
+	g.p("VPXORD Z2, Z2, Z2")
+	g.label(name + "_block")
+	g.p("VPBROADCASTD 64(BX), Z0")
+	g.p("VPXORD Z1, Z1, Z1")
+	g.blockCodes(q, []string{"BX"}, func(t, j int) int { return j % 2 })
+	for o := 0; pf > 0 && o < q.codeBytes(); o += 64 {
+		g.p("PREFETCHT0 %s", off(pf+o, "SI"))
+	}
+	g.p("VPADDD Z1, Z0, Z0")
+	g.p("VCVTDQ2PS Z0, Z0")
+	g.p("VCVTPH2PS (AX), Z3")
+	g.p("VMULPS.BCST 32(BX), Z3, Z3")
+	g.p("VFMADD231PS Z0, Z3, Z2")
+	g.p("ADDQ $%d, SI", q.codeBytes())
+	g.p("ADDQ $32, AX")
+	g.p("ADDQ $96, BX")
+	g.p("DECQ CX")
+	g.p("JNZ %s_block", name)
+	g.p("VMOVUPS Z2, (R14)")
+	g.p("ADDQ $64, R14")
+	g.p("MOVQ AX, SI") // the next group follows the scales
+	g.p("DECQ R13")
+	g.p("JNZ %s_group", name)
+	g.p("VZEROUPPER")
+	g.p("RET")
+	return name
+}
+
+// gemm: R activation rows (a.x, a.xstride apart) times one group of 16
+// rows; row t's 16 sums to a.dst + t·a.ldd. Z0..Z(R-1) integer
+// accumulators, Z8.. float accumulators, Z20 scales, Z21 a temporary.
+func (g *gen) gemm(q qtype, R int) string {
+	name := fmt.Sprintf("qpAVX512%sR%d", q, R)
+	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
+	g.p("MOVQ a+0(FP), DI")
+	g.constants(q)
+	g.p("MOVQ %d(DI), SI", offW)
+	g.p("MOVQ %d(DI), CX", offNB)
+	g.p("IMUL3Q $%d, CX, AX", q.codeBytes())
+	g.p("ADDQ SI, AX")
+	g.p("MOVQ %d(DI), R14", offXstride)
+	g.p("MOVQ %d(DI), BX", offX)
+	for t := 1; t < R; t++ {
+		g.p("LEAQ (%s)(R14*1), %s", xregs[t-1], xregs[t])
+	}
+	for t := 0; t < R; t++ {
+		g.p("VPXORD %s, %s, %s", z(8+t), z(8+t), z(8+t))
+	}
+	xs := xregs[:R]
+	g.label(name + "_block")
+	for t, xp := range xs {
+		g.p("VPBROADCASTD 64(%s), %s", xp, z(t))
+	}
+	g.blockCodes(q, xs, func(t, j int) int { return t })
+	g.p("VCVTPH2PS (AX), Z20")
+	for t, xp := range xs {
+		g.p("VCVTDQ2PS %s, %s", z(t), z(t))
+		g.p("VMULPS.BCST 32(%s), Z20, Z21", xp)
+		g.p("VFMADD231PS %s, Z21, %s", z(t), z(8+t))
+	}
+	g.p("ADDQ $%d, SI", q.codeBytes())
+	g.p("ADDQ $32, AX")
+	for _, xp := range xs {
+		g.p("ADDQ $96, %s", xp)
+	}
+	g.p("DECQ CX")
+	g.p("JNZ %s_block", name)
+	g.p("MOVQ %d(DI), R14", offDst)
+	g.p("MOVQ %d(DI), AX", offLdd)
+	for t := 0; t < R; t++ {
+		g.p("VMOVUPS %s, (R14)", z(8+t))
+		if t < R-1 {
+			g.p("ADDQ AX, R14")
+		}
+	}
+	g.p("VZEROUPPER")
+	g.p("RET")
+	return name
+}
+
+func main() {
+	var s gen
+	s.b.WriteString("// Code generated by gen_qpack.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\n#include \"textflag.h\"\n")
+	var decl, decls bytes.Buffer
+	decl.WriteString("// Code generated by gen_qpack.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\npackage cpu\n\nimport \"lem/compute\"\n\n")
+	table := "// asmPackKernels lists the packed kernels per weight type: the one-row\n// kernel, then the kernels of 2 to qpmaxR activation rows.\nvar asmPackKernels = []qpackSet{\n"
+	for _, q := range []qtype{q8_0, q4_0} {
+		names := []string{s.gemv(q, 0)}
+		for R := 2; R <= len(xregs); R++ {
+			names = append(names, s.gemm(q, R))
+		}
+		for _, n := range names {
+			fmt.Fprintf(&decl, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
+		}
+		table += fmt.Sprintf("\t{dtype: compute.%s, gemv: %s, gemm: [qpmaxR + 1]func(*qpargs){2: %s}},\n", q, names[0], strings.Join(func() []string {
+			var out []string
+			for i, n := range names[1:] {
+				if i == 0 {
+					out = append(out, n)
+				} else {
+					out = append(out, fmt.Sprintf("%d: %s", i+2, n))
+				}
+			}
+			return out
+		}(), ", "))
+	}
+	decl.WriteString(table + "}\n")
+	decl.WriteString("\n// qpackExtra are one-row kernels with other prefetch distances, for benchmarks.\nvar qpackExtra = []qpackSet{\n")
+	for _, q := range []qtype{q8_0, q4_0} {
+		for _, pf := range []int{512, 1024, 2048, 4096} {
+			n := s.gemv(q, pf)
+			fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: %s},\n", q, n)
+			fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
+		}
+	}
+	decl.WriteString("}\n\n")
+	decl.Write(decls.Bytes())
+	src, err := format.Source(decl.Bytes())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile("qpack_amd64.s", s.b.Bytes(), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile("qpack_amd64.go", src, 0o644); err != nil {
+		log.Fatal(err)
+	}
+}

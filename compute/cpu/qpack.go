@@ -1,0 +1,353 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"lem/compute"
+	"lem/internal/mmap"
+	"lem/quant"
+)
+
+// Packed quantized weights. At load, the backend copies Q8_0 and Q4_0
+// matrices of at least packRows rows into an interleaved layout for the
+// AVX-512 VNNI kernels of qpack_amd64.s, and the copy replaces the stored
+// blocks: both decode and prefill read it, and the file's pages are given
+// back (see Backend.Weight).
+//
+// A group of packRows = 16 consecutive rows occupies the same bytes as the
+// 16 rows did: per 32-element block the codes as cb bytes (512 for Q8_0,
+// 256 for Q4_0), then, after the codes of all the blocks, the rows' float16
+// scales, 16 per block. A block's codes are vectors of 16 four-byte lanes,
+// lane r holding bytes 4j..4j+3 of row r's codes (vector j): Q8_0's codes
+// with 128 added (made unsigned), Q4_0's packed nibbles as they are, whose
+// low nibbles are elements 4j..4j+3 and high ones 16+4j..16+4j+3. A
+// VPDPBUSD of a vector with 4 activation codes broadcast to every lane
+// then adds 4 products to each of 16 rows' sums. The rows after the last
+// whole group follow in their stored form.
+//
+// The kernels read activations in layout xfL32 with the offset that makes
+// the weights' codes unsigned (128 for Q8_0, 8 for Q4_0).
+
+const (
+	packRows = 16 // weight rows per packed group
+	qpmaxR   = 8  // activation rows per packed many-row kernel call, at most
+)
+
+// qpargs carries the operands of one packed-kernel call; the assembly reads
+// it at the offsets in gen_qpack.go.
+type qpargs struct {
+	w       *byte    // the first group
+	x       *byte    // the first activation row, layout xfL32
+	nb      int      // blocks per row
+	groups  int      // one-row kernel: groups to compute
+	dst     *float32 // 16 sums per group and activation row
+	ldd     int      // bytes between the sums of consecutive activation rows
+	xstride int      // bytes between activation rows
+}
+
+// qpackSet is the packed kernels of one weight type: gemv takes one
+// activation row and a.groups groups; gemm[R] takes R activation rows and
+// one group.
+type qpackSet struct {
+	dtype compute.DType
+	gemv  func(*qpargs)
+	gemm  [qpmaxR + 1]func(*qpargs)
+}
+
+// qpackKernels[dt] is the packed kernel set of weight type dt, nil when dt
+// is not packed on this CPU.
+var qpackKernels [256]*qpackSet
+
+func init() {
+	if !hasVNNI {
+		return
+	}
+	for i := range asmPackKernels {
+		ks := &asmPackKernels[i]
+		ks.gemm[1] = ks.gemv
+		qpackKernels[ks.dtype] = ks
+	}
+}
+
+// packable reports whether weights of type dt and rows×cols are packed at
+// load on this CPU.
+func packable(dt compute.DType, rows, cols int) bool {
+	return qpackKernels[dt] != nil && rows >= packRows && cols%32 == 0 && cols > 0
+}
+
+// packCodeBytes returns the bytes of one block's codes in a group of type dt.
+func packCodeBytes(dt compute.DType) int {
+	if dt == compute.Q8_0 {
+		return 512
+	}
+	return 256
+}
+
+// packXoff is the activation code offset of the packed kernels of dt.
+func packXoff(dt compute.DType) int32 {
+	if dt == compute.Q8_0 {
+		return 128
+	}
+	return 8
+}
+
+// packWeights writes the rows of w (Q8_0 or Q4_0) to dst, len(w.Data)
+// bytes, in the packed layout.
+func packWeights(dst []byte, w Weights) {
+	rb, _ := w.DType.RowBytes(w.Cols)
+	nb, bb := w.Cols/32, w.DType.BlockBytes()
+	cb := packCodeBytes(w.DType)
+	groups := w.Rows / packRows
+	for g := range groups {
+		gd := dst[g*packRows*rb : (g+1)*packRows*rb]
+		for r := range packRows {
+			row := w.Data[(g*packRows+r)*rb:]
+			for b := range nb {
+				blk := row[b*bb : (b+1)*bb]
+				copy(gd[nb*cb+b*32+2*r:], blk[:2])
+				codes := blk[2:]
+				for j := range cb / 64 {
+					o := b*cb + 64*j + 4*r
+					copy(gd[o:o+4], codes[4*j:4*j+4])
+					if w.DType == compute.Q8_0 {
+						for i := range 4 {
+							gd[o+i] ^= 0x80
+						}
+					}
+				}
+			}
+		}
+	}
+	copy(dst[groups*packRows*rb:], w.Data[groups*packRows*rb:])
+}
+
+// packDotGo is the pure-Go packed kernel, the oracle of the assembly: the
+// 16 sums of activation row x (layout xfL32) with group gd of type dt over
+// nb blocks, added to out. Per block it forms the same exact integer sums
+// as the assembly, then adds sum·(d·dx) to the row's float32 accumulator.
+func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
+	cb := packCodeBytes(dt)
+	for b := range nb {
+		xb := x[b*96 : (b+1)*96]
+		bias := int32(binary.LittleEndian.Uint32(xb[64:]))
+		dx := getF32(xb[32:])
+		codes := gd[b*cb : (b+1)*cb]
+		for r := range packRows {
+			is := bias
+			for j := range cb / 64 {
+				lane := codes[64*j+4*r : 64*j+4*r+4]
+				for i, c := range lane {
+					if dt == compute.Q8_0 {
+						is += int32(c) * int32(int8(xb[4*j+i]))
+						continue
+					}
+					is += int32(c&0xF)*int32(int8(xb[4*j+i])) + int32(c>>4)*int32(int8(xb[16+4*j+i]))
+				}
+			}
+			d := f16le(gd[nb*cb+b*32+2*r:])
+			out[r] += float32(is) * float32(d*dx)
+		}
+	}
+}
+
+// packGEMVGo computes groups groups of 16 sums of the packed weights at w
+// with one activation row, as the one-row assembly kernel does.
+func packGEMVGo(a *qpargs, dt compute.DType) {
+	rb := 16 * a.nb * dt.BlockBytes()
+	xs := unsafe.Slice(a.x, a.nb*96)
+	for g := range a.groups {
+		var out [packRows]float32
+		packDotGo(&out, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(a.w), g*rb)), rb), xs, dt, a.nb)
+		copy(unsafe.Slice((*float32)(unsafe.Add(unsafe.Pointer(a.dst), 64*g)), packRows), out[:])
+	}
+}
+
+// matMulPacked is matMulQuant for packed weights.
+func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
+	m, k := w.Rows, w.Cols
+	rb, _ := w.DType.RowBytes(k)
+	t := &s.qm
+	xrb := xfL32.rowBytes(k)
+	*t = qmatmulTask{
+		dst: dst, x: x, w: w.pack, dt: w.DType,
+		n: n, m: m, k: k, nb: k / 32, rb: rb,
+		xrb: xrb, xq: s.qscratch(n * xrb), packed: true,
+	}
+	if qlevel() == levelAVX512 {
+		t.ps = qpackKernels[w.DType]
+	}
+	groups := m / packRows
+	if n == 1 {
+		quantizeX(t.xq, x[:k], xfL32, packXoff(w.DType))
+		t.rowsPerChunk = gemvChunkRows / packRows // groups per chunk
+		s.run(taskQGEMV, (groups+t.rowsPerChunk-1)/t.rowsPerChunk+min(m%packRows, 1))
+	} else {
+		s.run(taskQPack, (n+packChunk-1)/packChunk)
+		R := qpmaxR
+		t.tileN = min(max(qgemmXBytes/xrb/R, 1)*R, (n+R-1)/R*R)
+		t.tileM = max(qgemmTileM/packRows, 1) // groups per tile
+		t.tilesM = (groups+t.tileM-1)/t.tileM + min(m%packRows, 1)
+		s.run(taskQGEMM, (n+t.tileN-1)/t.tileN*t.tilesM)
+	}
+	*t = qmatmulTask{}
+}
+
+// packedTail computes the products of activation rows t0..t1 with the
+// weight rows after the last whole group, which the packed layout keeps in
+// their stored form, with the pure-Go kernels.
+func (t *qmatmulTask) packedTail(t0, t1 int) {
+	dot := dotQ4_0
+	if t.dt == compute.Q8_0 {
+		dot = dotQ8_0 // reads no offset: the activation's 128 is unused
+	}
+	for j := t.m / packRows * packRows; j < t.m; j++ {
+		wr := t.w[j*t.rb : (j+1)*t.rb]
+		for i := t0; i < t1; i++ {
+			t.dst[i*t.m+j] = dot(wr, t.xq[i*t.xrb:(i+1)*t.xrb], t.nb)
+		}
+	}
+}
+
+// packedGEMV computes chunk c of a one-row product with packed weights.
+func (t *qmatmulTask) packedGEMV(c int) {
+	groups := t.m / packRows
+	g0 := c * t.rowsPerChunk
+	if g0 >= groups {
+		t.packedTail(0, 1)
+		return
+	}
+	a := qpargs{
+		w: &t.w[g0*packRows*t.rb], x: &t.xq[0], nb: t.nb,
+		groups: min(t.rowsPerChunk, groups-g0), dst: &t.dst[g0*packRows],
+	}
+	if t.ps != nil {
+		t.ps.gemv(&a)
+		return
+	}
+	packGEMVGo(&a, t.dt)
+}
+
+// packedGEMM computes tile c of a many-row product with packed weights:
+// for each group of the tile, every block of up to qpmaxR activation rows.
+func (t *qmatmulTask) packedGEMM(c int) {
+	groups := t.m / packRows
+	t0 := c / t.tilesM * t.tileN
+	t1 := min(t0+t.tileN, t.n)
+	g0 := c % t.tilesM * t.tileM
+	if g0 >= groups {
+		t.packedTail(t0, t1)
+		return
+	}
+	g1 := min(g0+t.tileM, groups)
+	gb := packRows * t.rb
+	for g := g0; g < g1; g++ {
+		for i := t0; i < t1; i += qpmaxR {
+			R := min(qpmaxR, t1-i)
+			a := qpargs{
+				w: &t.w[g*gb], x: &t.xq[i*t.xrb], nb: t.nb, groups: 1,
+				dst: &t.dst[i*t.m+g*packRows], ldd: 4 * t.m, xstride: t.xrb,
+			}
+			if t.ps != nil {
+				t.ps.gemm[R](&a)
+				continue
+			}
+			var out [packRows]float32
+			for q := range R {
+				out = [packRows]float32{}
+				packDotGo(&out, t.w[g*gb:(g+1)*gb], t.xq[(i+q)*t.xrb:(i+q+1)*t.xrb], t.dt, t.nb)
+				copy(t.dst[(i+q)*t.m+g*packRows:], out[:])
+			}
+		}
+	}
+}
+
+// packedWeight is the Buf of a weight tensor the backend packed at load.
+type packedWeight struct {
+	dtype      compute.DType
+	rows, cols int
+	pack       []byte // the packed copy, in anonymous memory
+	data       []byte // the stored blocks, whose file pages were released
+}
+
+// newPackedWeight packs a rows×cols matrix of type dt stored in data, on
+// threads goroutines. It returns nil when the memory for the copy cannot be
+// had; the caller then keeps the stored blocks.
+func newPackedWeight(dt compute.DType, rows, cols int, data []byte, threads int) *packedWeight {
+	buf, err := mmap.Anon(len(data))
+	if err != nil {
+		return nil
+	}
+	rb, _ := dt.RowBytes(cols)
+	groups := rows / packRows
+	var wg sync.WaitGroup
+	for i := range threads {
+		g0, g1 := i*groups/threads, (i+1)*groups/threads
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub := Weights{DType: dt, Rows: (g1 - g0) * packRows, Cols: cols, Data: data[g0*packRows*rb : g1*packRows*rb]}
+			packWeights(buf[g0*packRows*rb:g1*packRows*rb], sub)
+		}()
+	}
+	wg.Wait()
+	copy(buf[groups*packRows*rb:], data[groups*packRows*rb:])
+	p := &packedWeight{dtype: dt, rows: rows, cols: cols, pack: buf, data: data}
+	runtime.AddCleanup(p, func(b []byte) { mmap.Free(b) }, buf)
+	mmap.Release(data)
+	return p
+}
+
+// weights returns p as kernel Weights.
+func (p *packedWeight) weights() Weights {
+	return Weights{DType: p.dtype, Rows: p.rows, Cols: p.cols, Data: p.data, pack: p.pack}
+}
+
+// dequantRow decodes row r into dst.
+func (p *packedWeight) dequantRow(dst []float32, r int) {
+	var blk [34]byte
+	bb := p.dtype.BlockBytes()
+	for b := range p.cols / 32 {
+		p.block(blk[:bb], r, b)
+		quant.Dequantize(dst[32*b:32*(b+1)], blk[:bb], p.dtype)
+	}
+}
+
+// block writes block b of row r in its stored form to dst.
+func (p *packedWeight) block(dst []byte, r, b int) {
+	rb, _ := p.dtype.RowBytes(p.cols)
+	bb := p.dtype.BlockBytes()
+	groups := p.rows / packRows
+	if r >= groups*packRows {
+		copy(dst, p.pack[r*rb+b*bb:r*rb+(b+1)*bb])
+		return
+	}
+	nb, cb := p.cols/32, packCodeBytes(p.dtype)
+	g, lr := r/packRows, r%packRows
+	gd := p.pack[g*packRows*rb : (g+1)*packRows*rb]
+	copy(dst[:2], gd[nb*cb+b*32+2*lr:])
+	for j := range cb / 64 {
+		o := b*cb + 64*j + 4*lr
+		copy(dst[2+4*j:2+4*j+4], gd[o:o+4])
+		if p.dtype == compute.Q8_0 {
+			for i := range 4 {
+				dst[2+4*j+i] ^= 0x80
+			}
+		}
+	}
+}
+
+// rowsBytes returns rows from..to in their stored form, a new slice.
+func (p *packedWeight) rowsBytes(from, to int) []byte {
+	rb, _ := p.dtype.RowBytes(p.cols)
+	bb := p.dtype.BlockBytes()
+	out := make([]byte, (to-from)*rb)
+	for r := from; r < to; r++ {
+		for b := range p.cols / 32 {
+			p.block(out[(r-from)*rb+b*bb:(r-from)*rb+(b+1)*bb], r, b)
+		}
+	}
+	return out
+}

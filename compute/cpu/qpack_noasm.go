@@ -1,0 +1,6 @@
+//go:build !amd64 || purego
+
+package cpu
+
+var asmPackKernels []qpackSet
+var qpackExtra []qpackSet

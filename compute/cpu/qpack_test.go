@@ -1,0 +1,120 @@
+package cpu
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"unsafe"
+
+	"lem/compute"
+	"lem/quant"
+)
+
+func TestQpargsLayout(t *testing.T) {
+	var a qpargs
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"w", unsafe.Offsetof(a.w), 0},
+		{"x", unsafe.Offsetof(a.x), 8},
+		{"nb", unsafe.Offsetof(a.nb), 16},
+		{"groups", unsafe.Offsetof(a.groups), 24},
+		{"dst", unsafe.Offsetof(a.dst), 32},
+		{"ldd", unsafe.Offsetof(a.ldd), 40},
+		{"xstride", unsafe.Offsetof(a.xstride), 48},
+	} {
+		if c.got != c.want {
+			t.Errorf("qpargs.%s at offset %d, the assembly reads it at %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+// withPack returns w with a packed copy.
+func withPack(w Weights) Weights {
+	w.pack = make([]byte, len(w.Data))
+	packWeights(w.pack, w)
+	return w
+}
+
+var packTypes = []compute.DType{compute.Q8_0, compute.Q4_0}
+
+// TestPackRoundTrip checks that unpackRow recovers every stored row.
+func TestPackRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	for _, dt := range packTypes {
+		for _, sh := range []struct{ m, k int }{{16, 32}, {17, 96}, {35, 256}, {48, 64}} {
+			w, _ := randQuantWeights(t, rng, dt, sh.m, sh.k, 0, false)
+			p := &packedWeight{dtype: dt, rows: sh.m, cols: sh.k, pack: withPack(w).pack, data: w.Data}
+			if got := p.rowsBytes(0, sh.m); !bytes.Equal(got, w.Data) {
+				t.Fatalf("%s %dx%d: rows differ after packing", dt, sh.m, sh.k)
+			}
+			want := make([]float32, sh.k)
+			got := make([]float32, sh.k)
+			for r := range sh.m {
+				if err := quant.Dequantize(want, w.Row(r), dt); err != nil {
+					t.Fatal(err)
+				}
+				p.dequantRow(got, r)
+				if !slices.Equal(got, want) && !slices.EqualFunc(got, want, func(a, b float32) bool { return a == b || a != a && b != b }) {
+					t.Fatalf("%s %dx%d: row %d decodes differently after packing", dt, sh.m, sh.k, r)
+				}
+			}
+		}
+	}
+}
+
+// packShapes cover one and many groups, every remainder of rows after the
+// groups, odd block counts, and activation rows of every remainder modulo
+// qpmaxR.
+var packShapes = []struct{ n, m, k int }{
+	{1, 16, 32}, {1, 17, 96}, {1, 31, 160}, {1, 64, 64}, {1, 100, 288}, {1, 1040, 96},
+	{2, 16, 32}, {3, 33, 96}, {5, 47, 256}, {7, 18, 544}, {8, 32, 64}, {9, 48, 160},
+	{13, 21, 128}, {16, 80, 96}, {23, 45, 1056}, {40, 64, 2304},
+}
+
+// TestPackedMatMul checks the packed products, assembly and pure Go, against
+// float64 and against the unpacked products.
+func TestPackedMatMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(33, 34))
+	for _, threads := range []int{1, 3} {
+		pool := NewPool(threads)
+		defer pool.Close()
+		for _, dt := range packTypes {
+			for _, sh := range packShapes {
+				for _, encode := range []bool{false, true} {
+					w, wv := randQuantWeights(t, rng, dt, sh.m, sh.k, 3, encode)
+					p := withPack(w)
+					x := randVec(rng, sh.n*sh.k)
+					for _, l := range levels() {
+						t.Run(fmt.Sprintf("%s/%s/n=%d,m=%d,k=%d/threads=%d/enc=%v", l, dt, sh.n, sh.m, sh.k, threads, encode), func(t *testing.T) {
+							dst := randVec(rng, sh.n*sh.m+3)
+							guard := append([]float32(nil), dst[sh.n*sh.m:]...)
+							atLevel(t, l, func() { MatMul(dst, x, sh.n, p, pool) })
+							checkQuantMatMul(t, dst, x, wv, sh.n, sh.m, sh.k, dt)
+							for i, g := range guard {
+								if dst[sh.n*sh.m+i] != g {
+									t.Errorf("MatMul wrote past n×m")
+								}
+							}
+							want := make([]float32, sh.n*sh.m)
+							atLevel(t, l, func() { MatMul(want, x, sh.n, w, pool) })
+							for i := range want {
+								var sa float64
+								for q := range sh.k {
+									sa += math.Abs(float64(x[i/sh.m*sh.k+q]) * wv[i%sh.m*sh.k+q])
+								}
+								if d := math.Abs(float64(dst[i] - want[i])); d > 2e-6*sa {
+									t.Fatalf("dst[%d] = %g, unpacked %g (Σ|x·w| %g)", i, dst[i], want[i], sa)
+								}
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
