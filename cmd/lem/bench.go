@@ -83,7 +83,7 @@ type benchOptions struct {
 	prompt, gen, reps, threads int
 	memMiB                     int
 	asJSON                     bool
-	cpuProfile                 string // file for a CPU profile of the timed tests; "": none
+	cpuProfile                 string    // file for a CPU profile of the timed tests; "": none
 	progress                   io.Writer // receives a line per repetition; nil: none
 }
 

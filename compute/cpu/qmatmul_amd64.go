@@ -151,30 +151,6 @@ func qkAVX512VBMIQ4_0R4C4(a *qargs)
 func qkAVX512VBMIQ4_0R1C4(a *qargs)
 
 //go:noescape
-func qkAVX512Q8_0R1C1(a *qargs)
-
-//go:noescape
-func qkAVX512Q8_0R1C2(a *qargs)
-
-//go:noescape
-func qkAVX512Q8_0R1C1p512(a *qargs)
-
-//go:noescape
-func qkAVX512Q8_0R1C2p512(a *qargs)
-
-//go:noescape
-func qkAVX512VBMIQ4_0R1C1(a *qargs)
-
-//go:noescape
-func qkAVX512VBMIQ4_0R1C2(a *qargs)
-
-//go:noescape
-func qkAVX512VBMIQ4_0R1C1p512(a *qargs)
-
-//go:noescape
-func qkAVX512VBMIQ4_0R1C2p512(a *qargs)
-
-//go:noescape
 func qkAVX2MLX2BF16R1C4p1024(a *qargs)
 
 //go:noescape
@@ -293,14 +269,6 @@ var qextraKernels = []qkernelSet{
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C8p1024, gemvC: 8, gemvRows: false, gemm: qkAVX512VBMIQ4_0R1C8p1024, gemmR: 1, gemmC: 8},
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R4C4, gemvC: 4, gemvRows: false, gemm: qkAVX512VBMIQ4_0R4C4, gemmR: 4, gemmC: 4},
 	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C4, gemvC: 4, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C4, gemmR: 1, gemmC: 4},
-	{level: levelAVX512, dtype: compute.Q8_0, xf: xfL64Q8, xoff: 128, vbmi: false, gemv: qkAVX512Q8_0R1C1, gemvC: 1, gemvRows: true, gemm: qkAVX512Q8_0R1C1, gemmR: 1, gemmC: 1},
-	{level: levelAVX512, dtype: compute.Q8_0, xf: xfL64Q8, xoff: 128, vbmi: false, gemv: qkAVX512Q8_0R1C2, gemvC: 2, gemvRows: true, gemm: qkAVX512Q8_0R1C2, gemmR: 1, gemmC: 2},
-	{level: levelAVX512, dtype: compute.Q8_0, xf: xfL64Q8, xoff: 128, vbmi: false, gemv: qkAVX512Q8_0R1C1p512, gemvC: 1, gemvRows: true, gemm: qkAVX512Q8_0R1C1p512, gemmR: 1, gemmC: 1},
-	{level: levelAVX512, dtype: compute.Q8_0, xf: xfL64Q8, xoff: 128, vbmi: false, gemv: qkAVX512Q8_0R1C2p512, gemvC: 2, gemvRows: true, gemm: qkAVX512Q8_0R1C2p512, gemmR: 1, gemmC: 2},
-	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C1, gemvC: 1, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C1, gemmR: 1, gemmC: 1},
-	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C2, gemvC: 2, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C2, gemmR: 1, gemmC: 2},
-	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C1p512, gemvC: 1, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C1p512, gemmR: 1, gemmC: 1},
-	{level: levelAVX512, dtype: compute.Q4_0, xf: xfL128Q4, xoff: 8, vbmi: true, gemv: qkAVX512VBMIQ4_0R1C2p512, gemvC: 2, gemvRows: true, gemm: qkAVX512VBMIQ4_0R1C2p512, gemmR: 1, gemmC: 2},
 }
 
 // asmMLXKernels lists the generated MLX affine kernel sets, per code width

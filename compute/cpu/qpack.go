@@ -31,6 +31,8 @@ import (
 // The kernels read activations in layout xfL32 with the offset that makes
 // the weights' codes unsigned (128 for Q8_0, 8 for Q4_0).
 
+//go:generate go run gen_qpack.go
+
 const (
 	packRows = 16 // weight rows per packed group
 	qpmaxR   = 8  // activation rows per packed many-row kernel call, at most
