@@ -35,12 +35,43 @@ func BenchmarkQGEMV(b *testing.B) {
 	}
 	for _, sh := range []struct{ m, k int }{{2048, 8192}, {8192, 2048}} {
 		for _, dt := range benchQuantTypes {
+			if !packable(dt, sh.m, sh.k) {
+				continue
+			}
+			for _, th := range benchThreads {
+				b.Run(fmt.Sprintf("%dx%d/%s/packed/threads=%d", sh.m, sh.k, dt, th), func(b *testing.B) {
+					rb, _ := dt.RowBytes(sh.k)
+					size := sh.m * rb
+					// The packed copies take the place of windows of benchBuf,
+					// as many as fit in it.
+					var ws []Weights
+					for off := 0; off+size <= len(buf); off += size {
+						w := Weights{DType: dt, Rows: sh.m, Cols: sh.k, Data: buf[off : off+size]}
+						w.pack = make([]byte, size)
+						packWeights(w.pack, w)
+						ws = append(ws, w)
+					}
+					x := randVec(rand.New(rand.NewPCG(1, 1)), sh.k)
+					dst := make([]float32, sh.m)
+					pool := NewPool(th)
+					defer pool.Close()
+					b.SetBytes(int64(size))
+					i := 0
+					for b.Loop() {
+						MatMul(dst, x, 1, ws[i%len(ws)], pool)
+						i++
+					}
+				})
+			}
+		}
+		for _, dt := range benchQuantTypes {
 			for _, l := range levels()[1:] {
 				if dt == compute.Q3_K && l != detectLevel() {
 					continue
 				}
 				for _, th := range benchThreads {
-					b.Run(fmt.Sprintf("%dx%d/%s/%s/threads=%d", sh.m, sh.k, dt, l, th), func(b *testing.B) {
+					name := fmt.Sprintf("%dx%d/%s/%s/threads=%d", sh.m, sh.k, dt, l, th)
+					b.Run(name, func(b *testing.B) {
 						rb, _ := dt.RowBytes(sh.k)
 						size := sh.m * rb
 						var ws []Weights
@@ -73,7 +104,11 @@ func BenchmarkQGEMM(b *testing.B) {
 	x := randVec(rand.New(rand.NewPCG(1, 1)), n*k)
 	dst := make([]float32, n*m)
 	run := func(name string, w Weights, l level, th int) {
-		b.Run(fmt.Sprintf("%s/%s/threads=%d", name, l, th), func(b *testing.B) {
+		mid := l.String()
+		if w.pack != nil {
+			mid = "packed"
+		}
+		b.Run(fmt.Sprintf("%s/%s/threads=%d", name, mid, th), func(b *testing.B) {
 			pool := NewPool(th)
 			defer pool.Close()
 			defer setLevel(setLevel(l))
@@ -89,6 +124,14 @@ func BenchmarkQGEMM(b *testing.B) {
 	for _, dt := range benchQuantTypes {
 		rb, _ := dt.RowBytes(k)
 		w := Weights{DType: dt, Rows: m, Cols: k, Data: benchBuf()[:m*rb]}
+		if packable(dt, m, k) {
+			pw := w
+			pw.pack = make([]byte, len(w.Data))
+			packWeights(pw.pack, w)
+			for _, th := range benchThreads {
+				run(dt.String(), pw, detectLevel(), th)
+			}
+		}
 		for _, l := range levels()[1:] {
 			if dt == compute.Q3_K && l != detectLevel() {
 				continue
