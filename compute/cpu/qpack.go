@@ -11,7 +11,7 @@ import (
 	"lem/quant"
 )
 
-// Packed quantized weights. At load, the backend copies Q8_0 and Q4_0
+// Packed quantized weights. At load, the backend copies Q8_0, Q4_0 and Q5_0
 // matrices of at least packRows rows into an interleaved layout for the
 // AVX-512 VNNI kernels of qpack_amd64.s, and the copy replaces the stored
 // blocks: both decode and prefill read it, and the file's pages are given
@@ -19,17 +19,18 @@ import (
 //
 // A group of packRows = 16 consecutive rows occupies the same bytes as the
 // 16 rows did: per 32-element block the codes as cb bytes (512 for Q8_0,
-// 256 for Q4_0), then, after the codes of all the blocks, the rows' float16
-// scales, 16 per block. A block's codes are vectors of 16 four-byte lanes,
-// lane r holding bytes 4j..4j+3 of row r's codes (vector j): Q8_0's codes
-// with 128 added (made unsigned), Q4_0's packed nibbles as they are, whose
-// low nibbles are elements 4j..4j+3 and high ones 16+4j..16+4j+3. A
-// VPDPBUSD of a vector with 4 activation codes broadcast to every lane
-// then adds 4 products to each of 16 rows' sums. The rows after the last
-// whole group follow in their stored form.
+// 256 for Q4_0, 320 for Q5_0), then, after the codes of all the blocks, the
+// rows' float16 scales, 16 per block. A block's codes are vectors of 16
+// four-byte lanes, lane r holding bytes 4j..4j+3 of row r's codes (vector
+// j): Q8_0's codes with 128 added (made unsigned), the packed nibbles of
+// Q4_0 and Q5_0 as they are, whose low nibbles are elements 4j..4j+3 and
+// high ones 16+4j..16+4j+3. Q5_0 adds a fifth vector of the rows' fifth
+// bits (see fifthBits). A VPDPBUSD of a vector with 4 activation codes
+// broadcast to every lane then adds 4 products to each of 16 rows' sums.
+// The rows after the last whole group follow in their stored form.
 //
 // The kernels read activations in layout xfL32 with the offset that makes
-// the weights' codes unsigned (128 for Q8_0, 8 for Q4_0).
+// the weights' codes unsigned (128 for Q8_0, 8 for Q4_0, 16 for Q5_0).
 
 //go:generate go run gen_qpack.go
 
@@ -82,21 +83,58 @@ func packable(dt compute.DType, rows, cols int) bool {
 
 // packCodeBytes returns the bytes of one block's codes in a group of type dt.
 func packCodeBytes(dt compute.DType) int {
-	if dt == compute.Q8_0 {
+	switch dt {
+	case compute.Q8_0:
 		return 512
+	case compute.Q5_0:
+		return 320
 	}
 	return 256
 }
 
 // packXoff is the activation code offset of the packed kernels of dt.
 func packXoff(dt compute.DType) int32 {
-	if dt == compute.Q8_0 {
+	switch dt {
+	case compute.Q8_0:
 		return 128
+	case compute.Q5_0:
+		return 16
 	}
 	return 8
 }
 
-// packWeights writes the rows of w (Q8_0 or Q4_0) to dst, len(w.Data)
+// packNibbles is the offset of the packed nibbles in a stored block of
+// Q4_0 or Q5_0 (after the scale, and Q5_0's 32 fifth bits).
+func packNibbles(dt compute.DType) int {
+	if dt == compute.Q5_0 {
+		return 6
+	}
+	return 2
+}
+
+// fifthBits spreads a Q5_0 block's 32 fifth bits (qh) over the 4-byte lane
+// the packed layout keeps them in: bit j of byte i is the bit of element
+// 4j+i, bit 4+j that of element 16+4j+i.
+func fifthBits(qh uint32) (lane [4]byte) {
+	for i := range 4 {
+		for j := range 4 {
+			lane[i] |= byte(qh>>(4*j+i)&1)<<j | byte(qh>>(16+4*j+i)&1)<<(4+j)
+		}
+	}
+	return lane
+}
+
+// fifthBitsWord inverts fifthBits.
+func fifthBitsWord(lane []byte) (qh uint32) {
+	for i := range 4 {
+		for j := range 4 {
+			qh |= uint32(lane[i]>>j&1)<<(4*j+i) | uint32(lane[i]>>(4+j)&1)<<(16+4*j+i)
+		}
+	}
+	return qh
+}
+
+// packWeights writes the rows of w (Q8_0, Q4_0 or Q5_0) to dst, len(w.Data)
 // bytes, in the packed layout.
 func packWeights(dst []byte, w Weights) {
 	rb, _ := w.DType.RowBytes(w.Cols)
@@ -111,7 +149,17 @@ func packWeights(dst []byte, w Weights) {
 				blk := row[b*bb : (b+1)*bb]
 				copy(gd[nb*cb+b*32+2*r:], blk[:2])
 				codes := blk[2:]
-				for j := range cb / 64 {
+				if w.DType != compute.Q8_0 {
+					codes = blk[packNibbles(w.DType):]
+				}
+				if w.DType == compute.Q5_0 {
+					l := fifthBits(binary.LittleEndian.Uint32(blk[2:]))
+					copy(gd[b*cb+256+4*r:], l[:])
+				}
+				for j := range min(cb, 512) / 64 {
+					if w.DType == compute.Q5_0 && j == 4 {
+						break
+					}
 					o := b*cb + 64*j + 4*r
 					copy(gd[o:o+4], codes[4*j:4*j+4])
 					if w.DType == compute.Q8_0 {
@@ -139,14 +187,24 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 		codes := gd[b*cb : (b+1)*cb]
 		for r := range packRows {
 			is := bias
-			for j := range cb / 64 {
+			var hi [4]byte // Q5_0: fifth bits
+			if dt == compute.Q5_0 {
+				copy(hi[:], codes[256+4*r:])
+			}
+			for j := range min(cb, 512) / 64 {
+				if dt == compute.Q5_0 && j == 4 {
+					break
+				}
 				lane := codes[64*j+4*r : 64*j+4*r+4]
 				for i, c := range lane {
 					if dt == compute.Q8_0 {
 						is += int32(c) * int32(int8(xb[4*j+i]))
 						continue
 					}
-					is += int32(c&0xF)*int32(int8(xb[4*j+i])) + int32(c>>4)*int32(int8(xb[16+4*j+i]))
+					lo, up := int32(c&0xF), int32(c>>4)
+					lo |= int32(hi[i]>>j&1) << 4
+					up |= int32(hi[i]>>(4+j)&1) << 4
+					is += lo*int32(int8(xb[4*j+i])) + up*int32(int8(xb[16+4*j+i]))
 				}
 			}
 			d := f16le(gd[nb*cb+b*32+2*r:])
@@ -202,8 +260,11 @@ func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 // their stored form, with the pure-Go kernels.
 func (t *qmatmulTask) packedTail(t0, t1 int) {
 	dot := dotQ4_0
-	if t.dt == compute.Q8_0 {
+	switch t.dt {
+	case compute.Q8_0:
 		dot = dotQ8_0 // reads no offset: the activation's 128 is unused
+	case compute.Q5_0:
+		dot = dotQ5_0
 	}
 	for j := t.m / packRows * packRows; j < t.m; j++ {
 		wr := t.w[j*t.rb : (j+1)*t.rb]
@@ -309,7 +370,7 @@ func (p *packedWeight) weights() Weights {
 
 // dequantRow decodes row r into dst.
 func (p *packedWeight) dequantRow(dst []float32, r int) {
-	var blk [34]byte
+	var blk [34]byte // the largest block, Q8_0's
 	bb := p.dtype.BlockBytes()
 	for b := range p.cols / 32 {
 		p.block(blk[:bb], r, b)
@@ -330,9 +391,17 @@ func (p *packedWeight) block(dst []byte, r, b int) {
 	g, lr := r/packRows, r%packRows
 	gd := p.pack[g*packRows*rb : (g+1)*packRows*rb]
 	copy(dst[:2], gd[nb*cb+b*32+2*lr:])
-	for j := range cb / 64 {
+	nib := 2
+	if p.dtype == compute.Q5_0 {
+		nib = 6
+		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[b*cb+256+4*lr:]))
+	}
+	for j := range min(cb, 512) / 64 {
+		if p.dtype == compute.Q5_0 && j == 4 {
+			break
+		}
 		o := b*cb + 64*j + 4*lr
-		copy(dst[2+4*j:2+4*j+4], gd[o:o+4])
+		copy(dst[nib+4*j:nib+4*j+4], gd[o:o+4])
 		if p.dtype == compute.Q8_0 {
 			for i := range 4 {
 				dst[2+4*j+i] ^= 0x80

@@ -40,7 +40,7 @@ func withPack(w Weights) Weights {
 	return w
 }
 
-var packTypes = []compute.DType{compute.Q8_0, compute.Q4_0}
+var packTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q5_0}
 
 // TestPackRoundTrip checks that unpackRow recovers every stored row.
 func TestPackRoundTrip(t *testing.T) {
