@@ -801,7 +801,7 @@ type qmatmulTask struct {
 func (t *qmatmulTask) pack(c int) {
 	lo := c * packChunk
 	hi := min(lo+packChunk, t.n)
-	xf, off := xfL32, packXoff(t.dt)
+	xf, off := packXf(t.dt), packXoff(t.dt)
 	if !t.packed {
 		xf, off = t.qs.xf, t.qs.xoff
 	}

@@ -56,6 +56,7 @@ type qpargs struct {
 // one group.
 type qpackSet struct {
 	dtype compute.DType
+	maxR  int // the most activation rows of a gemm kernel
 	gemv  func(*qpargs)
 	gemm  [qpmaxR + 1]func(*qpargs)
 }
@@ -78,7 +79,58 @@ func init() {
 // packable reports whether weights of type dt and rows×cols are packed at
 // load on this CPU.
 func packable(dt compute.DType, rows, cols int) bool {
-	return qpackKernels[dt] != nil && rows >= packRows && cols%32 == 0 && cols > 0
+	return qpackKernels[dt] != nil && rows >= packRows && cols%dt.BlockSize() == 0 && cols > 0
+}
+
+// packXf returns the activation layout of the packed kernels of dt.
+func packXf(dt compute.DType) xfmt {
+	switch dt {
+	case compute.Q4_K:
+		return xfK4
+	case compute.Q6_K:
+		return xfK6
+	}
+	return xfL32
+}
+
+// packCopies calls f for each run of bytes of block b of row r (of nb
+// blocks) of a group: n bytes at offset src of the stored block go to
+// offset dst of the group, Q8_0's codes with 128 added. Q5_0's fifth bits
+// are not a plain copy and are left to the caller.
+func packCopies(dt compute.DType, nb, r, b int, f func(dst, src, n int)) {
+	switch dt {
+	case compute.Q8_0, compute.Q4_0, compute.Q5_0:
+		cb, nib := packCodeBytes(dt), packNibbles(dt)
+		f(nb*cb+b*32+2*r, 0, 2)
+		for j := range (dt.BlockBytes() - nib) / 4 {
+			f(b*cb+64*j+4*r, nib+4*j, 4)
+		}
+	case compute.Q4_K:
+		base := b * 2304
+		for p := range 4 {
+			for v := range 8 {
+				f(base+512*p+64*v+4*r, 16+32*p+4*v, 4)
+			}
+		}
+		f(base+2048+2*r, 0, 2)
+		f(base+2080+2*r, 2, 2)
+		for q := range 3 {
+			f(base+2112+64*q+4*r, 4+4*q, 4)
+		}
+	case compute.Q6_K:
+		base := b * 3360
+		for h := range 2 {
+			for c := range 8 {
+				f(base+1024*h+64*c+4*r, 64*h+4*c, 4)
+				f(base+1024*h+512+64*c+4*r, 64*h+32+4*c, 4)
+				f(base+2048+512*h+64*c+4*r, 128+32*h+4*c, 4)
+			}
+		}
+		for j := range 16 {
+			f(base+3072+16*j+r, 192+j, 1)
+		}
+		f(base+3328+2*r, 208, 2)
+	}
 }
 
 // packCodeBytes returns the bytes of one block's codes in a group of type dt.
@@ -99,6 +151,8 @@ func packXoff(dt compute.DType) int32 {
 		return 128
 	case compute.Q5_0:
 		return 16
+	case compute.Q4_K, compute.Q6_K:
+		return 0
 	}
 	return 8
 }
@@ -134,12 +188,11 @@ func fifthBitsWord(lane []byte) (qh uint32) {
 	return qh
 }
 
-// packWeights writes the rows of w (Q8_0, Q4_0 or Q5_0) to dst, len(w.Data)
-// bytes, in the packed layout.
+// packWeights writes the rows of w (a type packable accepts) to dst,
+// len(w.Data) bytes, in the packed layout.
 func packWeights(dst []byte, w Weights) {
 	rb, _ := w.DType.RowBytes(w.Cols)
-	nb, bb := w.Cols/32, w.DType.BlockBytes()
-	cb := packCodeBytes(w.DType)
+	nb, bb := w.Cols/w.DType.BlockSize(), w.DType.BlockBytes()
 	groups := w.Rows / packRows
 	for g := range groups {
 		gd := dst[g*packRows*rb : (g+1)*packRows*rb]
@@ -147,26 +200,15 @@ func packWeights(dst []byte, w Weights) {
 			row := w.Data[(g*packRows+r)*rb:]
 			for b := range nb {
 				blk := row[b*bb : (b+1)*bb]
-				copy(gd[nb*cb+b*32+2*r:], blk[:2])
-				codes := blk[2:]
-				if w.DType != compute.Q8_0 {
-					codes = blk[packNibbles(w.DType):]
-				}
-				if w.DType == compute.Q5_0 {
+				packCopies(w.DType, nb, r, b, func(d, s, n int) { copy(gd[d:d+n], blk[s:s+n]) })
+				switch w.DType {
+				case compute.Q8_0:
+					for j := range 32 {
+						gd[b*512+64*(j/4)+4*r+j%4] ^= 0x80
+					}
+				case compute.Q5_0:
 					l := fifthBits(binary.LittleEndian.Uint32(blk[2:]))
-					copy(gd[b*cb+256+4*r:], l[:])
-				}
-				for j := range min(cb, 512) / 64 {
-					if w.DType == compute.Q5_0 && j == 4 {
-						break
-					}
-					o := b*cb + 64*j + 4*r
-					copy(gd[o:o+4], codes[4*j:4*j+4])
-					if w.DType == compute.Q8_0 {
-						for i := range 4 {
-							gd[o+i] ^= 0x80
-						}
-					}
+					copy(gd[b*320+256+4*r:], l[:])
 				}
 			}
 		}
@@ -174,11 +216,42 @@ func packWeights(dst []byte, w Weights) {
 	copy(dst[groups*packRows*rb:], w.Data[groups*packRows*rb:])
 }
 
+// unpackBlock writes block b of row r of group gd (of nb blocks) in its
+// stored form to dst.
+func unpackBlock(dst, gd []byte, dt compute.DType, nb, r, b int) {
+	packCopies(dt, nb, r, b, func(d, s, n int) { copy(dst[s:s+n], gd[d:d+n]) })
+	switch dt {
+	case compute.Q8_0:
+		for i := 2; i < 34; i++ {
+			dst[i] ^= 0x80
+		}
+	case compute.Q5_0:
+		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[b*320+256+4*r:]))
+	}
+}
+
 // packDotGo is the pure-Go packed kernel, the oracle of the assembly: the
 // 16 sums of activation row x (layout xfL32) with group gd of type dt over
 // nb blocks, added to out. Per block it forms the same exact integer sums
 // as the assembly, then adds sum·(d·dx) to the row's float32 accumulator.
 func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
+	if dt == compute.Q4_K || dt == compute.Q6_K {
+		// The k-quants: each row's super-blocks unpacked, and the
+		// kernels of the stored form.
+		var blk [210]byte
+		bb := dt.BlockBytes()
+		dot := dotQ4_K
+		if dt == compute.Q6_K {
+			dot = dotQ6_K
+		}
+		for b := range nb {
+			for r := range packRows {
+				unpackBlock(blk[:bb], gd, dt, nb, r, b)
+				out[r] += dot(blk[:bb], x[b*384:(b+1)*384], 1)
+			}
+		}
+		return
+	}
 	cb := packCodeBytes(dt)
 	for b := range nb {
 		xb := x[b*96 : (b+1)*96]
@@ -217,7 +290,7 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 // with one activation row, as the one-row assembly kernel does.
 func packGEMVGo(a *qpargs, dt compute.DType) {
 	rb := 16 * a.nb * dt.BlockBytes()
-	xs := unsafe.Slice(a.x, a.nb*96)
+	xs := unsafe.Slice(a.x, packXf(dt).rowBytes(a.nb*dt.BlockSize()))
 	for g := range a.groups {
 		var out [packRows]float32
 		packDotGo(&out, unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(a.w), g*rb)), rb), xs, dt, a.nb)
@@ -230,10 +303,11 @@ func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 	m, k := w.Rows, w.Cols
 	rb, _ := w.DType.RowBytes(k)
 	t := &s.qm
-	xrb := xfL32.rowBytes(k)
+	xf := packXf(w.DType)
+	xrb := xf.rowBytes(k)
 	*t = qmatmulTask{
 		dst: dst, x: x, w: w.pack, dt: w.DType,
-		n: n, m: m, k: k, nb: k / 32, rb: rb,
+		n: n, m: m, k: k, nb: k / w.DType.BlockSize(), rb: rb,
 		xrb: xrb, xq: s.qscratch(n * xrb), packed: true,
 	}
 	if qlevel() == levelAVX512 {
@@ -241,12 +315,15 @@ func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 	}
 	groups := m / packRows
 	if n == 1 {
-		quantizeX(t.xq, x[:k], xfL32, packXoff(w.DType))
+		quantizeX(t.xq, x[:k], xf, packXoff(w.DType))
 		t.rowsPerChunk = gemvChunkRows / packRows // groups per chunk
 		s.run(taskQGEMV, (groups+t.rowsPerChunk-1)/t.rowsPerChunk+min(m%packRows, 1))
 	} else {
 		s.run(taskQPack, (n+packChunk-1)/packChunk)
 		R := qpmaxR
+		if t.ps != nil {
+			R = t.ps.maxR
+		}
 		t.tileN = min(max(qgemmXBytes/xrb/R, 1)*R, (n+R-1)/R*R)
 		t.tileM = max(qgemmTileM/packRows, 1) // groups per tile
 		t.tilesM = (groups+t.tileM-1)/t.tileM + min(m%packRows, 1)
@@ -265,6 +342,10 @@ func (t *qmatmulTask) packedTail(t0, t1 int) {
 		dot = dotQ8_0 // reads no offset: the activation's 128 is unused
 	case compute.Q5_0:
 		dot = dotQ5_0
+	case compute.Q4_K:
+		dot = dotQ4_K
+	case compute.Q6_K:
+		dot = dotQ6_K
 	}
 	for j := t.m / packRows * packRows; j < t.m; j++ {
 		wr := t.w[j*t.rb : (j+1)*t.rb]
@@ -306,9 +387,13 @@ func (t *qmatmulTask) packedGEMM(c int) {
 	}
 	g1 := min(g0+t.tileM, groups)
 	gb := packRows * t.rb
+	step := qpmaxR
+	if t.ps != nil {
+		step = t.ps.maxR
+	}
 	for g := g0; g < g1; g++ {
-		for i := t0; i < t1; i += qpmaxR {
-			R := min(qpmaxR, t1-i)
+		for i := t0; i < t1; i += step {
+			R := min(step, t1-i)
 			a := qpargs{
 				w: &t.w[g*gb], x: &t.xq[i*t.xrb], nb: t.nb, groups: 1,
 				dst: &t.dst[i*t.m+g*packRows], ldd: 4 * t.m, xstride: t.xrb,
@@ -370,11 +455,11 @@ func (p *packedWeight) weights() Weights {
 
 // dequantRow decodes row r into dst.
 func (p *packedWeight) dequantRow(dst []float32, r int) {
-	var blk [34]byte // the largest block, Q8_0's
-	bb := p.dtype.BlockBytes()
-	for b := range p.cols / 32 {
+	var blk [210]byte // the largest block, Q6_K's
+	bs, bb := p.dtype.BlockSize(), p.dtype.BlockBytes()
+	for b := range p.cols / bs {
 		p.block(blk[:bb], r, b)
-		quant.Dequantize(dst[32*b:32*(b+1)], blk[:bb], p.dtype)
+		quant.Dequantize(dst[bs*b:bs*(b+1)], blk[:bb], p.dtype)
 	}
 }
 
@@ -387,27 +472,8 @@ func (p *packedWeight) block(dst []byte, r, b int) {
 		copy(dst, p.pack[r*rb+b*bb:r*rb+(b+1)*bb])
 		return
 	}
-	nb, cb := p.cols/32, packCodeBytes(p.dtype)
-	g, lr := r/packRows, r%packRows
-	gd := p.pack[g*packRows*rb : (g+1)*packRows*rb]
-	copy(dst[:2], gd[nb*cb+b*32+2*lr:])
-	nib := 2
-	if p.dtype == compute.Q5_0 {
-		nib = 6
-		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[b*cb+256+4*lr:]))
-	}
-	for j := range min(cb, 512) / 64 {
-		if p.dtype == compute.Q5_0 && j == 4 {
-			break
-		}
-		o := b*cb + 64*j + 4*lr
-		copy(dst[nib+4*j:nib+4*j+4], gd[o:o+4])
-		if p.dtype == compute.Q8_0 {
-			for i := range 4 {
-				dst[2+4*j+i] ^= 0x80
-			}
-		}
-	}
+	g := r / packRows
+	unpackBlock(dst, p.pack[g*packRows*rb:(g+1)*packRows*rb], p.dtype, p.cols/p.dtype.BlockSize(), r%packRows, b)
 }
 
 // rowsBytes returns rows from..to in their stored form, a new slice.
@@ -416,7 +482,7 @@ func (p *packedWeight) rowsBytes(from, to int) []byte {
 	bb := p.dtype.BlockBytes()
 	out := make([]byte, (to-from)*rb)
 	for r := from; r < to; r++ {
-		for b := range p.cols / 32 {
+		for b := range p.cols / p.dtype.BlockSize() {
 			p.block(out[(r-from)*rb+b*bb:(r-from)*rb+(b+1)*bb], r, b)
 		}
 	}

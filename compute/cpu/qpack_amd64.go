@@ -78,12 +78,32 @@ func qpAVX512Q5_0R7(a *qpargs)
 //go:noescape
 func qpAVX512Q5_0R8(a *qpargs)
 
+//go:noescape
+func qpAVX512Q4_KR1(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR3(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR3(a *qpargs)
+
 // asmPackKernels lists the packed kernels per weight type: the one-row
 // kernel, then the kernels of 2 to qpmaxR activation rows.
 var asmPackKernels = []qpackSet{
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q8_0R2, 3: qpAVX512Q8_0R3, 4: qpAVX512Q8_0R4, 5: qpAVX512Q8_0R5, 6: qpAVX512Q8_0R6, 7: qpAVX512Q8_0R7, 8: qpAVX512Q8_0R8}},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_0R2, 3: qpAVX512Q4_0R3, 4: qpAVX512Q4_0R4, 5: qpAVX512Q4_0R5, 6: qpAVX512Q4_0R6, 7: qpAVX512Q4_0R7, 8: qpAVX512Q4_0R8}},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q5_0R2, 3: qpAVX512Q5_0R3, 4: qpAVX512Q5_0R4, 5: qpAVX512Q5_0R5, 6: qpAVX512Q5_0R6, 7: qpAVX512Q5_0R7, 8: qpAVX512Q5_0R8}},
+	{dtype: compute.Q8_0, maxR: 8, gemv: qpAVX512Q8_0R1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q8_0R2, 3: qpAVX512Q8_0R3, 4: qpAVX512Q8_0R4, 5: qpAVX512Q8_0R5, 6: qpAVX512Q8_0R6, 7: qpAVX512Q8_0R7, 8: qpAVX512Q8_0R8}},
+	{dtype: compute.Q4_0, maxR: 8, gemv: qpAVX512Q4_0R1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_0R2, 3: qpAVX512Q4_0R3, 4: qpAVX512Q4_0R4, 5: qpAVX512Q4_0R5, 6: qpAVX512Q4_0R6, 7: qpAVX512Q4_0R7, 8: qpAVX512Q4_0R8}},
+	{dtype: compute.Q5_0, maxR: 8, gemv: qpAVX512Q5_0R1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q5_0R2, 3: qpAVX512Q5_0R3, 4: qpAVX512Q5_0R4, 5: qpAVX512Q5_0R5, 6: qpAVX512Q5_0R6, 7: qpAVX512Q5_0R7, 8: qpAVX512Q5_0R8}},
+	{dtype: compute.Q4_K, maxR: 3, gemv: qpAVX512Q4_KR1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_KR2, 3: qpAVX512Q4_KR3}},
+	{dtype: compute.Q6_K, maxR: 3, gemv: qpAVX512Q6_KR1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q6_KR2, 3: qpAVX512Q6_KR3}},
 }
 
 // qpackExtra are one-row kernels with other prefetch distances, for benchmarks.

@@ -40,13 +40,16 @@ func withPack(w Weights) Weights {
 	return w
 }
 
-var packTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q5_0}
+var packTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q5_0, compute.Q4_K, compute.Q6_K}
 
 // TestPackRoundTrip checks that unpackRow recovers every stored row.
 func TestPackRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	for _, dt := range packTypes {
-		for _, sh := range []struct{ m, k int }{{16, 32}, {17, 96}, {35, 256}, {48, 64}} {
+		for _, sh := range []struct{ m, k int }{{16, 32}, {17, 96}, {35, 256}, {48, 64}, {33, 512}} {
+			if sh.k%dt.BlockSize() != 0 {
+				continue
+			}
 			w, _ := randQuantWeights(t, rng, dt, sh.m, sh.k, 0, false)
 			p := &packedWeight{dtype: dt, rows: sh.m, cols: sh.k, pack: withPack(w).pack, data: w.Data}
 			if got := p.rowsBytes(0, sh.m); !bytes.Equal(got, w.Data) {
@@ -74,6 +77,7 @@ var packShapes = []struct{ n, m, k int }{
 	{1, 16, 32}, {1, 17, 96}, {1, 31, 160}, {1, 64, 64}, {1, 100, 288}, {1, 1040, 96},
 	{2, 16, 32}, {3, 33, 96}, {5, 47, 256}, {7, 18, 544}, {8, 32, 64}, {9, 48, 160},
 	{13, 21, 128}, {16, 80, 96}, {23, 45, 1056}, {40, 64, 2304},
+	{1, 16, 256}, {1, 50, 768}, {2, 33, 512}, {3, 17, 256}, {4, 47, 1280}, {7, 64, 256},
 }
 
 // TestPackedMatMul checks the packed products, assembly and pure Go, against
@@ -85,6 +89,9 @@ func TestPackedMatMul(t *testing.T) {
 		defer pool.Close()
 		for _, dt := range packTypes {
 			for _, sh := range packShapes {
+				if sh.k%dt.BlockSize() != 0 {
+					continue
+				}
 				for _, encode := range []bool{false, true} {
 					w, wv := randQuantWeights(t, rng, dt, sh.m, sh.k, 3, encode)
 					p := withPack(w)
