@@ -347,7 +347,7 @@ func (g *gen) kquant(q qtype, R int, loop bool) string {
 	} else {
 		g.q6k(R, xs)
 	}
-		// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
+	// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
 	g.p("VCVTPH2PS %d(SI), Z24", map[qtype]int{q4_k: 2048, q6_k: 3328}[q])
 	if q == q4_k {
 		g.p("VCVTPH2PS 2080(SI), Z25")
