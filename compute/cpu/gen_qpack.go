@@ -77,24 +77,24 @@ var xregs = []string{"BX", "DX", "R8", "R9", "R10", "R11", "R12", "R13"}
 // activation codes at each of xs into the integer accumulators acc(t, j),
 // where j is the 4-element chunk of the block (so that the one-row kernel
 // can alternate accumulators).
-func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int) {
+func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int, o, xo int) {
 	switch q {
 	case q8_0:
 		for j := 0; j < 8; j++ {
 			W := 16 + j%4
-			g.p("VMOVDQU64 %s, %s", off(64*j, "SI"), z(W))
+			g.p("VMOVDQU64 %s, %s", off(o+64*j, "SI"), z(W))
 			for t, xp := range xs {
-				g.p("VPDPBUSD.BCST %s, %s, %s", off(4*j, xp), z(W), z(acc(t, j)))
+				g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+4*j, xp), z(W), z(acc(t, j)))
 			}
 		}
 	case q4_0, q5_0:
 		if q == q5_0 {
-			g.p("VMOVDQU64 256(SI), Z22")
+			g.p("VMOVDQU64 %s, Z22", off(o+256, "SI"))
 		}
 		for j := 0; j < 4; j++ {
 			L, H := 16+2*(j%2), 17+2*(j%2)
-			g.p("VPANDD %s, Z31, %s", off(64*j, "SI"), z(L))
-			g.p("VPSRLW $4, %s, %s", off(64*j, "SI"), z(H))
+			g.p("VPANDD %s, Z31, %s", off(o+64*j, "SI"), z(L))
+			g.p("VPSRLW $4, %s, %s", off(o+64*j, "SI"), z(H))
 			g.p("VPANDD Z31, %s, %s", z(H), z(H))
 			if q == q5_0 {
 				// Bit 4 of each code from the fifth-bit vector: byte i
@@ -111,10 +111,10 @@ func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int) {
 				g.p("VPTERNLOGD $0xD8, Z30, %s, %s", hs, z(H))
 			}
 			for t, xp := range xs {
-				g.p("VPDPBUSD.BCST %s, %s, %s", off(4*j, xp), z(L), z(acc(t, 2*j)))
+				g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+4*j, xp), z(L), z(acc(t, 2*j)))
 			}
 			for t, xp := range xs {
-				g.p("VPDPBUSD.BCST %s, %s, %s", off(16+4*j, xp), z(H), z(acc(t, 2*j+1)))
+				g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+16+4*j, xp), z(H), z(acc(t, 2*j+1)))
 			}
 		}
 	}
@@ -131,6 +131,34 @@ func (g *gen) constants(q qtype) {
 	}
 }
 
+// The legacy types' packed blocks come in pairs, the codes of blocks
+// 2P and 2P+1 then their scales (an odd last block: its codes, then its
+// scales), so that a group is read from start to end.
+
+// pairs emits the loop over a row's blocks: body(o, so, xo) emits one
+// block with its codes at o(SI), its scales at so(SI) and its activations
+// at xo from the activation pointers, which step moves on.
+func (g *gen) pairs(q qtype, name string, body func(o, so, xo int), step func(xbytes int)) {
+	cb := q.codeBytes()
+	g.p("MOVQ %d(DI), CX", offNB)
+	g.p("SHRQ $1, CX")
+	g.p("JZ %s_odd", name)
+	g.label(name + "_pair")
+	body(0, 2*cb, 0)
+	body(cb, 2*cb+32, 96)
+	g.p("ADDQ $%d, SI", 2*(cb+32))
+	step(192)
+	g.p("DECQ CX")
+	g.p("JNZ %s_pair", name)
+	g.label(name + "_odd")
+	g.p("TESTQ $1, %d(DI)", offNB)
+	g.p("JZ %s_done", name)
+	body(0, cb, 0)
+	g.p("ADDQ $%d, SI", cb+32)
+	step(96)
+	g.label(name + "_done")
+}
+
 // gemv: one activation row (BX), a.groups groups of 16 rows from a.w,
 // 16 sums per group to a.dst. Z0/Z1 integer accumulators of a block, Z2
 // the float accumulator, Z3 the scales.
@@ -145,33 +173,24 @@ func (g *gen) gemv(q qtype, pf int) string {
 	g.p("MOVQ %d(DI), SI", offW)
 	g.p("MOVQ %d(DI), R14", offDst)
 	g.p("MOVQ %d(DI), R13", offGroups)
-	g.p("MOVQ %d(DI), R12", offNB)
-	g.p("IMUL3Q $%d, R12, R11", q.codeBytes()) // bytes of a group's codes
 	g.label(name + "_group")
 	g.p("MOVQ %d(DI), BX", offX)
-	g.p("LEAQ (SI)(R11*1), AX") // the group's scales
-	g.p("MOVQ R12, CX")
 	g.p("VPXORD Z2, Z2, Z2")
-	g.label(name + "_block")
-	g.p("VPBROADCASTD 64(BX), Z0")
-	g.p("VPXORD Z1, Z1, Z1")
-	g.blockCodes(q, []string{"BX"}, func(t, j int) int { return j % 2 })
-	for o := 0; pf > 0 && o < q.codeBytes(); o += 64 {
-		g.p("PREFETCHT0 %s", off(pf+o, "SI"))
-	}
-	g.p("VPADDD Z1, Z0, Z0")
-	g.p("VCVTDQ2PS Z0, Z0")
-	g.p("VCVTPH2PS (AX), Z3")
-	g.p("VMULPS.BCST 32(BX), Z3, Z3")
-	g.p("VFMADD231PS Z0, Z3, Z2")
-	g.p("ADDQ $%d, SI", q.codeBytes())
-	g.p("ADDQ $32, AX")
-	g.p("ADDQ $96, BX")
-	g.p("DECQ CX")
-	g.p("JNZ %s_block", name)
+	g.pairs(q, name, func(o, so, xo int) {
+		g.p("VPBROADCASTD %d(BX), Z0", xo+64)
+		g.p("VPXORD Z1, Z1, Z1")
+		g.blockCodes(q, []string{"BX"}, func(t, j int) int { return j % 2 }, o, xo)
+		for p := 0; pf > 0 && p < q.codeBytes(); p += 64 {
+			g.p("PREFETCHT0 %s", off(pf+o+p, "SI"))
+		}
+		g.p("VPADDD Z1, Z0, Z0")
+		g.p("VCVTDQ2PS Z0, Z0")
+		g.p("VCVTPH2PS %s, Z3", off(so, "SI"))
+		g.p("VMULPS.BCST %d(BX), Z3, Z3", xo+32)
+		g.p("VFMADD231PS Z0, Z3, Z2")
+	}, func(xb int) { g.p("ADDQ $%d, BX", xb) })
 	g.p("VMOVUPS Z2, (R14)")
 	g.p("ADDQ $64, R14")
-	g.p("MOVQ AX, SI") // the next group follows the scales
 	g.p("DECQ R13")
 	g.p("JNZ %s_group", name)
 	g.p("VZEROUPPER")
@@ -188,9 +207,6 @@ func (g *gen) gemm(q qtype, R int) string {
 	g.p("MOVQ a+0(FP), DI")
 	g.constants(q)
 	g.p("MOVQ %d(DI), SI", offW)
-	g.p("MOVQ %d(DI), CX", offNB)
-	g.p("IMUL3Q $%d, CX, AX", q.codeBytes())
-	g.p("ADDQ SI, AX")
 	g.p("MOVQ %d(DI), R14", offXstride)
 	g.p("MOVQ %d(DI), BX", offX)
 	for t := 1; t < R; t++ {
@@ -200,24 +216,22 @@ func (g *gen) gemm(q qtype, R int) string {
 		g.p("VPXORD %s, %s, %s", z(8+t), z(8+t), z(8+t))
 	}
 	xs := xregs[:R]
-	g.label(name + "_block")
-	for t, xp := range xs {
-		g.p("VPBROADCASTD 64(%s), %s", xp, z(t))
-	}
-	g.blockCodes(q, xs, func(t, j int) int { return t })
-	g.p("VCVTPH2PS (AX), Z20")
-	for t, xp := range xs {
-		g.p("VCVTDQ2PS %s, %s", z(t), z(t))
-		g.p("VMULPS.BCST 32(%s), Z20, Z21", xp)
-		g.p("VFMADD231PS %s, Z21, %s", z(t), z(8+t))
-	}
-	g.p("ADDQ $%d, SI", q.codeBytes())
-	g.p("ADDQ $32, AX")
-	for _, xp := range xs {
-		g.p("ADDQ $96, %s", xp)
-	}
-	g.p("DECQ CX")
-	g.p("JNZ %s_block", name)
+	g.pairs(q, name, func(o, so, xo int) {
+		for t, xp := range xs {
+			g.p("VPBROADCASTD %d(%s), %s", xo+64, xp, z(t))
+		}
+		g.blockCodes(q, xs, func(t, j int) int { return t }, o, xo)
+		g.p("VCVTPH2PS %s, Z20", off(so, "SI"))
+		for t, xp := range xs {
+			g.p("VCVTDQ2PS %s, %s", z(t), z(t))
+			g.p("VMULPS.BCST %d(%s), Z20, Z21", xo+32, xp)
+			g.p("VFMADD231PS %s, Z21, %s", z(t), z(8+t))
+		}
+	}, func(xb int) {
+		for _, xp := range xs {
+			g.p("ADDQ $%d, %s", xb, xp)
+		}
+	})
 	g.p("MOVQ %d(DI), R14", offDst)
 	g.p("MOVQ %d(DI), AX", offLdd)
 	for t := 0; t < R; t++ {
@@ -325,22 +339,34 @@ func (g *gen) kquant(q qtype, R int, loop bool) string {
 		g.p("MOVQ %d(DI), R13", offGroups)
 	}
 	xs := xregs[:R]
+	// Registers of the super-block sums, corrections and float sums.
+	S, M, F := 2*R, 3*R, 4*R
+	if q == q6_k {
+		S, M, F = 4*R, 5*R, 6*R
+		sb = 3328 // the scales d follow all the super-blocks of a group
+		g.p("MOVQ %d(DI), R12", offNB)
+		g.p("IMUL3Q $%d, R12, R12", sb)
+	}
 	g.label(name + "_group")
+	if q == q6_k {
+		g.p("LEAQ (SI)(R12*1), AX")
+	}
 	g.p("MOVQ %d(DI), BX", offX)
 	if R > 1 {
-		g.p("MOVQ %d(DI), AX", offXstride)
+		g.p("MOVQ %d(DI), R14", offXstride)
 		for t := 1; t < R; t++ {
-			g.p("LEAQ (%s)(AX*1), %s", xregs[t-1], xregs[t])
+			g.p("LEAQ (%s)(R14*1), %s", xregs[t-1], xregs[t])
 		}
+		g.p("MOVQ %d(DI), R14", offDst)
 	}
 	g.p("MOVQ %d(DI), CX", offNB)
 	for t := 0; t < R; t++ {
-		g.p("VPXORD %s, %s, %s", z(4*R+t), z(4*R+t), z(4*R+t))
+		g.p("VPXORD %s, %s, %s", z(F+t), z(F+t), z(F+t))
 	}
 	g.label(name + "_block")
 	for t := 0; t < R; t++ {
-		g.p("VPXORD %s, %s, %s", z(2*R+t), z(2*R+t), z(2*R+t))
-		g.p("VPXORD %s, %s, %s", z(3*R+t), z(3*R+t), z(3*R+t))
+		g.p("VPXORD %s, %s, %s", z(S+t), z(S+t), z(S+t))
+		g.p("VPXORD %s, %s, %s", z(M+t), z(M+t), z(M+t))
 	}
 	if q == q4_k {
 		g.q4k(R, xs)
@@ -348,17 +374,19 @@ func (g *gen) kquant(q qtype, R int, loop bool) string {
 		g.q6k(R, xs)
 	}
 	// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
-	g.p("VCVTPH2PS %d(SI), Z24", map[qtype]int{q4_k: 2048, q6_k: 3328}[q])
 	if q == q4_k {
-		g.p("VCVTPH2PS 2080(SI), Z25")
+		g.p("VCVTPH2PS 192(SI), Z24")
+		g.p("VCVTPH2PS 224(SI), Z25")
 	} else {
+		g.p("VCVTPH2PS (AX), Z24")
+		g.p("ADDQ $32, AX")
 		g.p("VMULPS Z29, Z24, Z25") // 32·d, for the codes' offset of 32
 	}
 	for t, xp := range xs {
-		g.p("VCVTDQ2PS %s, %s", z(2*R+t), z(2*R+t))
+		g.p("VCVTDQ2PS %s, %s", z(S+t), z(S+t))
 		g.p("VMULPS.BCST 320(%s), Z24, Z26", xp)
-		g.p("VFMADD231PS %s, Z26, %s", z(2*R+t), z(4*R+t))
-		g.p("VFNMADD231PS %s, Z25, %s", z(3*R+t), z(4*R+t))
+		g.p("VFMADD231PS %s, Z26, %s", z(S+t), z(F+t))
+		g.p("VFNMADD231PS %s, Z25, %s", z(M+t), z(F+t))
 	}
 	g.p("ADDQ $%d, SI", sb)
 	for _, xp := range xs {
@@ -367,14 +395,17 @@ func (g *gen) kquant(q qtype, R int, loop bool) string {
 	g.p("DECQ CX")
 	g.p("JNZ %s_block", name)
 	if loop {
-		g.p("VMOVUPS %s, (R14)", z(4*R))
+		g.p("VMOVUPS %s, (R14)", z(F))
 		g.p("ADDQ $64, R14")
+		if q == q6_k {
+			g.p("MOVQ AX, SI") // the next group follows the scales
+		}
 		g.p("DECQ R13")
 		g.p("JNZ %s_group", name)
 	} else {
 		g.p("MOVQ %d(DI), AX", offLdd)
 		for t := 0; t < R; t++ {
-			g.p("VMOVUPS %s, (R14)", z(4*R+t))
+			g.p("VMOVUPS %s, (R14)", z(F+t))
 			if t < R-1 {
 				g.p("ADDQ AX, R14")
 			}
@@ -390,16 +421,16 @@ func (g *gen) kquant(q qtype, R int, loop bool) string {
 // each sub-block's 6-bit scale and min unpacked from the vectors A, B, C
 // (the 12 scale bytes of each row, 4 per lane).
 func (g *gen) q4k(R int, xs []string) {
-	g.p("VMOVDQU64 2112(SI), Z21")
-	g.p("VMOVDQU64 2176(SI), Z22")
-	g.p("VMOVDQU64 2240(SI), Z23")
+	g.p("VMOVDQU64 (SI), Z21")
+	g.p("VMOVDQU64 64(SI), Z22")
+	g.p("VMOVDQU64 128(SI), Z23")
 	for p := 0; p < 4; p++ {
 		for t := 0; t < R; t++ {
 			g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
 			g.p("VPXORD %s, %s, %s", z(R+t), z(R+t), z(R+t))
 		}
 		for v := 0; v < 8; v++ {
-			o := 512*p + 64*v
+			o := 256 + 512*p + 64*v
 			g.p("VPANDD %s, Z31, Z15", off(o, "SI"))
 			g.p("VPSRLW $4, %s, Z16", off(o, "SI"))
 			g.p("VPANDD Z31, Z16, Z16")
@@ -449,67 +480,67 @@ func (g *gen) shr(n int, src, dst string) {
 	g.p("VPSRLD $%d, %s, %s", n, src, dst)
 }
 
-// q6k emits one Q6_K super-block. Per half h and chunk c of 4 elements,
-// the low-bit vectors V0 (ql bytes 4c.., whose nibbles are the codes of
-// quarters 0 and 2) and V1 (ql bytes 32+4c.., quarters 1 and 3) and the
-// high-bit vector U (qh bytes 4c.., two bits per quarter) make the 6-bit
-// codes of 4 sub-blocks; per quarter of 4 chunks, the sub-block's sums are
-// scaled by its signed scale (VPMOVSXBD from 16 bytes, one per row).
+// q6k emits one Q6_K super-block, its codes in the order the packed
+// layout stores them: per half h and chunk group ch, for 4 chunks c of 4
+// elements the low-bit vectors V0 (ql bytes 4c.., whose nibbles are the
+// codes of quarters 0 and 2) and V1 (ql bytes 32+4c.., quarters 1 and 3)
+// and the high-bit vector U (qh bytes 4c.., two bits per quarter), which
+// make the 6-bit codes of the 4 sub-blocks 8h+2q+ch; then those sub-blocks'
+// sums are scaled by their signed scales (VPMOVSXBD of 16 bytes, one per
+// row) that follow.
 func (g *gen) q6k(R int, xs []string) {
-	for h := 0; h < 2; h++ {
-		for ch := 0; ch < 2; ch++ {
-			// The 4 sub-blocks 8h+2q+ch in two passes: quarters 0 and 2
-			// (nibbles of V0), then 1 and 3 (V1), their sums in Z(t), Z(R+t).
-			for pass := 0; pass < 2; pass++ {
-				for t := 0; t < R; t++ {
-					g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
-					g.p("VPXORD %s, %s, %s", z(R+t), z(R+t), z(R+t))
+	for hc := 0; hc < 4; hc++ {
+		h, ch := hc/2, hc%2
+		base := 832 * hc
+		for i := 0; i < 4*R; i++ {
+			g.p("VPXORD %s, %s, %s", z(i), z(i), z(i))
+		}
+		for ci := 0; ci < 4; ci++ {
+			c := 4*ch + ci
+			o := base + 192*ci
+			g.p("VMOVDQU64 %s, Z21", off(o, "SI"))
+			g.p("VMOVDQU64 %s, Z22", off(o+64, "SI"))
+			g.p("VMOVDQU64 %s, Z23", off(o+128, "SI"))
+			e := 128*h + 4*c
+			for q := 0; q < 4; q++ {
+				V := "Z21"
+				if q%2 == 1 {
+					V = "Z22"
 				}
-				for c := 4 * ch; c < 4*ch+4; c++ {
-					ql := 1024*h + 64*c // ql vectors: half h, 16 vectors of 64 bytes
-					if pass == 1 {
-						ql += 512 // V1: ql bytes 32+4c
-					}
-					u := 2048 + 512*h + 64*c // qh vectors
-					g.p("VMOVDQU64 %s, Z15", off(ql, "SI"))
-					g.p("VMOVDQU64 %s, Z21", off(u, "SI"))
-					// Low quarter (0 or 1): nibble | bits (2·pass) of U at bit 4.
-					g.p("VPANDD Z31, Z15, Z16")
-					if pass == 0 {
-						g.p("VPSLLW $4, Z21, Z17")
-					} else {
-						g.p("VPSLLW $2, Z21, Z17")
-					}
-					g.p("VPTERNLOGD $0xF8, Z30, Z17, Z16")
-					// High quarter (2 or 3).
-					g.p("VPSRLW $4, Z15, Z18")
-					g.p("VPANDD Z31, Z18, Z18")
-					if pass == 0 {
-						g.p("VPTERNLOGD $0xF8, Z30, Z21, Z18")
-					} else {
-						g.p("VPSRLW $2, Z21, Z17")
-						g.p("VPTERNLOGD $0xF8, Z30, Z17, Z18")
-					}
-					e := 128*h + 32*pass + 4*c
-					for t, xp := range xs {
-						g.p("VPDPBUSD.BCST %s, Z16, %s", off(e, xp), z(t))
-					}
-					for t, xp := range xs {
-						g.p("VPDPBUSD.BCST %s, Z18, %s", off(e+64, xp), z(R+t))
-					}
+				code := z(24 + q%2)
+				if q < 2 {
+					g.p("VPANDD Z31, %s, %s", V, code)
+				} else {
+					g.p("VPSRLW $4, %s, %s", V, code)
+					g.p("VPANDD Z31, %s, %s", code, code)
 				}
-				// Sub-blocks of quarters pass and pass+2.
-				for k, qq := range []int{pass, pass + 2} {
-					j := 8*h + 2*qq + ch
-					g.p("VPMOVSXBD %d(SI), Z17", 3072+16*j)
-					g.p("VCVTDQ2PS Z17, Z18")
-					for t, xp := range xs {
-						I := z(k*R + t)
-						g.p("VPMULLD Z17, %s, %s", I, I)
-						g.p("VPADDD %s, %s, %s", I, z(2*R+t), z(2*R+t))
-						g.p("VFMADD231PS.BCST %s, Z18, %s", off(256+4*j, xp), z(3*R+t))
-					}
+				// U's bits 2q, 2q+1 to bits 4, 5.
+				hb := "Z26"
+				switch q {
+				case 0:
+					g.p("VPSLLW $4, Z23, Z26")
+				case 1:
+					g.p("VPSLLW $2, Z23, Z26")
+				case 2:
+					hb = "Z23"
+				case 3:
+					g.p("VPSRLW $2, Z23, Z26")
 				}
+				g.p("VPTERNLOGD $0xF8, Z30, %s, %s", hb, code)
+				for t, xp := range xs {
+					g.p("VPDPBUSD.BCST %s, %s, %s", off(e+32*q, xp), code, z(q*R+t))
+				}
+			}
+		}
+		for q := 0; q < 4; q++ {
+			j := 8*h + 2*q + ch
+			g.p("VPMOVSXBD %d(SI), Z27", base+768+16*q)
+			g.p("VCVTDQ2PS Z27, Z28")
+			for t, xp := range xs {
+				I := z(q*R + t)
+				g.p("VPMULLD Z27, %s, %s", I, I)
+				g.p("VPADDD %s, %s, %s", I, z(4*R+t), z(4*R+t))
+				g.p("VFMADD231PS.BCST %s, Z28, %s", off(256+4*j, xp), z(5*R+t))
 			}
 		}
 	}

@@ -93,6 +93,22 @@ func packXf(dt compute.DType) xfmt {
 	return xfL32
 }
 
+// legacyOffsets returns where the codes and the scales of block b (of nb)
+// of Q8_0, Q4_0 and Q5_0 lie in a packed group: blocks come in pairs, the
+// codes of both, then their scales; an odd last block has its codes, then
+// its scales.
+func legacyOffsets(dt compute.DType, nb, b int) (codes, scales int) {
+	cb := packCodeBytes(dt)
+	base := b / 2 * 2 * (cb + 32)
+	switch {
+	case b%2 == 1:
+		return base + cb, base + 2*cb + 32
+	case b+1 < nb:
+		return base, base + 2*cb
+	}
+	return base, base + cb
+}
+
 // packCopies calls f for each run of bytes of block b of row r (of nb
 // blocks) of a group: n bytes at offset src of the stored block go to
 // offset dst of the group, Q8_0's codes with 128 added. Q5_0's fifth bits
@@ -100,36 +116,45 @@ func packXf(dt compute.DType) xfmt {
 func packCopies(dt compute.DType, nb, r, b int, f func(dst, src, n int)) {
 	switch dt {
 	case compute.Q8_0, compute.Q4_0, compute.Q5_0:
-		cb, nib := packCodeBytes(dt), packNibbles(dt)
-		f(nb*cb+b*32+2*r, 0, 2)
+		co, so := legacyOffsets(dt, nb, b)
+		nib := packNibbles(dt)
+		f(so+2*r, 0, 2)
 		for j := range (dt.BlockBytes() - nib) / 4 {
-			f(b*cb+64*j+4*r, nib+4*j, 4)
+			f(co+64*j+4*r, nib+4*j, 4)
 		}
 	case compute.Q4_K:
+		// The scale bytes 4q..4q+3 of the rows as vector q, d, dmin,
+		// then the codes: per pair p of sub-blocks 8 vectors.
 		base := b * 2304
+		for q := range 3 {
+			f(base+64*q+4*r, 4+4*q, 4)
+		}
+		f(base+192+2*r, 0, 2)
+		f(base+224+2*r, 2, 2)
 		for p := range 4 {
 			for v := range 8 {
-				f(base+512*p+64*v+4*r, 16+32*p+4*v, 4)
+				f(base+256+512*p+64*v+4*r, 16+32*p+4*v, 4)
 			}
-		}
-		f(base+2048+2*r, 0, 2)
-		f(base+2080+2*r, 2, 2)
-		for q := range 3 {
-			f(base+2112+64*q+4*r, 4+4*q, 4)
 		}
 	case compute.Q6_K:
-		base := b * 3360
-		for h := range 2 {
-			for c := range 8 {
-				f(base+1024*h+64*c+4*r, 64*h+4*c, 4)
-				f(base+1024*h+512+64*c+4*r, 64*h+32+4*c, 4)
-				f(base+2048+512*h+64*c+4*r, 128+32*h+4*c, 4)
+		// In the order the kernel reads them: per half h and group ch of
+		// 4 chunks of 4 elements, each chunk's vectors V0, V1 and U, then
+		// the scales of the sub-blocks 8h+2q+ch; the d of all the
+		// super-blocks after them.
+		base := b * 3328
+		for hc := range 4 {
+			h, ch := hc/2, hc%2
+			for ci := range 4 {
+				c, o := 4*ch+ci, base+832*hc+192*ci
+				f(o+4*r, 64*h+4*c, 4)
+				f(o+64+4*r, 64*h+32+4*c, 4)
+				f(o+128+4*r, 128+32*h+4*c, 4)
+			}
+			for q := range 4 {
+				f(base+832*hc+768+16*q+r, 192+8*h+2*q+ch, 1)
 			}
 		}
-		for j := range 16 {
-			f(base+3072+16*j+r, 192+j, 1)
-		}
-		f(base+3328+2*r, 208, 2)
+		f(nb*3328+32*b+2*r, 208, 2)
 	}
 }
 
@@ -201,14 +226,15 @@ func packWeights(dst []byte, w Weights) {
 			for b := range nb {
 				blk := row[b*bb : (b+1)*bb]
 				packCopies(w.DType, nb, r, b, func(d, s, n int) { copy(gd[d:d+n], blk[s:s+n]) })
+				co, _ := legacyOffsets(w.DType, nb, b)
 				switch w.DType {
 				case compute.Q8_0:
 					for j := range 32 {
-						gd[b*512+64*(j/4)+4*r+j%4] ^= 0x80
+						gd[co+64*(j/4)+4*r+j%4] ^= 0x80
 					}
 				case compute.Q5_0:
 					l := fifthBits(binary.LittleEndian.Uint32(blk[2:]))
-					copy(gd[b*320+256+4*r:], l[:])
+					copy(gd[co+256+4*r:], l[:])
 				}
 			}
 		}
@@ -226,7 +252,8 @@ func unpackBlock(dst, gd []byte, dt compute.DType, nb, r, b int) {
 			dst[i] ^= 0x80
 		}
 	case compute.Q5_0:
-		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[b*320+256+4*r:]))
+		co, _ := legacyOffsets(dt, nb, b)
+		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[co+256+4*r:]))
 	}
 }
 
@@ -257,7 +284,8 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 		xb := x[b*96 : (b+1)*96]
 		bias := int32(binary.LittleEndian.Uint32(xb[64:]))
 		dx := getF32(xb[32:])
-		codes := gd[b*cb : (b+1)*cb]
+		co, so := legacyOffsets(dt, nb, b)
+		codes := gd[co : co+cb]
 		for r := range packRows {
 			is := bias
 			var hi [4]byte // Q5_0: fifth bits
@@ -280,7 +308,7 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 					is += lo*int32(int8(xb[4*j+i])) + up*int32(int8(xb[16+4*j+i]))
 				}
 			}
-			d := f16le(gd[nb*cb+b*32+2*r:])
+			d := f16le(gd[so+2*r:])
 			out[r] += float32(is) * float32(d*dx)
 		}
 	}
