@@ -360,6 +360,9 @@ type qargs struct {
 	// gsub is the number of 32-element sub-blocks in a group of the MLX
 	// affine types.
 	gsub int
+
+	// qp is the operands of the packed kernels (see qpack.go).
+	qp qpargs
 }
 
 const (
@@ -813,7 +816,7 @@ func (t *qmatmulTask) pack(c int) {
 // gemv computes chunk c of the output rows of a one-row product.
 func (t *qmatmulTask) gemv(a *qargs, c int) {
 	if t.packed {
-		t.packedGEMV(c)
+		t.packedGEMV(&a.qp, c)
 		return
 	}
 	qs := t.qs
@@ -854,7 +857,7 @@ func (t *qmatmulTask) gemv(a *qargs, c int) {
 // rows, every block of R activation rows of the tile.
 func (t *qmatmulTask) gemm(a *qargs, c int) {
 	if t.packed {
-		t.packedGEMM(c)
+		t.packedGEMM(&a.qp, c)
 		return
 	}
 	qs := t.qs

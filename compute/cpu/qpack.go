@@ -267,14 +267,14 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 		// kernels of the stored form.
 		var blk [210]byte
 		bb := dt.BlockBytes()
-		dot := dotQ4_K
-		if dt == compute.Q6_K {
-			dot = dotQ6_K
-		}
 		for b := range nb {
 			for r := range packRows {
 				unpackBlock(blk[:bb], gd, dt, nb, r, b)
-				out[r] += dot(blk[:bb], x[b*384:(b+1)*384], 1)
+				if dt == compute.Q6_K {
+					out[r] += dotQ6_K(blk[:bb], x[b*384:(b+1)*384], 1)
+				} else {
+					out[r] += dotQ4_K(blk[:bb], x[b*384:(b+1)*384], 1)
+				}
 			}
 		}
 		return
@@ -384,27 +384,27 @@ func (t *qmatmulTask) packedTail(t0, t1 int) {
 }
 
 // packedGEMV computes chunk c of a one-row product with packed weights.
-func (t *qmatmulTask) packedGEMV(c int) {
+func (t *qmatmulTask) packedGEMV(a *qpargs, c int) {
 	groups := t.m / packRows
 	g0 := c * t.rowsPerChunk
 	if g0 >= groups {
 		t.packedTail(0, 1)
 		return
 	}
-	a := qpargs{
+	*a = qpargs{
 		w: &t.w[g0*packRows*t.rb], x: &t.xq[0], nb: t.nb,
 		groups: min(t.rowsPerChunk, groups-g0), dst: &t.dst[g0*packRows],
 	}
 	if t.ps != nil {
-		t.ps.gemv(&a)
+		t.ps.gemv(a)
 		return
 	}
-	packGEMVGo(&a, t.dt)
+	packGEMVGo(a, t.dt)
 }
 
 // packedGEMM computes tile c of a many-row product with packed weights:
 // for each group of the tile, every block of up to qpmaxR activation rows.
-func (t *qmatmulTask) packedGEMM(c int) {
+func (t *qmatmulTask) packedGEMM(a *qpargs, c int) {
 	groups := t.m / packRows
 	t0 := c / t.tilesM * t.tileN
 	t1 := min(t0+t.tileN, t.n)
@@ -422,12 +422,12 @@ func (t *qmatmulTask) packedGEMM(c int) {
 	for g := g0; g < g1; g++ {
 		for i := t0; i < t1; i += step {
 			R := min(step, t1-i)
-			a := qpargs{
+			*a = qpargs{
 				w: &t.w[g*gb], x: &t.xq[i*t.xrb], nb: t.nb, groups: 1,
 				dst: &t.dst[i*t.m+g*packRows], ldd: 4 * t.m, xstride: t.xrb,
 			}
 			if t.ps != nil {
-				t.ps.gemm[R](&a)
+				t.ps.gemm[R](a)
 				continue
 			}
 			var out [packRows]float32
