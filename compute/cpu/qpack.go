@@ -11,26 +11,40 @@ import (
 	"lem/quant"
 )
 
-// Packed quantized weights. At load, the backend copies Q8_0, Q4_0 and Q5_0
-// matrices of at least packRows rows into an interleaved layout for the
-// AVX-512 VNNI kernels of qpack_amd64.s, and the copy replaces the stored
-// blocks: both decode and prefill read it, and the file's pages are given
-// back (see Backend.Weight).
+// Packed quantized weights. At load, the backend copies the 2-D Q8_0,
+// Q4_0, Q5_0, Q4_K and Q6_K matrices of at least packRows rows into an
+// interleaved layout for the AVX-512 VNNI kernels of qpack_amd64.s, and
+// the copy replaces the stored blocks: both decode and prefill read it,
+// and the file's pages are given back (see Backend.Weight).
 //
 // A group of packRows = 16 consecutive rows occupies the same bytes as the
-// 16 rows did: per 32-element block the codes as cb bytes (512 for Q8_0,
-// 256 for Q4_0, 320 for Q5_0), then, after the codes of all the blocks, the
-// rows' float16 scales, 16 per block. A block's codes are vectors of 16
-// four-byte lanes, lane r holding bytes 4j..4j+3 of row r's codes (vector
-// j): Q8_0's codes with 128 added (made unsigned), the packed nibbles of
-// Q4_0 and Q5_0 as they are, whose low nibbles are elements 4j..4j+3 and
-// high ones 16+4j..16+4j+3. Q5_0 adds a fifth vector of the rows' fifth
-// bits (see fifthBits). A VPDPBUSD of a vector with 4 activation codes
-// broadcast to every lane then adds 4 products to each of 16 rows' sums.
-// The rows after the last whole group follow in their stored form.
+// 16 rows did, in the order the kernels read them. Codes are vectors of 16
+// four-byte lanes, lane r holding 4 consecutive code bytes of row r, so
+// that a VPDPBUSD of a vector with 4 activation codes broadcast to every
+// lane adds 4 products to each of the 16 rows' sums; the rows' scales are
+// vectors of 16 too. The rows after the last whole group follow in their
+// stored form. packCopies gives every byte's place:
+//
+//   - Q8_0, Q4_0, Q5_0: per pair of 32-element blocks the codes of both
+//     blocks, then their float16 scales (an odd last block: its codes, then
+//     its scales). A block's codes are cb bytes (512 for Q8_0, 256 for
+//     Q4_0, 320 for Q5_0): vector j holds bytes 4j..4j+3 of each row's
+//     codes, Q8_0's with 128 added (made unsigned), Q4_0's and Q5_0's
+//     packed nibbles as they are, whose low nibbles are elements 4j..4j+3
+//     and high ones 16+4j..16+4j+3; Q5_0 adds a vector of the rows' fifth
+//     bits (see fifthBits).
+//   - Q4_K, per super-block: the 12 scale bytes of each row as three
+//     vectors, d and dmin, then per pair of sub-blocks 8 vectors of the
+//     32 code bytes whose low nibbles are the first sub-block's codes and
+//     high nibbles the second's.
+//   - Q6_K, per super-block: per half h and group ch of 4 chunks of 4
+//     elements, each chunk's low-bit vectors V0, V1 and high-bit vector U,
+//     then the signed scales of the 4 sub-blocks they make (one byte per
+//     row); the d of all the group's super-blocks after them.
 //
 // The kernels read activations in layout xfL32 with the offset that makes
-// the weights' codes unsigned (128 for Q8_0, 8 for Q4_0, 16 for Q5_0).
+// the weights' codes unsigned (128 for Q8_0, 8 for Q4_0, 16 for Q5_0), or
+// xfK4 and xfK6 for the k-quants.
 
 //go:generate go run gen_qpack.go
 

@@ -125,3 +125,67 @@ func TestPackedMatMul(t *testing.T) {
 		}
 	}
 }
+
+func TestPackedMatMulAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 36))
+	pool := NewPool(2)
+	defer pool.Close()
+	const m, k = 100, 512
+	for _, dt := range packTypes {
+		w, _ := randQuantWeights(t, rng, dt, m, k, 0, false)
+		p := withPack(w)
+		for _, n := range []int{1, 9} {
+			x := randVec(rng, n*k)
+			dst := make([]float32, n*m)
+			MatMul(dst, x, n, p, pool) // grow the scratch buffers
+			if a := testing.AllocsPerRun(50, func() { MatMul(dst, x, n, p, pool) }); a != 0 {
+				t.Errorf("%s n=%d: %v allocations per MatMul, want 0", dt, n, a)
+			}
+		}
+	}
+}
+
+// TestBackendPacksWeights loads weights through the backend, which packs
+// them where this CPU has the kernels, and checks products and embedding
+// rows against the stored blocks.
+func TestBackendPacksWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(37, 38))
+	b := New(2)
+	const m, k, n = 48, 512, 3
+	for _, dt := range packTypes {
+		w, wv := randQuantWeights(t, rng, dt, m, k, 0, false)
+		stored := append([]byte(nil), w.Data...)
+		wt, err := b.Weight(dt, []int{m, k}, w.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := wt.Buf.(*packedWeight); ok != packable(dt, m, k) {
+			t.Errorf("%s: packed %v, packable %v", dt, ok, packable(dt, m, k))
+		}
+		x := b.Alloc(compute.F32, n, k)
+		xs := randVec(rng, n*k)
+		b.Upload(x, xs)
+		dst := b.Alloc(compute.F32, n, m)
+		b.MatMul(dst, x, wt)
+		checkQuantMatMul(t, dst.Buf.([]float32), xs, wv, n, m, k, dt)
+
+		ids := b.Alloc(compute.I32, 3)
+		b.UploadInts(ids, []int32{0, 17, m - 1})
+		rows := b.Alloc(compute.F32, 3, k)
+		b.Embed(rows, wt, ids)
+		want := make([]float32, k)
+		rb, _ := dt.RowBytes(k)
+		for i, r := range []int{0, 17, m - 1} {
+			if err := quant.Dequantize(want, stored[r*rb:(r+1)*rb], dt); err != nil {
+				t.Fatal(err)
+			}
+			if got := rows.Buf.([]float32)[i*k : (i+1)*k]; !slices.Equal(got, want) {
+				t.Errorf("%s: embedding row %d differs from the stored row", dt, r)
+			}
+		}
+		v := b.View(wt, 5, 21)
+		if got := v.Buf.([]byte); !bytes.Equal(got, stored[5*rb:21*rb]) {
+			t.Errorf("%s: view of rows 5..21 differs from the stored rows", dt)
+		}
+	}
+}
