@@ -256,9 +256,9 @@ func main() {
 		maxR := len(xregs)
 		if q == q4_k || q == q6_k {
 			maxR = kmaxR
-			names = append(names, s.kquant(q, 1, true))
+			names = append(names, s.kquant(q, 1, true, 0))
 			for R := 2; R <= maxR; R++ {
-				names = append(names, s.kquant(q, R, false))
+				names = append(names, s.kquant(q, R, false, 0))
 			}
 		} else {
 			names = append(names, s.gemv(q, 0))
@@ -277,9 +277,14 @@ func main() {
 	}
 	decl.WriteString(table + "}\n")
 	decl.WriteString("\n// qpackExtra are one-row kernels with other prefetch distances, for benchmarks.\nvar qpackExtra = []qpackSet{\n")
-	for _, q := range []qtype{q8_0, q4_0} {
+	for _, q := range []qtype{q8_0, q4_0, q5_0, q4_k, q6_k} {
 		for _, pf := range []int{512, 1024, 2048, 4096} {
-			n := s.gemv(q, pf)
+			var n string
+			if q == q4_k || q == q6_k {
+				n = s.kquant(q, 1, true, pf)
+			} else {
+				n = s.gemv(q, pf)
+			}
 			fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: %s},\n", q, n)
 			fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
 		}
@@ -310,8 +315,11 @@ const kmaxR = 3
 // sums times scales), Z(3R+t) its correction (Σ min·Σx for Q4_K, Σ
 // 32·scale·Σx for Q6_K), Z(4R+t) the float accumulator. Z15-Z27
 // temporaries, Z28-Z31 masks.
-func (g *gen) kquant(q qtype, R int, loop bool) string {
+func (g *gen) kquant(q qtype, R int, loop bool, pf int) string {
 	name := fmt.Sprintf("qpAVX512%sR%d", q, R)
+	if pf > 0 {
+		name += fmt.Sprintf("p%d", pf)
+	}
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
 	g.p("MOVL $0x0f0f0f0f, AX")
@@ -372,6 +380,9 @@ func (g *gen) kquant(q qtype, R int, loop bool) string {
 		g.q4k(R, xs)
 	} else {
 		g.q6k(R, xs)
+	}
+	for o := 0; pf > 0 && o < sb; o += 64 {
+		g.p("PREFETCHT0 %s", off(pf+o, "SI"))
 	}
 	// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
 	if q == q4_k {

@@ -225,3 +225,48 @@ func funcName2(f func(*qargs)) string {
 	name := runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 	return name[strings.LastIndexByte(name, '.')+1:]
 }
+
+// BenchmarkQPackPrefetch compares the packed one-row kernels without and
+// with software prefetch at several distances, at 2048×8192, in GB/s.
+func BenchmarkQPackPrefetch(b *testing.B) {
+	buf := benchBuf()
+	for _, ks := range append(append([]qpackSet(nil), asmPackKernels...), qpackExtra...) {
+		dt := ks.dtype
+		if qpackKernels[dt] == nil {
+			continue
+		}
+		for _, th := range benchThreads {
+			b.Run(fmt.Sprintf("%s/%s/threads=%d", dt, packFuncName(ks.gemv), th), func(b *testing.B) {
+				const m, k = 2048, 8192
+				rb, _ := dt.RowBytes(k)
+				size := m * rb
+				// The speed does not depend on the bytes: the windows of
+				// benchBuf serve as packed weights as they are.
+				var ws []Weights
+				for off := 0; off+size <= len(buf); off += size {
+					w := Weights{DType: dt, Rows: m, Cols: k, Data: buf[off : off+size]}
+					w.pack = w.Data
+					ws = append(ws, w)
+				}
+				x := randVec(rand.New(rand.NewPCG(1, 1)), k)
+				dst := make([]float32, m)
+				pool := NewPool(th)
+				defer pool.Close()
+				saved := *qpackKernels[dt]
+				defer func() { *qpackKernels[dt] = saved }()
+				qpackKernels[dt].gemv = ks.gemv
+				b.SetBytes(int64(size))
+				i := 0
+				for b.Loop() {
+					MatMul(dst, x, 1, ws[i%len(ws)], pool)
+					i++
+				}
+			})
+		}
+	}
+}
+
+func packFuncName(f func(*qpargs)) string {
+	name := runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
+	return name[strings.LastIndexByte(name, '.')+1:]
+}

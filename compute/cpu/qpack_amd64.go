@@ -116,6 +116,18 @@ var qpackExtra = []qpackSet{
 	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p1024},
 	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p2048},
 	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p512},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p1024},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p2048},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p512},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p1024},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p2048},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p512},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096},
 }
 
 //go:noescape
@@ -141,3 +153,39 @@ func qpAVX512Q4_0R1p2048(a *qpargs)
 
 //go:noescape
 func qpAVX512Q4_0R1p4096(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p512(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p1024(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p2048(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p4096(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p512(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p1024(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p2048(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p4096(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p512(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p1024(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p2048(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p4096(a *qpargs)

@@ -189,3 +189,27 @@ func TestBackendPacksWeights(t *testing.T) {
 		}
 	}
 }
+
+// TestPackedExtraKernels checks the one-row kernels of other prefetch
+// distances, generated for benchmarks.
+func TestPackedExtraKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(39, 40))
+	pool := NewPool(2)
+	defer pool.Close()
+	for _, ks := range qpackExtra {
+		dt := ks.dtype
+		if qpackKernels[dt] == nil {
+			continue
+		}
+		const m, k = 80, 768
+		w, wv := randQuantWeights(t, rng, dt, m, k, 0, false)
+		p := withPack(w)
+		x := randVec(rng, k)
+		saved := *qpackKernels[dt]
+		qpackKernels[dt].gemv = ks.gemv
+		dst := make([]float32, m)
+		atLevel(t, levelAVX512, func() { MatMul(dst, x, 1, p, pool) })
+		*qpackKernels[dt] = saved
+		checkQuantMatMul(t, dst, x, wv, 1, m, k, dt)
+	}
+}
