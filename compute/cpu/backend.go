@@ -32,6 +32,9 @@ type Backend struct {
 
 	delta     deltaJob
 	deltaFunc func(int) // b.delta.part, bound once
+
+	glu     gluJob
+	gluFunc func(int) // b.glu.chunk, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -44,6 +47,7 @@ func New(threads int) *Backend {
 	b.ssmFunc = b.ssm.piece
 	b.convFunc = b.conv.piece
 	b.deltaFunc = b.delta.part
+	b.gluFunc = b.glu.chunk
 	return b
 }
 
@@ -322,6 +326,12 @@ func (b *Backend) Activate(dst, x *compute.Tensor, act compute.Activation) {
 // GLU implements compute.Backend.
 func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
 	d, g, u := f32(dst), f32(gate), f32(up)
+	if len(g) >= 2*gluChunk && b.threads > 1 {
+		b.glu = gluJob{d: d, g: g, u: u, act: act}
+		b.pool.Run((len(g)+gluChunk-1)/gluChunk, b.gluFunc)
+		b.glu = gluJob{}
+		return
+	}
 	for i := range g {
 		d[i] = activate(g[i], act) * u[i]
 	}
