@@ -35,6 +35,9 @@ type Backend struct {
 
 	glu     gluJob
 	gluFunc func(int) // b.glu.chunk, bound once
+
+	agemm     attnGEMMJob
+	agemmFunc func(int) // b.agemm.softmax, bound once
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -48,6 +51,7 @@ func New(threads int) *Backend {
 	b.convFunc = b.conv.piece
 	b.deltaFunc = b.delta.part
 	b.gluFunc = b.glu.chunk
+	b.agemmFunc = b.agemm.softmax
 	return b
 }
 
@@ -332,6 +336,9 @@ func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
 		b.glu = gluJob{}
 		return
 	}
+	if act == compute.SiLU && siluMul(d, g, u) {
+		return
+	}
 	for i := range g {
 		d[i] = activate(g[i], act) * u[i]
 	}
@@ -498,7 +505,9 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 		}
 	}
 	j.chunks = min(attnChunks, j.n*a.Heads)
-	b.pool.Run(j.chunks, b.attnFunc)
+	if !b.attendGEMM(j) {
+		b.pool.Run(j.chunks, b.attnFunc)
+	}
 	// Store the new keys and values.
 	kc := a.KVHeads * a.HeadDim
 	for i := range j.n {

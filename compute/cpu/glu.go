@@ -17,6 +17,9 @@ func (j *gluJob) chunk(c int) {
 	lo := c * gluChunk
 	hi := min(lo+gluChunk, len(j.g))
 	d, g, u := j.d[lo:hi], j.g[lo:hi], j.u[lo:hi]
+	if j.act == compute.SiLU && siluMul(d, g, u) {
+		return
+	}
 	for i := range g {
 		d[i] = activate(g[i], j.act) * u[i]
 	}

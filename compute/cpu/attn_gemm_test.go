@@ -1,0 +1,73 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"lem/compute"
+)
+
+// TestAttendGEMM checks attention of prompt chunks by matrix products
+// against the per-query loop, over a fresh cache and one holding a previous
+// chunk, with grouped heads, sliding windows (ring caches included), soft
+// caps and sinks.
+func TestAttendGEMM(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	defer func(m int) { attnGEMMMin = m }(attnGEMMMin)
+	for _, c := range []struct {
+		heads, kv, hd, window int
+		softcap               float32
+		sinks, ring           bool
+	}{
+		{4, 4, 16, 0, 0, false, false},
+		{6, 2, 32, 0, 0, false, false},
+		{6, 2, 32, 17, 0, false, false},
+		{6, 3, 8, 9, 0, false, true},
+		{4, 2, 16, 0, 30, true, false},
+		{8, 1, 64, 0, 0, false, false},
+	} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			a := &compute.Attention{Heads: c.heads, KVHeads: c.kv, HeadDim: c.hd,
+				Scale: float32(1 / math.Sqrt(float64(c.hd))), SoftCap: c.softcap, Window: c.window}
+			b := New(3)
+			if c.sinks {
+				s := b.Alloc(compute.F32, c.heads)
+				b.Upload(s, randVec(rng, c.heads))
+				a.Sinks = s
+			}
+			capacity := 100
+			if c.ring {
+				capacity = c.window
+			}
+			caches := [2]*compute.KVCache{b.NewKVCache(capacity, c.kv*c.hd, c.ring), b.NewKVCache(capacity, c.kv*c.hd, c.ring)}
+			start := 0
+			for _, n := range []int{40, 23, 17} {
+				q, k, v := b.Alloc(compute.F32, n, c.heads*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd)
+				b.Upload(q, randVec(rng, n*c.heads*c.hd))
+				b.Upload(k, randVec(rng, n*c.kv*c.hd))
+				b.Upload(v, randVec(rng, n*c.kv*c.hd))
+				pos := b.Alloc(compute.I32, n)
+				ps := make([]int32, n)
+				for i := range ps {
+					ps[i] = int32(start + i)
+				}
+				b.UploadInts(pos, ps)
+				var outs [2][]float32
+				for path, min := range []int{1 << 30, 1} {
+					attnGEMMMin = min
+					dst := b.Alloc(compute.F32, n, c.heads*c.hd)
+					b.Attend(dst, q, k, v, caches[path], pos, a)
+					outs[path] = dst.Buf.([]float32)
+				}
+				for i, want := range outs[0] {
+					if d := math.Abs(float64(outs[1][i] - want)); d > 1e-5*(1+math.Abs(float64(want))) {
+						t.Fatalf("start %d, %d queries: out[%d] = %g, per-query loop %g", start, n, i, outs[1][i], want)
+					}
+				}
+				start += n
+			}
+		})
+	}
+}
