@@ -227,26 +227,48 @@ func fifthBitsWord(lane []byte) (qh uint32) {
 	return qh
 }
 
+// packRun is one run of packCopies for row 0: n bytes from offset src of
+// a stored block to offset dst of the group, row r's at dst + r·n.
+type packRun struct{ dst, src, n int }
+
 // packWeights writes the rows of w (a type packable accepts) to dst,
 // len(w.Data) bytes, in the packed layout.
 func packWeights(dst []byte, w Weights) {
 	rb, _ := w.DType.RowBytes(w.Cols)
 	nb, bb := w.Cols/w.DType.BlockSize(), w.DType.BlockBytes()
 	groups := w.Rows / packRows
+	// Where each block's bytes go, for row 0: a lane is n bytes wide, so
+	// row r's go n·r further.
+	plans := make([][]packRun, nb)
+	for b := range plans {
+		packCopies(w.DType, nb, 0, b, func(d, s, n int) { plans[b] = append(plans[b], packRun{d, s, n}) })
+	}
 	for g := range groups {
 		gd := dst[g*packRows*rb : (g+1)*packRows*rb]
 		for r := range packRows {
 			row := w.Data[(g*packRows+r)*rb:]
-			for b := range nb {
+			for b, plan := range plans {
 				blk := row[b*bb : (b+1)*bb]
-				packCopies(w.DType, nb, r, b, func(d, s, n int) { copy(gd[d:d+n], blk[s:s+n]) })
-				co, _ := legacyOffsets(w.DType, nb, b)
+				for _, p := range plan {
+					o := p.dst + r*p.n
+					switch p.n {
+					case 4:
+						binary.LittleEndian.PutUint32(gd[o:], binary.LittleEndian.Uint32(blk[p.src:]))
+					case 2:
+						gd[o], gd[o+1] = blk[p.src], blk[p.src+1]
+					default:
+						gd[o] = blk[p.src]
+					}
+				}
 				switch w.DType {
 				case compute.Q8_0:
-					for j := range 32 {
-						gd[co+64*(j/4)+4*r+j%4] ^= 0x80
+					co, _ := legacyOffsets(w.DType, nb, b)
+					for j := range 8 {
+						o := co + 64*j + 4*r
+						binary.LittleEndian.PutUint32(gd[o:], binary.LittleEndian.Uint32(gd[o:])^0x80808080)
 					}
 				case compute.Q5_0:
+					co, _ := legacyOffsets(w.DType, nb, b)
 					l := fifthBits(binary.LittleEndian.Uint32(blk[2:]))
 					copy(gd[co+256+4*r:], l[:])
 				}
