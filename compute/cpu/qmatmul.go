@@ -58,6 +58,10 @@ import (
 // bytes are read as they are. One generated kernel serves the three group
 // sizes (qargs.gsub sub-blocks per group).
 //
+// Weights the backend packed at load (Q8_0, Q4_0, Q5_0, Q4_K and Q6_K on
+// CPUs with AVX-512 VNNI; see qpack.go) take the kernels of qpack_amd64.s
+// instead, which multiply 16 interleaved rows at a time.
+//
 // The other quantized types (Q4_1, Q5_1, Q2_K, Q3_K, MXFP4, MLX affine of
 // 3, 5 and 6 bits) are dequantized to float32, a few rows at a time, into
 // a per-thread buffer that the float32 kernels then read.
