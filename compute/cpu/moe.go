@@ -360,11 +360,13 @@ func (w *moeWork) addTasks(ws Weights, x, dst []float32) {
 	rows := max(16, taskBytes/max(rb, 1)) &^ 15
 	for lo := 0; lo < ws.Rows; lo += rows {
 		hi := min(lo+rows, ws.Rows)
-		w.tasks = append(w.tasks, expertTask{
-			w:   Weights{DType: ws.DType, Rows: hi - lo, Cols: ws.Cols, Data: ws.Data[lo*rb : hi*rb]},
-			x:   x,
-			dst: dst[lo:hi],
-		})
+		sub := Weights{DType: ws.DType, Rows: hi - lo, Cols: ws.Cols, Data: ws.Data[lo*rb : hi*rb]}
+		if ws.pack != nil {
+			// lo is a whole number of packed groups: the rows' groups, and
+			// any rows after the last group, are those bytes of the copy.
+			sub.pack = ws.pack[lo*rb : hi*rb]
+		}
+		w.tasks = append(w.tasks, expertTask{w: sub, x: x, dst: dst[lo:hi]})
 	}
 }
 
