@@ -48,6 +48,10 @@ import (
 
 //go:generate go run gen_qpack.go
 
+// packChunkBytes is the most bytes of packed weights a thread takes at a
+// time in a one-row product.
+var packChunkBytes = 256 << 10
+
 const (
 	packRows = 16 // weight rows per packed group
 	qpmaxR   = 8  // activation rows per packed many-row kernel call, at most
@@ -380,7 +384,10 @@ func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 	groups := m / packRows
 	if n == 1 {
 		quantizeX(t.xq, x[:k], xf, packXoff(w.DType))
-		t.rowsPerChunk = gemvChunkRows / packRows // groups per chunk
+		// Groups per chunk: long runs of bytes, so that the hardware
+		// prefetchers stream, but at least 4 chunks per thread.
+		gb := packRows * rb
+		t.rowsPerChunk = max(gemvChunkRows/packRows, min(packChunkBytes/gb, groups/(4*s.threads)))
 		s.run(taskQGEMV, (groups+t.rowsPerChunk-1)/t.rowsPerChunk+min(m%packRows, 1))
 	} else {
 		s.run(taskQPack, (n+packChunk-1)/packChunk)
