@@ -55,7 +55,12 @@ func (q qtype) String() string { return [...]string{"Q8_0", "Q4_0", "Q5_0", "Q4_
 // codeBytes is the size of one block's codes in a group.
 func (q qtype) codeBytes() int { return [...]int{512, 256, 320}[q] }
 
-type gen struct{ b bytes.Buffer }
+type gen struct {
+	b bytes.Buffer
+	// gfni: unpack Q4_0's high nibbles with VGF2P8AFFINEQB (the matrix in
+	// Z29), one instruction instead of a shift and a mask.
+	gfni bool
+}
 
 func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, "\t"+format+"\n", args...) }
 
@@ -93,9 +98,15 @@ func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int, o, xo int
 		}
 		for j := 0; j < 4; j++ {
 			L, H := 16+2*(j%2), 17+2*(j%2)
-			g.p("VPANDD %s, Z31, %s", off(o+64*j, "SI"), z(L))
-			g.p("VPSRLW $4, %s, %s", off(o+64*j, "SI"), z(H))
-			g.p("VPANDD Z31, %s, %s", z(H), z(H))
+			if g.gfni {
+				g.p("VMOVDQU64 %s, %s", off(o+64*j, "SI"), z(H))
+				g.p("VPANDD Z31, %s, %s", z(H), z(L))
+				g.p("VGF2P8AFFINEQB $0, Z29, %s, %s", z(H), z(H))
+			} else {
+				g.p("VPANDD %s, Z31, %s", off(o+64*j, "SI"), z(L))
+				g.p("VPSRLW $4, %s, %s", off(o+64*j, "SI"), z(H))
+				g.p("VPANDD Z31, %s, %s", z(H), z(H))
+			}
 			if q == q5_0 {
 				// Bit 4 of each code from the fifth-bit vector: byte i
 				// holds in bit j the bit of element 4j+i, in bit 4+j that
@@ -128,6 +139,12 @@ func (g *gen) constants(q qtype) {
 	if q == q5_0 {
 		g.p("MOVL $0x10101010, AX")
 		g.p("VPBROADCASTD AX, Z30")
+	}
+	if g.gfni {
+		// Output bit i (i < 4) of a byte is its bit i+4: rows 7-i of the
+		// matrix select bit i+4.
+		g.p("MOVQ $0x1020408000000000, AX")
+		g.p("VPBROADCASTQ AX, Z29")
 	}
 }
 
@@ -164,6 +181,9 @@ func (g *gen) pairs(q qtype, name string, body func(o, so, xo int), step func(xb
 // the float accumulator, Z3 the scales.
 func (g *gen) gemv(q qtype, pf int) string {
 	name := fmt.Sprintf("qpAVX512%sR1", q)
+	if g.gfni {
+		name = fmt.Sprintf("qpAVX512GFNI%sR1", q)
+	}
 	if pf > 0 {
 		name += fmt.Sprintf("p%d", pf)
 	}
@@ -289,6 +309,13 @@ func main() {
 			fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
 		}
 	}
+	s.gfni = true
+	for _, pf := range []int{0, 2048} {
+		n := s.gemv(q4_0, pf)
+		fmt.Fprintf(&decl, "\t{dtype: compute.Q4_0, gemv: %s, gfni: true},\n", n)
+		fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
+	}
+	s.gfni = false
 	decl.WriteString("}\n\n")
 	decl.Write(decls.Bytes())
 	src, err := format.Source(decl.Bytes())

@@ -12,6 +12,10 @@ var hasVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512B
 // four-block Q4_0 kernels need.
 var hasVBMI = hasVNNI && cpu.X86.HasAVX512VBMI && cpu.X86.HasBMI2
 
+// hasGFNI reports whether the CPU has AVX-512 GFNI, which some packed kernels
+// (see qpack.go) need beside VNNI.
+var hasGFNI = hasVNNI && cpu.X86.HasAVX512GFNI
+
 // detectLevel returns the best kernel level this CPU runs.
 func detectLevel() level {
 	x := cpu.X86

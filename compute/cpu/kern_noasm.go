@@ -18,4 +18,5 @@ var asmMLXKernels []mlxKernelSet
 const (
 	hasVNNI = false
 	hasVBMI = false
+	hasGFNI = false
 )

@@ -232,7 +232,7 @@ func BenchmarkQPackPrefetch(b *testing.B) {
 	buf := benchBuf()
 	for _, ks := range append(append([]qpackSet(nil), asmPackKernels...), qpackExtra...) {
 		dt := ks.dtype
-		if qpackKernels[dt] == nil {
+		if qpackKernels[dt] == nil || ks.gfni && !hasGFNI {
 			continue
 		}
 		for _, th := range benchThreads {

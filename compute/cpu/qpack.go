@@ -74,7 +74,8 @@ type qpargs struct {
 // one group.
 type qpackSet struct {
 	dtype compute.DType
-	maxR  int // the most activation rows of a gemm kernel
+	gfni  bool // the kernels need AVX-512 GFNI
+	maxR  int  // the most activation rows of a gemm kernel
 	gemv  func(*qpargs)
 	gemm  [qpmaxR + 1]func(*qpargs)
 }

@@ -128,6 +128,8 @@ var qpackExtra = []qpackSet{
 	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024},
 	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048},
 	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1, gfni: true},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1p2048, gfni: true},
 }
 
 //go:noescape
@@ -189,3 +191,9 @@ func qpAVX512Q6_KR1p2048(a *qpargs)
 
 //go:noescape
 func qpAVX512Q6_KR1p4096(a *qpargs)
+
+//go:noescape
+func qpAVX512GFNIQ4_0R1(a *qpargs)
+
+//go:noescape
+func qpAVX512GFNIQ4_0R1p2048(a *qpargs)
