@@ -38,6 +38,8 @@ type Backend struct {
 
 	agemm     attnGEMMJob
 	agemmFunc func(int) // b.agemm.softmax, bound once
+
+	arena packArena // memory of the packed weights
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -80,7 +82,7 @@ func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*comput
 	}
 	t.Buf = data
 	if len(shape) == 2 && packable(dtype, t.Rows(), t.Cols()) {
-		if p := newPackedWeight(dtype, t.Rows(), t.Cols(), data, b.threads); p != nil {
+		if p := newPackedWeight(&b.arena, dtype, t.Rows(), t.Cols(), data, b.threads); p != nil {
 			t.Buf = p
 		}
 	}

@@ -490,13 +490,66 @@ type packedWeight struct {
 	rows, cols int
 	pack       []byte // the packed copy, in anonymous memory
 	data       []byte // the stored blocks, whose file pages were released
+	chunk      *arenaChunk
 }
 
-// newPackedWeight packs a rows×cols matrix of type dt stored in data, on
-// threads goroutines. It returns nil when the memory for the copy cannot be
-// had; the caller then keeps the stored blocks.
-func newPackedWeight(dt compute.DType, rows, cols int, data []byte, threads int) *packedWeight {
-	buf, err := mmap.Anon(len(data))
+// packArena hands out the memory of packed copies from large anonymous
+// mappings, so that the small matrices share huge pages too. A mapping is
+// freed once no packed weight (and no arena, for the newest) refers to it.
+type packArena struct {
+	mu  sync.Mutex
+	cur *arenaChunk
+}
+
+// arenaChunk is one mapping of a packArena.
+type arenaChunk struct {
+	buf []byte
+	off int // bytes handed out
+}
+
+// arenaBytes is the size of an arena's mappings; a copy larger than a
+// quarter of it gets a mapping of its own.
+const arenaBytes = 64 << 20
+
+// alloc returns n bytes of anonymous memory, 64-byte aligned, and the
+// chunk the caller must keep while it uses them.
+func (a *packArena) alloc(n int) ([]byte, *arenaChunk, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	newChunk := func(size int) (*arenaChunk, error) {
+		buf, err := mmap.Anon(size)
+		if err != nil {
+			return nil, err
+		}
+		c := &arenaChunk{buf: buf}
+		runtime.AddCleanup(c, func(b []byte) { mmap.Free(b) }, buf)
+		return c, nil
+	}
+	if n > arenaBytes/4 {
+		c, err := newChunk(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.buf[:n:n], c, nil
+	}
+	if a.cur == nil || a.cur.off+n > len(a.cur.buf) {
+		c, err := newChunk(arenaBytes)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.cur = c
+	}
+	c := a.cur
+	b := c.buf[c.off : c.off+n : c.off+n]
+	c.off += (n + 63) &^ 63
+	return b, c, nil
+}
+
+// newPackedWeight packs a rows×cols matrix of type dt stored in data into
+// memory from arena, on threads goroutines. It returns nil when the memory
+// for the copy cannot be had; the caller then keeps the stored blocks.
+func newPackedWeight(arena *packArena, dt compute.DType, rows, cols int, data []byte, threads int) *packedWeight {
+	buf, chunk, err := arena.alloc(len(data))
 	if err != nil {
 		return nil
 	}
@@ -514,10 +567,8 @@ func newPackedWeight(dt compute.DType, rows, cols int, data []byte, threads int)
 	}
 	wg.Wait()
 	copy(buf[groups*packRows*rb:], data[groups*packRows*rb:])
-	p := &packedWeight{dtype: dt, rows: rows, cols: cols, pack: buf, data: data}
-	runtime.AddCleanup(p, func(b []byte) { mmap.Free(b) }, buf)
 	mmap.Release(data)
-	return p
+	return &packedWeight{dtype: dt, rows: rows, cols: cols, pack: buf, data: data, chunk: chunk}
 }
 
 // weights returns p as kernel Weights.

@@ -213,3 +213,31 @@ func TestPackedExtraKernels(t *testing.T) {
 		checkQuantMatMul(t, dst, x, wv, 1, m, k, dt)
 	}
 }
+
+func TestPackArena(t *testing.T) {
+	var a packArena
+	var got [][]byte
+	for _, n := range []int{100, 64, 1 << 20, arenaBytes/4 + 1, 3, arenaBytes / 4, arenaBytes / 4} {
+		b, c, err := a.alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != n || cap(b) != n || c == nil {
+			t.Fatalf("alloc(%d): len %d cap %d", n, len(b), cap(b))
+		}
+		if p := uintptr(unsafe.Pointer(&b[0])); p%64 != 0 {
+			t.Errorf("alloc(%d) at %#x: not 64-byte aligned", n, p)
+		}
+		for i := range b {
+			b[i] = byte(len(got))
+		}
+		got = append(got, b)
+	}
+	for i, b := range got {
+		for _, v := range b {
+			if v != byte(i) {
+				t.Fatalf("allocation %d overwritten", i)
+			}
+		}
+	}
+}
