@@ -52,7 +52,7 @@ func TestGGUFGemma4Layout(t *testing.T) {
 			"blk.3.attn_q.weight":              {[]int64{64, 128}, gguf.Q8_0},
 			"blk.3.attn_k_norm.weight":         {[]int64{32}, gguf.F32},
 			"blk.0.inp_gate.weight":            {[]int64{64, 16}, gguf.Q8_0},
-			"blk.0.proj.weight":                {[]int64{16, 64}, gguf.Q8_0},
+			"blk.0.proj.weight":                {[]int64{16, 64}, gguf.F16}, // rows of 16 hold no Q8_0 block
 			"blk.0.post_norm.weight":           {[]int64{64}, gguf.F32},
 			"blk.0.layer_output_scale.weight":  {[]int64{1}, gguf.F32},
 			"blk.0.post_attention_norm.weight": {[]int64{64}, gguf.F32},
