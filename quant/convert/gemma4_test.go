@@ -2,12 +2,22 @@ package convert
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"maps"
 	"math"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/gguf"
+	"lem/internal/archref"
 	"lem/internal/fixtures"
+	"lem/internal/half"
+	"lem/model"
+	"lem/safetensors"
 )
 
 // gemma4Fixtures are the Gemma 4 fixtures: per-layer inputs and wider
@@ -198,4 +208,150 @@ func slicesEqual64(a, b []int64) bool {
 
 func f32At(b []byte, i int) float32 {
 	return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+}
+
+// TestGGUFGemma4Variants converts edited Gemma 4 checkpoints that the
+// fixtures do not cover and compares the F32 file's logits with the edited
+// checkpoint's: the double-wide MLP of the KV-shared layers (written as a
+// per-layer feed_forward_length) and an output projection tied to the
+// embeddings (no output.weight, as the published models are).
+func TestGGUFGemma4Variants(t *testing.T) {
+	tests := []struct {
+		name, fixture string
+		edit          map[string]any
+		weights       func(ts []safetensors.Tensor) []safetensors.Tensor
+		check         func(t *testing.T, f *gguf.File)
+	}{
+		{"double-wide", "gemma4_text-kvshared", map[string]any{"use_double_wide_mlp": true},
+			func(ts []safetensors.Tensor) []safetensors.Tensor {
+				const hid, ff = 64, 2 * 128
+				rng := rand.New(rand.NewPCG(3, 4))
+				for i, x := range ts {
+					for _, l := range []string{"4", "5"} {
+						p := "model.layers." + l + ".mlp."
+						switch x.Name {
+						case p + "gate_proj.weight", p + "up_proj.weight":
+							ts[i] = randomBF16(rng, x.Name, ff, hid)
+						case p + "down_proj.weight":
+							ts[i] = randomBF16(rng, x.Name, hid, ff)
+						}
+					}
+				}
+				return ts
+			},
+			func(t *testing.T, f *gguf.File) {
+				v, _ := f.Value("gemma4.feed_forward_length")
+				got, _ := gguf.ArrayOf[uint32](v)
+				if want := []uint32{128, 128, 128, 128, 256, 256}; !slices.Equal(got, want) {
+					t.Errorf("gemma4.feed_forward_length = %v, want %v", got, want)
+				}
+			}},
+		{"tied", "gemma4_text", map[string]any{"tie_word_embeddings": true},
+			func(ts []safetensors.Tensor) []safetensors.Tensor {
+				return slices.DeleteFunc(ts, func(x safetensors.Tensor) bool { return x.Name == "lm_head.weight" })
+			},
+			func(t *testing.T, f *gguf.File) {
+				if _, _, ok := f.Tensor("output.weight"); ok {
+					t.Error("a tied model's file holds output.weight")
+				}
+			}},
+	}
+	b := cpu.New(0)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			src := fixtures.Dir(t, "archs", tc.fixture)
+			dir := editedCheckpoint(t, src, tc.edit, tc.weights)
+			ref := archref.Load(t, src)
+			m, err := model.OpenDir(dir, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			want := runLogits(t, m, b, ref.InputIDs)
+			vocab := len(want[0])
+			var moved float64
+			for i := range want {
+				moved = max(moved, archref.MaxDiff(want[i], ref.Logits[i*vocab:(i+1)*vocab]))
+			}
+			if moved < 1e-2 {
+				t.Fatalf("the edited checkpoint's logits are within %.2e of the fixture's", moved)
+			}
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if _, err := ToGGUF(dir, path, GGUFOptions{Type: "f32", Threads: 2}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, f)
+			f.Close()
+			g, err := model.OpenGGUF(path, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			got := runLogits(t, g, b, ref.InputIDs)
+			var worst float64
+			for i := range got {
+				worst = max(worst, archref.MaxDiff(got[i], want[i]))
+			}
+			t.Logf("%s: max |Δlogit| %.2e (the edit moved the logits by %.2e)", tc.name, worst, moved)
+			if worst > 1e-3 {
+				t.Errorf("max |Δlogit| %.3e > 1e-3", worst)
+			}
+		})
+	}
+}
+
+// editedCheckpoint writes a copy of the model directory src with config
+// keys replaced and, when weights is set, its tensors edited.
+func editedCheckpoint(t *testing.T, src string, edit map[string]any, weights func([]safetensors.Tensor) []safetensors.Tensor) string {
+	t.Helper()
+	dir := t.TempDir()
+	var cfg map[string]any
+	data, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(cfg, edit)
+	if data, err = json.Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := safetensors.OpenDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var ts []safetensors.Tensor
+	for _, n := range st.Names() {
+		x, _ := st.Tensor(n)
+		ts = append(ts, x)
+	}
+	if weights != nil {
+		ts = weights(ts)
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// randomBF16 is a tensor of normal values (σ 0.1) in bf16.
+func randomBF16(rng *rand.Rand, name string, shape ...int) safetensors.Tensor {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	data := make([]byte, 2*n)
+	for i := range n {
+		binary.LittleEndian.PutUint16(data[2*i:], half.F32ToBF16(float32(rng.NormFloat64()*0.1)))
+	}
+	return safetensors.Tensor{Name: name, DType: safetensors.BF16, Shape: shape, Data: data}
 }
