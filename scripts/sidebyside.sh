@@ -146,7 +146,8 @@ for b in "$LEM" "$BENCH"; do
 done
 
 echo "== host"
-lscpu | grep -E '^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node|L[23]|CPU max MHz|Flags)' | cut -c1-400
+lscpu | grep -E '^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node|L[123]|CPU max MHz)'
+echo "SIMD: $(grep -o -w 'avx2\|fma\|f16c\|avx512[a-z_0-9]*\|avx_vnni\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 free -g | head -2
 echo "lem: $("$LEM" --version 2>&1 | head -1)"
 echo "settings: MODELS='$MODELS' TYPES='$TYPES' PP=$PP TG=$TG REPS=$REPS CPUS=$CPUS THREADS=$THREADS BUDGET=$BUDGET"
