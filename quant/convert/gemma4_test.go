@@ -18,6 +18,7 @@ import (
 	"lem/internal/half"
 	"lem/model"
 	"lem/safetensors"
+	"lem/tokenizer"
 )
 
 // gemma4Fixtures are the Gemma 4 fixtures: per-layer inputs and wider
@@ -354,4 +355,51 @@ func randomBF16(rng *rand.Rand, name string, shape ...int) safetensors.Tensor {
 		binary.LittleEndian.PutUint16(data[2*i:], half.F32ToBF16(float32(rng.NormFloat64()*0.1)))
 	}
 	return safetensors.Tensor{Name: name, DType: safetensors.BF16, Shape: shape, Data: data}
+}
+
+// TestGemma4TokenizerGGUF writes a SentencePiece-style BPE tokenizer (the
+// gemma3 fixture, the family Gemma 4's comes from) as the gemma4 GGUF
+// vocabulary, reads it back and checks every reference encoding, with and
+// without special tokens, and decoding.
+func TestGemma4TokenizerGGUF(t *testing.T) {
+	dir := fixtures.Dir(t, "tokenizers", "gemma3")
+	kv, err := TokenizerKV(dir, 0, &model.Config{ModelType: "gemma4_text"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := ggufWithKV(t, kv)
+	if m, _ := f.String("tokenizer.ggml.model"); m != "gemma4" {
+		t.Fatalf("tokenizer.ggml.model = %q, want gemma4", m)
+	}
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref struct {
+		Cases []struct {
+			Text           string  `json:"text"`
+			IDs            []int32 `json:"ids"`
+			IDsWithSpecial []int32 `json:"ids_with_special"`
+			Decoded        string  `json:"decoded"`
+		}
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range ref.Cases {
+		if got := tok.Encode(c.Text, false); !slices.Equal(got, c.IDs) {
+			t.Errorf("case %d %q: Encode(false)\n got %v\nwant %v", i, c.Text, got, c.IDs)
+		}
+		if got := tok.Encode(c.Text, true); !slices.Equal(got, c.IDsWithSpecial) {
+			t.Errorf("case %d %q: Encode(true)\n got %v\nwant %v", i, c.Text, got, c.IDsWithSpecial)
+		}
+		if got := tok.Decode(c.IDs, false); got != c.Decoded {
+			t.Errorf("case %d %q: Decode = %q, want %q", i, c.Text, got, c.Decoded)
+		}
+	}
+	t.Logf("gemma3 vocabulary as gemma4 GGUF: %d reference cases checked", len(ref.Cases))
 }
