@@ -307,8 +307,15 @@ func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, floa
 	if local.Type != "" && local.Type != "default" {
 		return fmt.Errorf("%s: sliding-attention rope_type %q has no gemma4 form", c.ModelType, local.Type)
 	}
-	rot := int(float64(swa) * local.PartialRotaryFactor)
+	partial := local.PartialRotaryFactor
+	if partial == 0 {
+		partial = 1
+	}
+	rot := int(float64(swa) * partial)
 	rot -= rot % 2
+	if rot <= 0 {
+		return fmt.Errorf("%s: the sliding-attention rope turns no pair", c.ModelType)
+	}
 	u32("rope.dimension_count", full)
 	u32("rope.dimension_count_swa", rot)
 	f32("rope.freq_base", global.Theta)
