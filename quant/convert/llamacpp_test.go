@@ -20,11 +20,12 @@ import (
 	"lem/tokenizer"
 )
 
-// llamaCppArchs are the architecture fixtures whose GGUF architecture the
-// llama.cpp of LLAMA_CPP_DIR is expected to know. The Feb 2025 snapshot
-// used during development (commit c392e509) knows llama (llama, mistral),
-// qwen2, phi3 and gemma2 among them, and not qwen3, gemma3, gemma3n,
-// gemma4 or the mixture-of-experts, state-space and hybrid families.
+// llamaCppArchs are the architecture fixtures compared; those whose GGUF
+// architecture the llama.cpp of LLAMA_CPP_DIR does not know are skipped.
+// The Feb 2025 snapshot used during development (commit c392e509) knows
+// llama (llama, mistral), qwen2, phi3 and gemma2 among them, and not qwen3,
+// qwen3moe, gemma3, gemma3n, gemma4 or the state-space and hybrid
+// families.
 // window is the sliding window that llama.cpp's llama architecture does
 // not apply (it has no sliding-window key): greedy runs of mistral are
 // compared only while every position fits in it.
@@ -38,6 +39,14 @@ var llamaCppArchs = []struct {
 	{"qwen2", 0},
 	{"qwen2-yarn", 0},
 	{"phi3", 0},
+	// Families newer llama.cpp versions know; the Feb 2025 snapshot skips
+	// them as unknown architectures.
+	{"qwen3", 0},
+	{"qwen3_moe", 0},
+	{"gemma3_text", 0},
+	{"gemma4_text", 0},
+	{"gemma4_text-kvshared", 0},
+	{"gemma4_text-moe", 0},
 	// gemma2 is left out: that llama.cpp's gemma2 takes the output from
 	// token_embd and refuses the fixture's untied output.weight (its
 	// converter drops lm_head for Gemma), and, tied, aborts on a model of
