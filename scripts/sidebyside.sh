@@ -13,6 +13,7 @@
 # second; % is that against the streaming-read bandwidth lem bench measures
 # with the same threads on the same cores right after each of its tests
 # (the highest of the file's measurements).
+# lem RSS/file is lem bench's peak resident set over the file's weight bytes.
 #
 # Settings (environment):
 #   LEM        lem binary (default: .gpu/bin/lem.xz or .gpu/qbench/lem.xz
@@ -73,6 +74,7 @@ for base in files:
     lcp = {t: load(f"{base}.llama.{t}.json") for t in ("pp", "tg")}
     per_tok = next((r["weight_bytes_per_token"] for r in lem.values() if r), None)
     bw = max((r["mem_bandwidth_gbs"] for r in lem.values() if r), default=None)
+    rss = max((r["peak_rss_bytes"] / r["size_bytes"] for r in lem.values() if r and r.get("size_bytes")), default=None)
     if bw:
         bws.append(bw)
     def lem_ts(t):
@@ -102,10 +104,11 @@ for base in files:
                      f"{pct:.1f}%" if pct else "",
                      ratio[0], ratio[1],
                      f"{per_tok / 2**20:.0f} MiB" if per_tok and eng == "lem" else "",
-                     f"{bw:.2f}" if bw and eng == "lem" else ""])
+                     f"{bw:.2f}" if bw and eng == "lem" else "",
+                     f"{rss:.2f}" if rss and eng == "lem" else ""])
 head = ["model", "type", "engine", f"pp{pp} t/s", f"tg{tg} t/s", "decode GB/s", "% of mem bw",
-        "pp lem/llama", "tg lem/llama", "read/token", "mem bw GB/s"]
-right = [False, False, False] + [True] * 8
+        "pp lem/llama", "tg lem/llama", "read/token", "mem bw GB/s", "lem RSS/file"]
+right = [False, False, False] + [True] * 9
 w = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
 def line(r):
     return "| " + " | ".join(c.rjust(w[i]) if right[i] else c.ljust(w[i]) for i, c in enumerate(r)) + " |"
