@@ -25,6 +25,8 @@
 #   PP, TG     prompt and decode lengths (default 512, 128)
 #   REPS       repetitions per test (default 2)
 #   CPUS       cores to pin to    (default 2,3); THREADS (default 2)
+#   MEMBUF     MiB lem bench streams for the bandwidth (default 2048, well
+#              above the device host's 300 MiB L3)
 #   WORK       scratch folder     (default /tmp/sidebyside; files are reused)
 #   BUDGET     seconds; 0: none. A file is skipped when the time so far plus
 #              the slowest file so far would pass it, so that a run under a
@@ -41,6 +43,7 @@ TG=${TG:-128}
 REPS=${REPS:-2}
 CPUS=${CPUS:-2,3}
 THREADS=${THREADS:-2}
+MEMBUF=${MEMBUF:-2048}
 WORK=${WORK:-/tmp/sidebyside}
 BUDGET=${BUDGET:-0}
 RES=$WORK/results
@@ -153,7 +156,7 @@ lscpu | grep -E '^(Model name|Socket|Core|Thread|CPU\(s\)|NUMA node|L[123]|CPU m
 echo "SIMD: $(grep -o -w 'avx2\|fma\|f16c\|avx512[a-z_0-9]*\|avx_vnni\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 free -g | head -2
 echo "lem: $("$LEM" --version 2>&1 | head -1)"
-echo "settings: MODELS='$MODELS' TYPES='$TYPES' PP=$PP TG=$TG REPS=$REPS CPUS=$CPUS THREADS=$THREADS BUDGET=$BUDGET"
+echo "settings: MODELS='$MODELS' TYPES='$TYPES' PP=$PP TG=$TG REPS=$REPS CPUS=$CPUS THREADS=$THREADS MEMBUF=$MEMBUF BUDGET=$BUDGET"
 
 # runpair runs one test (pp or tg) of one file with both engines, in the
 # order given.
@@ -162,7 +165,7 @@ runpair() { # file base test first second
 	if [ "$t" = pp ]; then p=$PP n=0; else p=0 n=$TG; fi
 	for e in $4 $5; do
 		if [ "$e" = lem ]; then
-			taskset -c "$CPUS" "$LEM" bench "$f" --threads "$THREADS" -p $p -n $n -r "$REPS" --json \
+			taskset -c "$CPUS" "$LEM" bench "$f" --threads "$THREADS" -p $p -n $n -r "$REPS" --mem-buffer "$MEMBUF" --json \
 				>"$RES/$base.lem.$t.json" 2>"$WORK/$base.lem.$t.log" ||
 				{ log "lem bench $base $t failed:"; tail -5 "$WORK/$base.lem.$t.log"; rm -f "$RES/$base.lem.$t.json"; }
 		else
@@ -202,6 +205,8 @@ for m in $MODELS; do
 		d=$(($(date +%s) - t0))
 		[ $d -gt $slowest ] && slowest=$d
 		log "$base done in ${d}s"
+		# The table so far, in case a time limit ends the run.
+		table | grep -F "| $m " | grep -F "| ${t^^} "
 	done
 done
 grep -h 'load_backend\|CPU_REPACK\|AARCH64\|AMX' "$WORK"/*.llama.*.log 2>/dev/null | sort -u | head -5
