@@ -136,6 +136,7 @@ var ggufFamilies = map[string]ggufFamily{
 
 	"gemma3n": {modelType: "gemma3n_text", act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
 		swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
+	"gemma4": {modelType: "gemma4_text", act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global},
 
 	"qwen3next": {modelType: "qwen3_next", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
 		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, splitQKVZ)},
@@ -152,7 +153,7 @@ var ggufArchOf = map[string]string{
 	"gemma2": "gemma2", "gemma3_text": "gemma3",
 	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
 	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
-	"gemma3n_text": "gemma3n", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
+	"gemma3n_text": "gemma3n", "gemma4_text": "gemma4", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
 }
 
 // GGUFArchitectures returns the general.architecture values OpenGGUF
@@ -607,7 +608,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	case isLinearArch(arch):
 		// Qwen3.5-MoE checkpoints have no intermediate_size.
 		c.IntermediateSize, _ = k.uint("feed_forward_length")
-	case arch == "gemma3n":
+	case arch == "gemma3n" || arch == "gemma4":
 		// One width per layer, or one for all.
 		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
 			ff, err := ggufPerLayer(k, "feed_forward_length", c.NumHiddenLayers)
@@ -637,10 +638,10 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 			switch {
 			case n == 0 && arch == "lfm2":
 				// LFM2's convolution layers have no attention.
-			case c.NumKeyValueHeads != 0 && n != c.NumKeyValueHeads:
+			case c.NumKeyValueHeads != 0 && n != c.NumKeyValueHeads && arch != "gemma4":
 				return nil, fmt.Errorf("key %s.attention.head_count_kv: layer %d has %d key/value heads, layer 0 %d: per-layer head counts are not supported", arch, i, n, c.NumKeyValueHeads)
-			default:
-				c.NumKeyValueHeads = n
+			case c.NumKeyValueHeads == 0:
+				c.NumKeyValueHeads = n // gemma4: layer 0's; ggufGemma4Config keeps the others per layer
 			}
 		}
 	}
@@ -649,7 +650,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		c.RMSNormEps = eps
 	} else {
 		c.RMSNormEps = 1e-5
-		if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" {
+		if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" {
 			c.RMSNormEps = 1e-6
 		}
 	}
@@ -738,6 +739,12 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		if err := ggufLFM2Config(c, k, kvHeads); err != nil {
 			return nil, err
 		}
+	case "gemma4":
+		// Its rope is read there too.
+		if err := ggufGemma4Config(c, k, g, ffPerLayer, kvHeads); err != nil {
+			return nil, err
+		}
+		return c, k.err
 	case "falcon-h1":
 		if err := ggufSSMConfig(c, k); err != nil {
 			return nil, err
@@ -1203,8 +1210,11 @@ func (l *GGUFLayout) metadata() error {
 	str := func(key, v string) {
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.String(v)})
 	}
-	if l.Arch == "mamba2" {
+	switch l.Arch {
+	case "mamba2":
 		return l.mamba2Metadata(u32, f32)
+	case "gemma4":
+		return l.gemma4Metadata(u32, f32)
 	}
 	for i := range c.NumHiddenLayers {
 		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || (c.IntermediateSizeFor(i) != c.IntermediateSize && l.Arch != "gemma3n") {

@@ -116,6 +116,8 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 //     "▁▁Hello"); FromGGUF follows Hugging Face's Llama and Gemma tokenizers
 //     (" Hello" → "▁Hello"), so a GGUF file and its model's tokenizer.json
 //     give the same ids. Missing scores count as 0, as in llama.cpp.
+//   - "gemma4" (Gemma 4's vocabulary) is SentencePiece-style BPE ranked by
+//     merges, not scores: see ggufGemma4.
 //   - Token types (tokenizer.ggml.token_type, optional): 1 normal, 2
 //     unknown, 3 control, 4 user-defined, 5 unused, 6 byte. Control and
 //     unknown tokens become special added tokens and user-defined ones plain
@@ -147,11 +149,11 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		return nil, fmt.Errorf("%s: missing: the file holds no tokenizer", ggufKeyModel)
 	}
 	switch model {
-	case "gpt2", "llama":
+	case "gpt2", "llama", "gemma4":
 	case "no_vocab", "none":
 		return nil, fmt.Errorf("%s is %q: the file holds no vocabulary", ggufKeyModel, model)
 	default:
-		return nil, fmt.Errorf("%s: unsupported tokenizer model %q (supported: gpt2, llama)", ggufKeyModel, model)
+		return nil, fmt.Errorf("%s: unsupported tokenizer model %q (supported: gpt2, llama, gemma4)", ggufKeyModel, model)
 	}
 
 	tokens, err := ggufTokens(f)
@@ -190,6 +192,10 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		}
 	case "llama":
 		if addBOS, err = ggufSentencePiece(f, spec); err != nil {
+			return nil, err
+		}
+	case "gemma4":
+		if addBOS, err = ggufGemma4(f, spec); err != nil {
 			return nil, err
 		}
 	}

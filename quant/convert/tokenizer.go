@@ -160,6 +160,19 @@ func specKV(spec *tokenizer.Spec, tok *tokenizer.Tokenizer, vocabSize int, cfg *
 		add("tokenizer.ggml.tokens", gguf.Array(tokens))
 		add("tokenizer.ggml.token_type", gguf.Array(types))
 		add("tokenizer.ggml.merges", gguf.Array(merges))
+	} else if cfg != nil && cfg.ModelType == "gemma4_text" {
+		// Gemma 4: llama.cpp's converter writes its own vocabulary type,
+		// ranked by the merges.
+		merges := make([]string, len(spec.Merges))
+		for i, m := range spec.Merges {
+			merges[i] = m[0] + " " + m[1]
+		}
+		add("tokenizer.ggml.model", gguf.String("gemma4"))
+		add("tokenizer.ggml.tokens", gguf.Array(tokens))
+		add("tokenizer.ggml.scores", gguf.Array(mergeScores(spec, tokens)))
+		add("tokenizer.ggml.token_type", gguf.Array(types))
+		add("tokenizer.ggml.merges", gguf.Array(merges))
+		add("tokenizer.ggml.add_space_prefix", gguf.Bool(addsSpacePrefix(spec)))
 	} else {
 		add("tokenizer.ggml.model", gguf.String("llama"))
 		add("tokenizer.ggml.pre", gguf.String("default"))
