@@ -53,6 +53,9 @@ type Backend struct {
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
+
+	gemm  gemmState  // prefill matmuls on the tensor cores (gemm.go)
+	flash flashState // prefill attention on the tensor cores (flash.go)
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -120,6 +123,12 @@ func Open(ordinal int) (*Backend, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		err = b.openGEMM()
+	}
+	if err == nil {
+		err = b.openFlash()
+	}
 	if err != nil {
 		close(b.reqs)
 		return nil, err
@@ -214,6 +223,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	err := b.Synchronize()
 	b.do(func(w *owner) error {
+		b.gemm.close(w)
 		for _, p := range b.all {
 			call(w.d.cuMemFree, p)
 		}

@@ -1,0 +1,140 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+
+	"lem/compute"
+)
+
+// Prefill attention (chunks of at least flashMinRows queries, head dims 64,
+// 128 and 256) runs on the tensor cores in flash_attend
+// (kernels/mma_flash.cu) with bf16 operands and f32 softmax; decode steps
+// and other head dims use the exact f32 kernel attend. LEM_CUDA_ATTENTION
+// picks: auto (the default), exact (always the f32 kernel) or flash (the
+// tensor cores whenever the head dim allows).
+
+// flashMinRows is the chunk length from which auto mode uses flash_attend.
+const flashMinRows = 32
+
+// attnMode selects the attention kernel.
+type attnMode int
+
+const (
+	attnAuto attnMode = iota
+	attnExact
+	attnFlash
+)
+
+func parseAttnMode(s string) (attnMode, error) {
+	switch s {
+	case "", "auto":
+		return attnAuto, nil
+	case "exact":
+		return attnExact, nil
+	case "flash":
+		return attnFlash, nil
+	}
+	return 0, fmt.Errorf("cuda: LEM_CUDA_ATTENTION=%q: want auto, exact or flash", s)
+}
+
+// flashKernels are the flash-attention kernels.
+type flashKernels struct {
+	kvHalf uintptr
+	attend [3]uintptr // head dim 64, 128, 256
+}
+
+func (k *flashKernels) add(t map[string]*uintptr) {
+	t["kv_half"] = &k.kvHalf
+	t["flash_attend64"] = &k.attend[0]
+	t["flash_attend128"] = &k.attend[1]
+	t["flash_attend256"] = &k.attend[2]
+}
+
+// flashShared is the dynamic shared memory of flash_attend for a head dim:
+// the query tile and two stages of key and value tiles, 64 rows each.
+func flashShared(hd int) int { return (64 + 4*64) * hd * 2 }
+
+// cuFuncAttributeMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const cuFuncAttributeMaxDynamicShared = 8
+
+// openFlash reads the mode and lets the kernels use their shared memory
+// (owner thread).
+func (b *Backend) openFlash() error {
+	mode, err := parseAttnMode(os.Getenv("LEM_CUDA_ATTENTION"))
+	if err != nil {
+		return err
+	}
+	b.flash.mode = mode
+	return b.do(func(w *owner) error {
+		for i, hd := range []int{64, 128, 256} {
+			r := call(w.d.cuFuncSetAttribute, b.k.flash.attend[i], cuFuncAttributeMaxDynamicShared, uintptr(flashShared(hd)))
+			if err := w.check(fmt.Sprintf("cuFuncSetAttribute(flash_attend%d, %d bytes)", hd, flashShared(hd)), r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// flashState is the backend's prefill attention configuration.
+type flashState struct {
+	mode attnMode
+	kv   *buffer // keys and values converted to bf16
+}
+
+// attendFlash runs Attend with flash_attend when the call suits it and
+// reports whether it did (the keys and values are then stored too).
+func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) bool {
+	n := q.Rows()
+	var idx int
+	switch a.HeadDim {
+	case 64:
+		idx = 0
+	case 128:
+		idx = 1
+	case 256:
+		idx = 2
+	default:
+		return false
+	}
+	switch {
+	case b.flash.mode == attnExact,
+		b.flash.mode == attnAuto && n < flashMinRows,
+		a.KVHeads <= 0 || a.Heads%a.KVHeads != 0,
+		cache.Ring && a.Window <= 0, // a ring without a window: the exact kernel's semantics
+		dptr(q)%16 != 0 || dptr(dst)%8 != 0:
+		return false
+	}
+	kc := a.KVHeads * a.HeadDim
+	// Rows of keys a chunk can see: the cached ones (at most the window
+	// less one, at most the capacity) and its own.
+	seen := cache.Capacity
+	if a.Window > 0 {
+		seen = min(seen, a.Window-1)
+	}
+	rows := seen + n
+	half := rows * kc * 2
+	kh := b.scratch(&b.flash.kv, 2*half)
+	vh := kh + uintptr(half)
+	ring := 0
+	if cache.Ring {
+		ring = 1
+	}
+	b.launch(b.k.flash.kvHalf, "kv_half", rows, threads(kc, 256)).
+		ptr(kh).ptr(vh).ptr(dptr(k)).ptr(dptr(v)).ptr(dptr(cache.K)).ptr(dptr(cache.V)).ptr(dptr(pos)).
+		i(n).i(kc).i(cache.Capacity).i(ring).i(a.Window)
+	sdt := 0
+	if a.Sinks != nil {
+		sdt = int(a.Sinks.DType)
+	}
+	o := b.record(op{fn: b.k.flash.attend[idx], name: "flash_attend",
+		grid: [3]uint32{uint32((n + 63) / 64), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
+		shared: uint32(flashShared(a.HeadDim))})
+	o.ptr(dptr(dst)).ptr(dptr(q)).ptr(kh).ptr(vh).ptr(dptr(pos)).i(n).i(rows).i(a.Heads).i(a.KVHeads).
+		f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt)
+	b.launch(b.k.kvstore, "kvstore", n, threads(kc, 256)).
+		ptr(dptr(cache.K)).ptr(dptr(cache.V)).ptr(dptr(k)).ptr(dptr(v)).ptr(dptr(pos)).
+		i(n).i(kc).i(cache.Capacity).i(ring)
+	return true
+}
