@@ -54,6 +54,7 @@ type Backend struct {
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
 
+	seq   uint64     // operations recorded so far
 	gemm  gemmState  // prefill matmuls on the tensor cores (gemm.go)
 	flash flashState // prefill attention on the tensor cores (flash.go)
 }
@@ -194,6 +195,7 @@ func (b *Backend) record(o op) *op {
 		b.submit(false)
 	}
 	b.pending = append(b.pending, o)
+	b.seq++
 	return &b.pending[len(b.pending)-1]
 }
 

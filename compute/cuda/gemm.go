@@ -66,6 +66,20 @@ type gemmState struct {
 	blasErr error // why cuBLAS is not used
 	mode    matmulMode
 	xhalf   *buffer // converted activations (hi then lo)
+
+	// The last conversion, reused by the next product when nothing was
+	// recorded in between (q, k and v projections of one input; gate and
+	// up), since nothing can have changed x then.
+	last    halfKey
+	lastSeq uint64
+}
+
+// halfKey identifies a conversion of activations.
+type halfKey struct {
+	x, dst  uintptr
+	elems   int
+	dt      compute.DType
+	precise bool
 }
 
 // openGEMM opens cuBLAS on the owner thread when available; its absence is
@@ -143,8 +157,12 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 	if precise {
 		lo = xh + uintptr(elems*2)
 	}
-	b.launch(b.k.tc.toHalf, "to_half", blocks(elems), 256).
-		ptr(xh).ptr(lo).ptr(dptr(x)).i64(elems).i(int(w.DType))
+	key := halfKey{x: dptr(x), dst: xh, elems: elems, dt: w.DType, precise: precise}
+	if key != b.gemm.last || b.seq != b.gemm.lastSeq {
+		b.launch(b.k.tc.toHalf, "to_half", blocks(elems), 256).
+			ptr(xh).ptr(lo).ptr(dptr(x)).i64(elems).i(int(w.DType))
+	}
+	defer func() { b.gemm.last, b.gemm.lastSeq = key, b.seq }()
 	dt := cudaR16BF
 	if w.DType == compute.F16 {
 		dt = cudaR16F

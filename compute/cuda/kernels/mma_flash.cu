@@ -149,17 +149,23 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
 
         // Scale, cap, mask; row maxima.
         int kb = base + t0 + tile * FA_BKV; // position of the tile's first key
+        // Whether some key of the tile is hidden from some row of the warp
+        // (the same for the whole warp, so no divergence).
+        int wq0 = start + i0 + warp * 16, wq1 = wq0 + 15;
+        bool masked = kb + FA_BKV - 1 > wq0 || (window > 0 && kb <= wq1 - window) || kb - base + FA_BKV > total;
         float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
         for (int j = 0; j < FA_BKV / 8; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int kp = kb + j * 8 + (lane & 3) * 2 + (e & 1);
-                int qp = e < 2 ? qp0 : qp1;
                 float x = s[j][e] * scale;
                 if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
-                bool ok = kp <= qp && (window <= 0 || kp > qp - window) && kp - base < total;
-                x = ok ? x : NEG_INF;
+                if (masked) {
+                    int kp = kb + j * 8 + (lane & 3) * 2 + (e & 1);
+                    int qp = e < 2 ? qp0 : qp1;
+                    bool ok = kp <= qp && (window <= 0 || kp > qp - window) && kp - base < total;
+                    x = ok ? x : NEG_INF;
+                }
                 s[j][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
