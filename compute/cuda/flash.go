@@ -51,9 +51,25 @@ func (k *flashKernels) add(t map[string]*uintptr) {
 	t["flash_attend256"] = &k.attend[2]
 }
 
+// flashTiles returns the queries and keys per tile of flash_attend for a
+// head dim (as the kernels are instantiated in mma_flash.cu): two 16-row
+// query tiles per warp where the registers allow it.
+func flashTiles(hd int) (bq, bkv int) {
+	switch hd {
+	case 64:
+		return 128, 64
+	case 128:
+		return 128, 32
+	}
+	return 64, 64
+}
+
 // flashShared is the dynamic shared memory of flash_attend for a head dim:
-// the query tile and two stages of key and value tiles, 64 rows each.
-func flashShared(hd int) int { return (64 + 4*64) * hd * 2 }
+// the query tile and two stages of key and value tiles, in bf16.
+func flashShared(hd int) int {
+	bq, bkv := flashTiles(hd)
+	return (bq + 4*bkv) * hd * 2
+}
 
 // cuFuncAttributeMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 const cuFuncAttributeMaxDynamicShared = 8
@@ -128,8 +144,9 @@ func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCac
 	if a.Sinks != nil {
 		sdt = int(a.Sinks.DType)
 	}
+	bq, _ := flashTiles(a.HeadDim)
 	o := b.record(op{fn: b.k.flash.attend[idx], name: "flash_attend",
-		grid: [3]uint32{uint32((n + 63) / 64), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
+		grid: [3]uint32{uint32((n + bq - 1) / bq), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
 		shared: uint32(flashShared(a.HeadDim))})
 	o.ptr(dptr(dst)).ptr(dptr(q)).ptr(kh).ptr(vh).ptr(dptr(pos)).i(n).i(rows).i(a.Heads).i(a.KVHeads).
 		f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt)

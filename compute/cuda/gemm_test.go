@@ -164,8 +164,10 @@ func TestModes(t *testing.T) {
 			t.Errorf("parseAttnMode(%q) = %v, %v", tc.s, at, err)
 		}
 	}
-	if got := flashShared(128); got != 80<<10 {
-		t.Errorf("flashShared(128) = %d, want %d", got, 80<<10)
+	for hd, want := range map[int]int{64: 48 << 10, 128: 64 << 10, 256: 160 << 10} {
+		if got := flashShared(hd); got != want {
+			t.Errorf("flashShared(%d) = %d, want %d", hd, got, want)
+		}
 	}
 }
 
