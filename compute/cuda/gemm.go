@@ -143,7 +143,7 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 	if w.DType != compute.BF16 && w.DType != compute.F16 {
 		return false
 	}
-	if k%8 != 0 || dptr(w)%16 != 0 || dptr(x)%4 != 0 || dptr(dst)%8 != 0 {
+	if k%8 != 0 || dptr(w)%16 != 0 || dptr(x)%16 != 0 || dptr(dst)%8 != 0 {
 		return false
 	}
 	precise := b.gemm.mode == modePrecise || (b.gemm.mode == modeAuto && k <= preciseMaxK)
@@ -159,7 +159,7 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 	}
 	key := halfKey{x: dptr(x), dst: xh, elems: elems, dt: w.DType, precise: precise}
 	if key != b.gemm.last || b.seq != b.gemm.lastSeq {
-		b.launch(b.k.tc.toHalf, "to_half", blocks(elems), 256).
+		b.launch(b.k.tc.toHalf, "to_half", blocks(elems/4), 256).
 			ptr(xh).ptr(lo).ptr(dptr(x)).i64(elems).i(int(w.DType))
 	}
 	defer func() { b.gemm.last, b.gemm.lastSeq = key, b.seq }()

@@ -18,30 +18,40 @@
 #define TC_BK 32
 #define TC_STAGES 3
 
-// to_half converts n f32 values to bf16 (dt 2) or f16 (dt 1), rounding to
-// nearest even. With lo set it also stores the residual x - half(x),
-// rounded the same way, so that hi + lo carries ~16 bits of x.
+// half1 rounds v to bf16 (dt 2) or f16 (dt 1), to nearest even, and
+// returns the rounded value back in f32 in *back.
+__device__ __forceinline__ u16 half1(float v, int dt, float* back) {
+    u16 h;
+    if (dt == DT_BF16) {
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        *back = bf2f(h);
+    } else {
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        *back = h2f(h);
+    }
+    return h;
+}
+
+// to_half converts n f32 values (n a multiple of 4, 16-byte aligned) to
+// bf16 (dt 2) or f16 (dt 1), rounding to nearest even. With lo set it also
+// stores the residual x - half(x), rounded the same way, so that hi + lo
+// carries ~16 bits of x.
 extern "C" __global__ void to_half(u16* hi, u16* lo, const float* x, i64 n, int dt) {
-    GRID_STRIDE(i, n) {
-        float v = x[i];
-        u16 h;
-        float back;
-        if (dt == DT_BF16) {
-            asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-            back = bf2f(h);
-        } else {
-            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-            back = h2f(h);
-        }
-        hi[i] = h;
+    GRID_STRIDE(i, n / 4) {
+        F4 v = ((const F4*)x)[i];
+        float f[4] = {v.x, v.y, v.z, v.w}, back[4];
+        u16 h[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) h[e] = half1(f[e], dt, &back[e]);
+        ((unsigned long long*)hi)[i] = (unsigned long long)h[0] | (unsigned long long)h[1] << 16 |
+                                       (unsigned long long)h[2] << 32 | (unsigned long long)h[3] << 48;
         if (lo) {
-            float r = v - back;
-            u16 l;
-            if (dt == DT_BF16)
-                asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(l) : "f"(r));
-            else
-                asm("cvt.rn.f16.f32 %0, %1;" : "=h"(l) : "f"(r));
-            lo[i] = l;
+            u16 l[4];
+            float dummy;
+#pragma unroll
+            for (int e = 0; e < 4; e++) l[e] = half1(f[e] - back[e], dt, &dummy);
+            ((unsigned long long*)lo)[i] = (unsigned long long)l[0] | (unsigned long long)l[1] << 16 |
+                                           (unsigned long long)l[2] << 32 | (unsigned long long)l[3] << 48;
         }
     }
 }
