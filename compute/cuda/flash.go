@@ -38,37 +38,48 @@ func parseAttnMode(s string) (attnMode, error) {
 	return 0, fmt.Errorf("cuda: LEM_CUDA_ATTENTION=%q: want auto, exact or flash", s)
 }
 
+// flashConfig is one instantiation of flash_attend (see the end of
+// kernels/mma_flash.cu): its head dim, queries per block (16·4 per query
+// tile per warp) and keys per tile.
+type flashConfig struct {
+	name        string
+	hd, bq, bkv int
+}
+
+// flashConfigs are the kernels used, one per head dim: two query tiles per
+// warp where the registers allow it. flashVariants are alternatives kept
+// for BenchmarkAttendPrefill.
+var (
+	flashConfigs = []flashConfig{
+		{"flash_attend64", 64, 128, 64},
+		{"flash_attend128", 128, 128, 32},
+		{"flash_attend256", 256, 64, 64},
+	}
+	flashVariants = []flashConfig{
+		{"flash_attend128_m1k64", 128, 64, 64},
+		{"flash_attend128_m1k32", 128, 64, 32},
+	}
+)
+
+// shared is the dynamic shared memory of the kernel: the query tile and
+// two stages of key and value tiles, in bf16.
+func (c flashConfig) shared() int { return (c.bq + 4*c.bkv) * c.hd * 2 }
+
 // flashKernels are the flash-attention kernels.
 type flashKernels struct {
-	kvHalf uintptr
-	attend [3]uintptr // head dim 64, 128, 256
+	kvHalf  uintptr
+	attend  [3]uintptr // flashConfigs
+	variant [2]uintptr // flashVariants
 }
 
 func (k *flashKernels) add(t map[string]*uintptr) {
 	t["kv_half"] = &k.kvHalf
-	t["flash_attend64"] = &k.attend[0]
-	t["flash_attend128"] = &k.attend[1]
-	t["flash_attend256"] = &k.attend[2]
-}
-
-// flashTiles returns the queries and keys per tile of flash_attend for a
-// head dim (as the kernels are instantiated in mma_flash.cu): two 16-row
-// query tiles per warp where the registers allow it.
-func flashTiles(hd int) (bq, bkv int) {
-	switch hd {
-	case 64:
-		return 128, 64
-	case 128:
-		return 128, 32
+	for i, c := range flashConfigs {
+		t[c.name] = &k.attend[i]
 	}
-	return 64, 64
-}
-
-// flashShared is the dynamic shared memory of flash_attend for a head dim:
-// the query tile and two stages of key and value tiles, in bf16.
-func flashShared(hd int) int {
-	bq, bkv := flashTiles(hd)
-	return (bq + 4*bkv) * hd * 2
+	for i, c := range flashVariants {
+		t[c.name] = &k.variant[i]
+	}
 }
 
 // cuFuncAttributeMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
@@ -83,9 +94,17 @@ func (b *Backend) openFlash() error {
 	}
 	b.flash.mode = mode
 	return b.do(func(w *owner) error {
-		for i, hd := range []int{64, 128, 256} {
-			r := call(w.d.cuFuncSetAttribute, b.k.flash.attend[i], cuFuncAttributeMaxDynamicShared, uintptr(flashShared(hd)))
-			if err := w.check(fmt.Sprintf("cuFuncSetAttribute(flash_attend%d, %d bytes)", hd, flashShared(hd)), r); err != nil {
+		set := func(fn uintptr, c flashConfig) error {
+			r := call(w.d.cuFuncSetAttribute, fn, cuFuncAttributeMaxDynamicShared, uintptr(c.shared()))
+			return w.check(fmt.Sprintf("cuFuncSetAttribute(%s, %d bytes)", c.name, c.shared()), r)
+		}
+		for i, c := range flashConfigs {
+			if err := set(b.k.flash.attend[i], c); err != nil {
+				return err
+			}
+		}
+		for i, c := range flashVariants {
+			if err := set(b.k.flash.variant[i], c); err != nil {
 				return err
 			}
 		}
@@ -95,24 +114,27 @@ func (b *Backend) openFlash() error {
 
 // flashState is the backend's prefill attention configuration.
 type flashState struct {
-	mode attnMode
-	kv   *buffer // keys and values converted to bf16
+	mode    attnMode
+	variant int     // 1 + index into flashVariants to use one (benchmarks), else 0
+	kv      *buffer // keys and values converted to bf16
 }
 
 // attendFlash runs Attend with flash_attend when the call suits it and
 // reports whether it did (the keys and values are then stored too).
 func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) bool {
 	n := q.Rows()
-	var idx int
-	switch a.HeadDim {
-	case 64:
-		idx = 0
-	case 128:
-		idx = 1
-	case 256:
-		idx = 2
-	default:
+	idx := -1
+	for i, c := range flashConfigs {
+		if c.hd == a.HeadDim {
+			idx = i
+		}
+	}
+	if idx < 0 {
 		return false
+	}
+	cfg, fn := flashConfigs[idx], b.k.flash.attend[idx]
+	if v := b.flash.variant - 1; v >= 0 && flashVariants[v].hd == a.HeadDim {
+		cfg, fn = flashVariants[v], b.k.flash.variant[v]
 	}
 	switch {
 	case b.flash.mode == attnExact,
@@ -144,10 +166,9 @@ func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCac
 	if a.Sinks != nil {
 		sdt = int(a.Sinks.DType)
 	}
-	bq, _ := flashTiles(a.HeadDim)
-	o := b.record(op{fn: b.k.flash.attend[idx], name: "flash_attend",
-		grid: [3]uint32{uint32((n + bq - 1) / bq), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
-		shared: uint32(flashShared(a.HeadDim))})
+	o := b.record(op{fn: fn, name: "flash_attend",
+		grid: [3]uint32{uint32((n + cfg.bq - 1) / cfg.bq), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
+		shared: uint32(cfg.shared())})
 	o.ptr(dptr(dst)).ptr(dptr(q)).ptr(kh).ptr(vh).ptr(dptr(pos)).i(n).i(rows).i(a.Heads).i(a.KVHeads).
 		f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt)
 	b.launch(b.k.kvstore, "kvstore", n, threads(kc, 256)).

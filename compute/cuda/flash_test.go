@@ -41,42 +41,52 @@ func TestFlashAttend(t *testing.T) {
 		{"softcap sinks 256", 4, 2, 256, 0, 300, false, 30, true, []int{130, 1, 70}},
 		{"window softcap sinks ring 128", 8, 1, 128, 70, 70, true, 20, true, []int{33, 129, 1, 64}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h.t = t
-			a := &compute.Attention{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd,
-				Scale: float32(1 / math.Sqrt(float64(tc.hd))), SoftCap: tc.softCap, Window: tc.window}
-			var sinks pair
-			if tc.sinks {
-				sinks = h.vec(compute.F32, 2, tc.heads)
+		variants := []int{0}
+		if tc.hd == 128 {
+			for i := range flashVariants {
+				variants = append(variants, i+1)
 			}
-			cc := h.c.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
-			gc := h.g.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
-			start := 0
-			for step, n := range tc.chunks {
-				q := h.act(2, n, tc.heads*tc.hd)
-				k := h.act(2, n, tc.kvHeads*tc.hd)
-				v := h.act(1, n, tc.kvHeads*tc.hd)
-				ps := make([]int32, n)
-				for i := range ps {
-					ps[i] = int32(start + i)
+		}
+		for _, variant := range variants {
+			t.Run(fmt.Sprintf("%s/variant%d", tc.name, variant), func(t *testing.T) {
+				h.t = t
+				h.g.flash.variant = variant
+				defer func() { h.g.flash.variant = 0 }()
+				a := &compute.Attention{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd,
+					Scale: float32(1 / math.Sqrt(float64(tc.hd))), SoftCap: tc.softCap, Window: tc.window}
+				var sinks pair
+				if tc.sinks {
+					sinks = h.vec(compute.F32, 2, tc.heads)
 				}
-				pos := h.ints(ps)
-				dst := h.zeros(n, tc.heads*tc.hd)
-				a.Sinks = sinks.c
-				h.c.Attend(dst.c, q.c, k.c, v.c, cc, pos.c, a)
-				a.Sinks = sinks.g
-				h.g.Attend(dst.g, q.g, k.g, v.g, gc, pos.g, a)
-				got, want := h.readBoth(dst)
-				e := relErr(got, want)
-				t.Logf("step %d (%d rows at %d): ‖Δ‖/‖ref‖ = %.2e", step, n, start, e)
-				if e > 1e-2 || math.IsNaN(e) {
-					t.Errorf("step %d (%d rows at %d): ‖Δ‖/‖ref‖ = %.3g > 1e-2", step, n, start, e)
+				cc := h.c.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
+				gc := h.g.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
+				start := 0
+				for step, n := range tc.chunks {
+					q := h.act(2, n, tc.heads*tc.hd)
+					k := h.act(2, n, tc.kvHeads*tc.hd)
+					v := h.act(1, n, tc.kvHeads*tc.hd)
+					ps := make([]int32, n)
+					for i := range ps {
+						ps[i] = int32(start + i)
+					}
+					pos := h.ints(ps)
+					dst := h.zeros(n, tc.heads*tc.hd)
+					a.Sinks = sinks.c
+					h.c.Attend(dst.c, q.c, k.c, v.c, cc, pos.c, a)
+					a.Sinks = sinks.g
+					h.g.Attend(dst.g, q.g, k.g, v.g, gc, pos.g, a)
+					got, want := h.readBoth(dst)
+					e := relErr(got, want)
+					t.Logf("step %d (%d rows at %d): ‖Δ‖/‖ref‖ = %.2e", step, n, start, e)
+					if e > 1e-2 || math.IsNaN(e) {
+						t.Errorf("step %d (%d rows at %d): ‖Δ‖/‖ref‖ = %.3g > 1e-2", step, n, start, e)
+					}
+					start += n
 				}
-				start += n
-			}
-			h.compare("cache K", pair{cc.K, gc.K}, 0)
-			h.compare("cache V", pair{cc.V, gc.V}, 0)
-		})
+				h.compare("cache K", pair{cc.K, gc.K}, 0)
+				h.compare("cache V", pair{cc.V, gc.V}, 0)
+			})
+		}
 	}
 }
 
@@ -103,10 +113,21 @@ func BenchmarkAttendPrefill(b *testing.B) {
 	cache := g.NewKVCache(n, kvHeads*hd, false)
 	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
 	flops := 4 * float64(heads*hd) * n * (n + 1) / 2
-	for _, mode := range []attnMode{attnFlash, attnExact} {
-		name := map[attnMode]string{attnFlash: "flash", attnExact: "exact"}[mode]
-		b.Run(fmt.Sprintf("%s/%d", name, n), func(b *testing.B) {
-			defer g.pinAttention(mode)()
+	type run struct {
+		name    string
+		mode    attnMode
+		variant int
+	}
+	runs := []run{{flashConfigs[1].name, attnFlash, 0}}
+	for i, c := range flashVariants {
+		runs = append(runs, run{c.name, attnFlash, i + 1})
+	}
+	runs = append(runs, run{"exact", attnExact, 0})
+	for _, r := range runs {
+		b.Run(fmt.Sprintf("%s/%d", r.name, n), func(b *testing.B) {
+			defer g.pinAttention(r.mode)()
+			g.flash.variant = r.variant
+			defer func() { g.flash.variant = 0 }()
 			g.Attend(dst, q, k, v, cache, pos, a)
 			if err := g.Synchronize(); err != nil {
 				b.Fatal(err)

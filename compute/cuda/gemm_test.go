@@ -164,42 +164,9 @@ func TestModes(t *testing.T) {
 			t.Errorf("parseAttnMode(%q) = %v, %v", tc.s, at, err)
 		}
 	}
-	for hd, want := range map[int]int{64: 48 << 10, 128: 64 << 10, 256: 160 << 10} {
-		if got := flashShared(hd); got != want {
-			t.Errorf("flashShared(%d) = %d, want %d", hd, got, want)
+	for _, c := range append(append([]flashConfig(nil), flashConfigs...), flashVariants...) {
+		if c.shared() > 227<<10 || c.bq%64 != 0 || c.bkv%16 != 0 {
+			t.Errorf("%s: %d bytes of shared memory, %d queries, %d keys per tile", c.name, c.shared(), c.bq, c.bkv)
 		}
 	}
-}
-
-// TestMatMulReusesConversion checks products that share an input (the
-// conversion is reused) and one after the input changed (it is not).
-func TestMatMulReusesConversion(t *testing.T) {
-	h := newHarness(t)
-	defer func(m matmulMode) { h.g.gemm.mode = m }(h.g.gemm.mode)
-	h.g.gemm.mode = modeFast
-	x := h.act(1, 70, 256)
-	w1 := h.weight(compute.BF16, 0.5, 96, 256)
-	w2 := h.weight(compute.BF16, 0.5, 40, 256)
-	d1, d2 := h.zeros(70, 96), h.zeros(70, 40)
-	check := func(what string) {
-		for _, d := range []pair{d1, d2} {
-			got, want := h.readBoth(d)
-			if e := relErr(got, want); e > 1e-2 || math.IsNaN(e) {
-				t.Errorf("%s: ‖Δ‖/‖ref‖ = %.3g", what, e)
-			}
-		}
-	}
-	h.c.MatMul(d1.c, x.c, w1.c)
-	h.c.MatMul(d2.c, x.c, w2.c)
-	h.g.MatMul(d1.g, x.g, w1.g)
-	h.g.MatMul(d2.g, x.g, w2.g)
-	check("shared input")
-	v := randVals(h.r, 70*256, 3)
-	h.c.Upload(x.c, v)
-	h.g.Upload(x.g, v)
-	h.c.MatMul(d1.c, x.c, w1.c)
-	h.g.MatMul(d1.g, x.g, w1.g)
-	h.c.MatMul(d2.c, x.c, w2.c)
-	h.g.MatMul(d2.g, x.g, w2.g)
-	check("changed input")
 }

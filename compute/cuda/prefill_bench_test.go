@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"lem/compute"
+	"lem/engine"
 	"lem/internal/half"
 	"lem/model"
 )
@@ -126,5 +127,29 @@ func BenchmarkPrefill8B(b *testing.B) {
 		b.ReportMetric(float64(n)/el, "tok/s")
 		b.ReportMetric((flops+attn)/el/1e12, "TFLOP/s")
 	})
+	// Through an engine session, as `lem bench` prefills: in chunks.
+	tokens := make([]int32, n)
+	for i := range tokens {
+		tokens[i] = int32(i * 7 % cfg.VocabSize)
+	}
+	for _, chunk := range []int{engine.DefaultChunk, 1024, n} {
+		s := engine.NewSession(m, g, n)
+		s.SetChunk(chunk)
+		b.Run(fmt.Sprintf("session/chunk%d", chunk), func(b *testing.B) {
+			for range b.N {
+				s.Reset()
+				if _, err := s.Append(tokens); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+		s.Close()
+	}
+	if err := g.setProfile(true); err == nil {
+		run()
+		b.Logf("profile of one prefill (stream synchronised around each op): %s", g.profileReport())
+		g.setProfile(false)
+	}
 	b.Logf("%d tokens: %.3f s per prefill; matmul %.1f TFLOP + attention %.1f TFLOP per prefill", n, el, flops/1e12, attn/1e12)
 }

@@ -125,7 +125,10 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
         mrow[mt][0] = mrow[mt][1] = NEG_INF;
         lrow[mt][0] = lrow[mt][1] = 0.0f;
     }
+    // Scores are kept in log2 units (scaled by log2 e), so that exp2 does
+    // the softmax's exponentials.
     const float L2E = 1.4426950408889634f;
+    float sl2 = scale * L2E, capl2 = softcap * L2E, capin = softcap > 0.0f ? scale / softcap : 0.0f;
 
     load(0, 0);
     cp_async_commit();
@@ -175,8 +178,7 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
             for (int j = 0; j < BKV / 8; j++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float x = s[mt][j][e] * scale;
-                    if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+                    float x = softcap > 0.0f ? capl2 * tanhf(s[mt][j][e] * capin) : s[mt][j][e] * sl2;
                     if (masked) {
                         int kp = kb + j * 8 + (lane & 3) * 2 + (e & 1);
                         int qp = e < 2 ? qp0 : qp1;
@@ -195,16 +197,16 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
                 // A row with no visible key yet keeps m = -inf; use 0 as
                 // the base so that exp gives 0 rather than NaN.
                 float mb = mx[r] == NEG_INF ? 0.0f : mx[r];
-                corr[r] = exp2f((mrow[mt][r] - mb) * L2E);
+                corr[r] = exp2f(mrow[mt][r] - mb);
                 mrow[mt][r] = mx[r];
                 lrow[mt][r] *= corr[r];
-                mx[r] = mb * L2E;
+                mx[r] = mb;
             }
 #pragma unroll
             for (int j = 0; j < BKV / 8; j++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float p = exp2f(fmaf(s[mt][j][e], L2E, -mx[e >> 1]));
+                    float p = exp2f(s[mt][j][e] - mx[e >> 1]);
                     s[mt][j][e] = p;
                     lrow[mt][e >> 1] += p;
                 }
@@ -245,7 +247,7 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
     cp_async_wait<0>();
 
     // Final normalisation, with the sink joining the denominator.
-    float sink = sinks ? ldf(sinks, sdt, h) : NEG_INF;
+    float sink = sinks ? ldf(sinks, sdt, h) * L2E : NEG_INF;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -256,8 +258,8 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
             float m = mrow[mt][r], f = 1.0f;
             if (sinks) {
                 float mf = fmaxf(m, sink);
-                float c = exp2f((m - mf) * L2E);
-                l = l * c + exp2f((sink - mf) * L2E);
+                float c = exp2f(m - mf);
+                l = l * c + exp2f(sink - mf);
                 f = c;
             }
             float inv = f / l;
@@ -278,7 +280,11 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
 #define FLASH_CALL out, q, kh, vh, pos, n, rows, heads, kvheads, scale, softcap, window, sinks, sdt
 
 // Tile shapes (query tiles per warp, keys per tile) by head dim; the host's
-// flashTiles must agree.
+// flashConfigs must agree.
 extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attend64(FLASH_ARGS) { flash_t<64, 2, 64>(FLASH_CALL); }
 extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attend128(FLASH_ARGS) { flash_t<128, 2, 32>(FLASH_CALL); }
 extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attend256(FLASH_ARGS) { flash_t<256, 1, 64>(FLASH_CALL); }
+
+// Alternatives for head dim 128, compared in BenchmarkAttendPrefill.
+extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attend128_m1k64(FLASH_ARGS) { flash_t<128, 1, 64>(FLASH_CALL); }
+extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) flash_attend128_m1k32(FLASH_ARGS) { flash_t<128, 1, 32>(FLASH_CALL); }
