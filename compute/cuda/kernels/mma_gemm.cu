@@ -172,13 +172,9 @@ __device__ __forceinline__ void gemm_tc_t(float* dst, const u16* x, const u16* w
 }
 
 // Instantiations (k step, stages); the host's gemmConfigs must agree.
-#define GEMM_TC(name, DT, BK, ST)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(256, 2) name(float* dst, const u16* x, const u16* w, int n, int m, int k, \
-                                                               int acc) {                                              \
-        gemm_tc_t<DT, BK, ST>(dst, x, w, n, m, k, acc);                                                                \
-    }
-GEMM_TC(gemm_tc_bf16, DT_BF16, 32, 3)
-GEMM_TC(gemm_tc_f16, DT_F16, 32, 3)
+#define GEMM_TC_ARGS float *dst, const u16 *x, const u16 *w, int n, int m, int k, int acc
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16(GEMM_TC_ARGS) { gemm_tc_t<DT_BF16, 32, 3>(dst, x, w, n, m, k, acc); }
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_f16(GEMM_TC_ARGS) { gemm_tc_t<DT_F16, 32, 3>(dst, x, w, n, m, k, acc); }
 // Alternatives compared in BenchmarkGEMM.
-GEMM_TC(gemm_tc_bf16_k64s3, DT_BF16, 64, 3)
-GEMM_TC(gemm_tc_bf16_k32s4, DT_BF16, 32, 4)
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16_k64s3(GEMM_TC_ARGS) { gemm_tc_t<DT_BF16, 64, 3>(dst, x, w, n, m, k, acc); }
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16_k32s4(GEMM_TC_ARGS) { gemm_tc_t<DT_BF16, 32, 4>(dst, x, w, n, m, k, acc); }
