@@ -26,38 +26,16 @@ import (
 // precise two-pass mode.
 const preciseMaxK = 1024
 
-// gemmConfig is one instantiation of gemm_tc (see the end of
-// kernels/mma_gemm.cu): its k step and pipeline depth.
-type gemmConfig struct {
-	name       string
-	bk, stages int
-}
-
-// shared is the kernel's dynamic shared memory: stages × two 128-row tiles.
-func (c gemmConfig) shared() int { return c.stages * 2 * 128 * c.bk * 2 }
-
-// gemmConfigs are the kernels used, by dtype (f16, bf16); gemmVariants are
-// bf16 alternatives kept for BenchmarkGEMM.
-var (
-	gemmConfigs  = [2]gemmConfig{{"gemm_tc_f16", 32, 3}, {"gemm_tc_bf16", 32, 3}}
-	gemmVariants = []gemmConfig{{"gemm_tc_bf16_k64s3", 64, 3}, {"gemm_tc_bf16_k32s4", 32, 4}}
-)
-
 // tcKernels are the tensor-core prefill kernels.
 type tcKernels struct {
-	toHalf  uintptr
-	gemm    [2]uintptr // gemmConfigs
-	variant [2]uintptr // gemmVariants
+	toHalf uintptr
+	gemm   [3]uintptr // by dtype: -, f16, bf16
 }
 
 func (k *tcKernels) add(t map[string]*uintptr) {
 	t["to_half"] = &k.toHalf
-	for i, c := range gemmConfigs {
-		t[c.name] = &k.gemm[i]
-	}
-	for i, c := range gemmVariants {
-		t[c.name] = &k.variant[i]
-	}
+	t["gemm_tc_f16"] = &k.gemm[compute.F16]
+	t["gemm_tc_bf16"] = &k.gemm[compute.BF16]
 }
 
 // matmulMode is how the tensor-core path rounds activations.
@@ -87,7 +65,6 @@ type gemmState struct {
 	blasOff *blas // cuBLAS set aside by UseCUBLAS(false)
 	blasErr error // why cuBLAS is not used
 	simt    bool  // tensor cores off: the f32 SIMT kernel (benchmark baseline)
-	variant int   // 1 + index into gemmVariants to use one (benchmarks), else 0
 	mode    matmulMode
 	xhalf   *buffer // converted activations (hi then lo)
 
@@ -114,26 +91,6 @@ func (b *Backend) openGEMM() error {
 		return err
 	}
 	b.gemm.mode = mode
-	err = b.do(func(w *owner) error {
-		set := func(fn uintptr, c gemmConfig) error {
-			r := call(w.d.cuFuncSetAttribute, fn, cuFuncAttributeMaxDynamicShared, uintptr(c.shared()))
-			return w.check(fmt.Sprintf("cuFuncSetAttribute(%s, %d bytes)", c.name, c.shared()), r)
-		}
-		for i, c := range gemmConfigs {
-			if err := set(b.k.tc.gemm[i], c); err != nil {
-				return err
-			}
-		}
-		for i, c := range gemmVariants {
-			if err := set(b.k.tc.variant[i], c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
 	bl, err := openBLAS()
 	if err != nil {
 		b.gemm.blasErr = err
@@ -212,14 +169,6 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 		dt = cudaR16F
 	}
 	out, wp := dptr(dst), dptr(w)
-	di := 0
-	if w.DType == compute.BF16 {
-		di = 1
-	}
-	cfg, fn := gemmConfigs[di], b.k.tc.gemm[di]
-	if v := b.gemm.variant - 1; v >= 0 && w.DType == compute.BF16 {
-		cfg, fn = gemmVariants[v], b.k.tc.variant[v]
-	}
 	for p := range parts {
 		src := xh + uintptr(p*elems*2)
 		if bl := b.gemm.blas; bl != nil {
@@ -227,9 +176,9 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 			b.record(op{name: "cublasGemmEx", call: func(o *owner) error { return bl.gemm(o, out, src, wp, dt, n, m, k, beta) }})
 			continue
 		}
-		b.record(op{fn: fn, name: "gemm_tc",
+		b.record(op{fn: b.k.tc.gemm[w.DType], name: "gemm_tc",
 			grid:  [3]uint32{uint32((m + 127) / 128), uint32((n + 127) / 128), 1},
-			block: [3]uint32{256, 1, 1}, shared: uint32(cfg.shared())}).
+			block: [3]uint32{256, 1, 1}}).
 			ptr(out).ptr(src).ptr(wp).i(n).i(m).i(k).i(p)
 	}
 	return true

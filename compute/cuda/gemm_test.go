@@ -65,14 +65,8 @@ func TestMatMulTensorCores(t *testing.T) {
 		{5, 33, 64}, {67, 130, 72}, {130, 257, 200}, {128, 128, 128},
 		{300, 1000, 1032}, {129, 385, 4104}, {17, 7, 24},
 	}
-	engines := gemmEngines(g)
-	for _, c := range gemmVariants {
-		engines = append(engines, c.name)
-	}
-	defer func() { g.gemm.variant = 0 }()
-	for i, engine := range engines {
+	for _, engine := range gemmEngines(g) {
 		g.UseCUBLAS(engine == "cublas")
-		g.gemm.variant = max(0, i-len(gemmEngines(g))+1)
 		for _, dt := range []compute.DType{compute.BF16, compute.F16} {
 			for _, s := range shapes {
 				w := h.weight(dt, 0.5, s.m, s.k)
@@ -118,19 +112,11 @@ func BenchmarkGEMM(b *testing.B) {
 		x := g.Alloc(compute.F32, n, s.k)
 		g.Upload(x, randVals(rand.New(rand.NewPCG(3, 4)), n*s.k, 1))
 		dst := g.Alloc(compute.F32, n, s.m)
-		engines := gemmEngines(g)
-		for _, c := range gemmVariants {
-			engines = append(engines, c.name)
-		}
-		for i, engine := range append(engines, "simt") {
+		for _, engine := range append(gemmEngines(g), "simt") {
 			b.Run(fmt.Sprintf("%s/%dx%dx%d", engine, n, s.m, s.k), func(b *testing.B) {
 				g.UseCUBLAS(engine == "cublas")
 				g.gemm.simt = engine == "simt"
-				g.gemm.variant = 0
-				if v := i - len(gemmEngines(g)) + 1; v > 0 && v <= len(gemmVariants) {
-					g.gemm.variant = v
-				}
-				defer func() { g.gemm.simt, g.gemm.variant = false, 0 }()
+				defer func() { g.gemm.simt = false }()
 				for range 2 {
 					g.MatMul(dst, x, w)
 				}
@@ -179,11 +165,6 @@ func TestModes(t *testing.T) {
 		at, err := parseAttnMode(tc.s)
 		if (err != nil) != tc.attnErr || (err == nil && at != tc.at) {
 			t.Errorf("parseAttnMode(%q) = %v, %v", tc.s, at, err)
-		}
-	}
-	for _, c := range append(gemmConfigs[:], gemmVariants...) {
-		if c.shared() > 227<<10 || c.bk%32 != 0 || c.stages < 2 {
-			t.Errorf("%s: %d bytes of shared memory, k step %d, %d stages", c.name, c.shared(), c.bk, c.stages)
 		}
 	}
 	for _, c := range append(append([]flashConfig(nil), flashConfigs...), flashVariants...) {

@@ -125,10 +125,7 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
         mrow[mt][0] = mrow[mt][1] = NEG_INF;
         lrow[mt][0] = lrow[mt][1] = 0.0f;
     }
-    // Scores are kept in log2 units (scaled by log2 e), so that exp2 does
-    // the softmax's exponentials.
     const float L2E = 1.4426950408889634f;
-    float sl2 = scale * L2E, capl2 = softcap * L2E, capin = softcap > 0.0f ? scale / softcap : 0.0f;
 
     load(0, 0);
     cp_async_commit();
@@ -178,7 +175,8 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
             for (int j = 0; j < BKV / 8; j++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float x = softcap > 0.0f ? capl2 * tanhf(s[mt][j][e] * capin) : s[mt][j][e] * sl2;
+                    float x = s[mt][j][e] * scale;
+                    if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
                     if (masked) {
                         int kp = kb + j * 8 + (lane & 3) * 2 + (e & 1);
                         int qp = e < 2 ? qp0 : qp1;
@@ -197,16 +195,16 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
                 // A row with no visible key yet keeps m = -inf; use 0 as
                 // the base so that exp gives 0 rather than NaN.
                 float mb = mx[r] == NEG_INF ? 0.0f : mx[r];
-                corr[r] = exp2f(mrow[mt][r] - mb);
+                corr[r] = exp2f((mrow[mt][r] - mb) * L2E);
                 mrow[mt][r] = mx[r];
                 lrow[mt][r] *= corr[r];
-                mx[r] = mb;
+                mx[r] = mb * L2E;
             }
 #pragma unroll
             for (int j = 0; j < BKV / 8; j++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float p = exp2f(s[mt][j][e] - mx[e >> 1]);
+                    float p = exp2f(fmaf(s[mt][j][e], L2E, -mx[e >> 1]));
                     s[mt][j][e] = p;
                     lrow[mt][e >> 1] += p;
                 }
@@ -247,7 +245,7 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
     cp_async_wait<0>();
 
     // Final normalisation, with the sink joining the denominator.
-    float sink = sinks ? ldf(sinks, sdt, h) * L2E : NEG_INF;
+    float sink = sinks ? ldf(sinks, sdt, h) : NEG_INF;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -258,8 +256,8 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
             float m = mrow[mt][r], f = 1.0f;
             if (sinks) {
                 float mf = fmaxf(m, sink);
-                float c = exp2f(m - mf);
-                l = l * c + exp2f(sink - mf);
+                float c = exp2f((m - mf) * L2E);
+                l = l * c + exp2f((sink - mf) * L2E);
                 f = c;
             }
             float inv = f / l;

@@ -6,16 +6,17 @@
 //
 // Tiling: a block of 256 threads (8 warps, 2 along n × 4 along m) computes a
 // 128×128 tile of dst; each warp 64×32 (4×4 mma tiles). The k dimension goes
-// in steps of BK (32 or 64) through a ring of STAGES shared-memory tiles
-// (dynamic shared memory) filled with cp.async, so loads of later steps
-// overlap the mma of this one. Shared rows of BK bf16 values are stored
-// with their 16-byte chunks permuted (tc_swz) so that ldmatrix reads of
-// eight rows hit eight different bank groups. Needs k
+// in steps of 32 through a 3-stage ring of shared-memory tiles filled with
+// cp.async, so loads of step s+2 overlap the mma of step s. Shared rows are
+// 64 bytes (four 16-byte chunks) stored with chunk c at c ^ ((row>>1)&3), so
+// that ldmatrix reads of eight rows hit eight different bank groups. Needs k
 // a multiple of 8 and 16-byte aligned rows (the host checks); rows beyond n
 // or m and chunks beyond k are filled with zeros.
 
 #define TC_BM 128
 #define TC_BN 128
+#define TC_BK 32
+#define TC_STAGES 3
 
 // half1 rounds v to bf16 (dt 2) or f16 (dt 1), to nearest even, and
 // returns the rounded value back in f32 in *back.
@@ -56,40 +57,32 @@ extern "C" __global__ void to_half(u16* hi, u16* lo, const float* x, i64 n, int 
 }
 
 // tc_swz returns the byte offset of 16-byte chunk c of row r in a tile of
-// rows of BK bf16 values (64 or 128 bytes).
-template <int BK>
-__device__ __forceinline__ u32 tc_swz(int r, int c) {
-    if (BK == 32) return (u32)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4));
-    return (u32)(r * (BK * 2) + ((c ^ (r & 7)) << 4));
-}
+// 64-byte rows.
+__device__ __forceinline__ u32 tc_swz(int r, int c) { return (u32)(r * 64 + ((c ^ ((r >> 1) & 3)) << 4)); }
 
-template <int DT, int BK, int STAGES>
+template <int DT>
 __device__ __forceinline__ void gemm_tc_t(float* dst, const u16* x, const u16* w, int n, int m, int k, int acc) {
-    extern __shared__ __align__(128) unsigned char gsm[];
-    const int TILE = TC_BM * BK * 2; // bytes of one operand's tile
-    const int CH = BK / 8;           // chunks per row
+    __shared__ __align__(128) unsigned char sm[TC_STAGES][2][TC_BM * TC_BK * 2];
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int wn = warp >> 2, wm = warp & 3; // warp's place: 64 rows of x × 32 rows of w
     int r0 = blockIdx.y * TC_BM, c0 = blockIdx.x * TC_BN;
-    int steps = (k + BK - 1) / BK;
-    u32 sbase = smem_addr(gsm);
+    int steps = (k + TC_BK - 1) / TC_BK;
 
-    // Each thread copies BK/16 16-byte chunks of each tile per stage.
+    // Each thread copies two 16-byte chunks of each tile per stage.
     auto load = [&](int stage, int step) {
-        int k0 = step * BK;
-        u32 as = sbase + stage * 2 * TILE, bs = as + TILE;
+        int k0 = step * TC_BK;
 #pragma unroll
-        for (int j = 0; j < BK / 16; j++) {
-            int e = tid + j * 256, r = e / CH, c = e % CH;
+        for (int j = 0; j < 2; j++) {
+            int e = tid + j * 256, r = e >> 2, c = e & 3;
             int gk = k0 + c * 8;
             int gr = r0 + r;
             bool ok = gr < n && gk < k;
             const u16* src = x + (ok ? (i64)gr * k + gk : 0);
-            cp_async16(as + tc_swz<BK>(r, c), src, ok ? 16 : 0);
+            cp_async16(smem_addr(&sm[stage][0][0]) + tc_swz(r, c), src, ok ? 16 : 0);
             int gc = c0 + r;
             ok = gc < m && gk < k;
             src = w + (ok ? (i64)gc * k + gk : 0);
-            cp_async16(bs + tc_swz<BK>(r, c), src, ok ? 16 : 0);
+            cp_async16(smem_addr(&sm[stage][1][0]) + tc_swz(r, c), src, ok ? 16 : 0);
         }
     };
 
@@ -102,34 +95,34 @@ __device__ __forceinline__ void gemm_tc_t(float* dst, const u16* x, const u16* w
             for (int e = 0; e < 4; e++) c[i][j][e] = 0.0f;
 
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
+    for (int s = 0; s < TC_STAGES - 1; s++) {
         if (s < steps) load(s, s);
         cp_async_commit();
     }
     for (int step = 0; step < steps; step++) {
-        cp_async_wait<STAGES - 2>();
+        cp_async_wait<TC_STAGES - 2>();
         __syncthreads();
         // Refill the stage consumed in the previous step.
-        int nx = step + STAGES - 1;
-        if (nx < steps) load(nx % STAGES, nx);
+        int nx = step + TC_STAGES - 1;
+        if (nx < steps) load(nx % TC_STAGES, nx);
         cp_async_commit();
-        int st = step % STAGES;
-        u32 as = sbase + st * 2 * TILE, bs = as + TILE;
+        int st = step % TC_STAGES;
+        u32 as = smem_addr(&sm[st][0][0]), bs = smem_addr(&sm[st][1][0]);
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++) { // the k16 slices of the step
+        for (int kk = 0; kk < 2; kk++) { // two k16 halves of the step
             u32 a[4][4], b[4][2];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int r = wn * 64 + i * 16 + (lane & 15);
                 int ch = kk * 2 + (lane >> 4);
-                ldmatrix_x4(a[i], as + tc_swz<BK>(r, ch));
+                ldmatrix_x4(a[i], as + tc_swz(r, ch));
             }
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 int r = wm * 32 + j * 16 + (lane & 7) + ((lane >> 4) << 3);
                 int ch = kk * 2 + ((lane >> 3) & 1);
                 u32 t[4];
-                ldmatrix_x4(t, bs + tc_swz<BK>(r, ch));
+                ldmatrix_x4(t, bs + tc_swz(r, ch));
                 b[2 * j][0] = t[0];
                 b[2 * j][1] = t[1];
                 b[2 * j + 1][0] = t[2];
@@ -171,10 +164,9 @@ __device__ __forceinline__ void gemm_tc_t(float* dst, const u16* x, const u16* w
     }
 }
 
-// Instantiations (k step, stages); the host's gemmConfigs must agree.
-#define GEMM_TC_ARGS float *dst, const u16 *x, const u16 *w, int n, int m, int k, int acc
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16(GEMM_TC_ARGS) { gemm_tc_t<DT_BF16, 32, 3>(dst, x, w, n, m, k, acc); }
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_f16(GEMM_TC_ARGS) { gemm_tc_t<DT_F16, 32, 3>(dst, x, w, n, m, k, acc); }
-// Alternatives compared in BenchmarkGEMM.
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16_k64s3(GEMM_TC_ARGS) { gemm_tc_t<DT_BF16, 64, 3>(dst, x, w, n, m, k, acc); }
-extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16_k32s4(GEMM_TC_ARGS) { gemm_tc_t<DT_BF16, 32, 4>(dst, x, w, n, m, k, acc); }
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_bf16(float* dst, const u16* x, const u16* w, int n, int m, int k, int acc) {
+    gemm_tc_t<DT_BF16>(dst, x, w, n, m, k, acc);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) gemm_tc_f16(float* dst, const u16* x, const u16* w, int n, int m, int k, int acc) {
+    gemm_tc_t<DT_F16>(dst, x, w, n, m, k, acc);
+}
