@@ -53,6 +53,10 @@ type Backend struct {
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
+
+	seq   uint64     // operations recorded so far
+	gemm  gemmState  // prefill matmuls on the tensor cores (gemm.go)
+	flash flashState // prefill attention on the tensor cores (flash.go)
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -120,6 +124,12 @@ func Open(ordinal int) (*Backend, error) {
 		}
 		return nil
 	})
+	if err == nil {
+		err = b.openGEMM()
+	}
+	if err == nil {
+		err = b.openFlash()
+	}
 	if err != nil {
 		close(b.reqs)
 		return nil, err
@@ -185,6 +195,7 @@ func (b *Backend) record(o op) *op {
 		b.submit(false)
 	}
 	b.pending = append(b.pending, o)
+	b.seq++
 	return &b.pending[len(b.pending)-1]
 }
 
@@ -214,6 +225,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	err := b.Synchronize()
 	b.do(func(w *owner) error {
+		b.gemm.close(w)
 		for _, p := range b.all {
 			call(w.d.cuMemFree, p)
 		}

@@ -301,6 +301,7 @@ func TestRoPE(t *testing.T) {
 
 func TestAttend(t *testing.T) {
 	h := newHarness(t)
+	defer h.g.pinAttention(attnExact)() // the f32 kernel; TestFlashAttend checks flash_attend
 	for _, tc := range []struct {
 		name               string
 		heads, kvHeads, hd int

@@ -49,6 +49,9 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 			ptr(dptr(dst)).ptr(dptr(x)).ptr(dptr(w)).i(m).i(k)
 		return
 	}
+	if b.matmulTC(dst, x, w) {
+		return
+	}
 	o := b.record(op{fn: b.k.gemm[dt], name: "gemm",
 		grid: [3]uint32{uint32((m + 63) / 64), uint32((n + 63) / 64), 1}, block: [3]uint32{256, 1, 1}})
 	o.ptr(dptr(dst)).ptr(dptr(x)).ptr(dptr(w)).i(n).i(m).i(k)
@@ -178,7 +181,7 @@ func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
 // read the start position from pos on the device.
 func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) {
 	n := q.Rows()
-	if n == 0 {
+	if n == 0 || b.attendFlash(dst, q, k, v, cache, pos, a) {
 		return
 	}
 	var fn uintptr

@@ -60,7 +60,8 @@ type owner struct {
 	ctx    uintptr
 	stream uintptr
 	params [maxArgs]uintptr
-	err    error // first failure of a recorded op; sticks
+	err    error    // first failure of a recorded op; sticks
+	prof   *profile // per-kernel timing, when on (profile.go)
 }
 
 // loop runs batches until reqs is closed.
@@ -92,6 +93,9 @@ func (w *owner) loop(reqs <-chan batch, recycle chan<- []op) {
 
 // exec performs one recorded op.
 func (w *owner) exec(o *op) error {
+	if w.prof != nil && !w.prof.inside {
+		return w.profiled(o)
+	}
 	if o.call != nil {
 		return o.call(w)
 	}
