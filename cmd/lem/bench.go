@@ -18,6 +18,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"lem/compute/cpu"
+	"lem/compute/cuda"
+	"lem/compute/device"
 	"lem/engine"
 	"lem/gguf"
 	"lem/internal/mmap"
@@ -32,7 +34,8 @@ type benchReport struct {
 	Label     string `json:"label"`      // e.g. "qwen2 494.03M BF16", the table's model column
 	SizeBytes int64  `json:"size_bytes"` // bytes of all weight tensors
 	Params    int64  `json:"params"`
-	Backend   string `json:"backend"`
+	Backend   string `json:"backend"` // "cpu" or "cuda"
+	Device    string `json:"device"`  // the backend's description
 	Threads   int    `json:"threads"`
 	// WeightBytesPerToken is what one decode step reads of the weights, as
 	// the loaded model accounts it (see model.WeightReads): every weight
@@ -46,8 +49,15 @@ type benchReport struct {
 	// MemBandwidthGBs is the machine's streaming-read bandwidth with the
 	// same thread count, in 10^9 bytes per second; MemBufferBytes the size
 	// of the buffer read.
+	// On a GPU it is the device's copy bandwidth (bytes read plus
+	// bytes written by device-to-device copies of the buffer), as
+	// BandwidthMethod says.
 	MemBandwidthGBs float64 `json:"mem_bandwidth_gbs"`
 	MemBufferBytes  int64   `json:"mem_buffer_bytes"`
+	BandwidthMethod string  `json:"bandwidth_method"`
+	// DecodeKernels is the number of kernel launches of one decode step
+	// as the backend records it (CUDA graphs), 0 where not counted.
+	DecodeKernels int `json:"decode_kernels,omitempty"`
 	// PeakRSSBytes is the process's peak resident set while the tests ran
 	// (before the bandwidth measurement). KVBytes, StateBytes and
 	// CheckpointBytes are the per-sequence state of the largest session:
@@ -81,6 +91,7 @@ type benchTest struct {
 type benchOptions struct {
 	prompt, gen, reps, threads int
 	memMiB                     int
+	device                     string
 	asJSON                     bool
 	progress                   io.Writer // receives a line per repetition; nil: none
 }
@@ -133,6 +144,7 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.IntVarP(&o.gen, "n-gen", "n", 128, "tokens to decode (0: skip the decode test)")
 	fs.IntVarP(&o.reps, "repetitions", "r", 3, "repetitions of each test")
 	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
+	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	return cmd
@@ -152,8 +164,19 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	case o.memMiB < 1:
 		return nil, fmt.Errorf("--mem-buffer must be at least 1 MiB (got %d)", o.memMiB)
 	}
-	backend := cpu.New(o.threads)
-	rep := &benchReport{Model: path, Backend: "cpu", Threads: backend.Threads()}
+	backend, desc, err := device.Open(o.device, o.threads)
+	if err != nil {
+		return nil, err
+	}
+	rep := &benchReport{Model: path, Backend: "cpu", Device: desc, Threads: o.threads, BandwidthMethod: "streaming read"}
+	gpu, onGPU := backend.(*cuda.Backend)
+	if c, ok := backend.(*cpu.Backend); ok {
+		rep.Threads = c.Threads()
+	}
+	if onGPU {
+		rep.Backend, rep.Threads, rep.BandwidthMethod = "cuda", 0, "device copy"
+		defer gpu.Close()
+	}
 
 	m, err := engine.Open(path, engine.Options{Backend: backend})
 	if err != nil {
@@ -213,11 +236,15 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	decode := func(n int) (time.Duration, error) {
 		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true}
 		s := m.NewSession(n + 1)
+		defer s.Close()
 		res, err := m.Generate(ctx, s, req, nil)
 		if err != nil {
 			return 0, err
 		}
 		state(s)
+		if k := s.StepKernels(); k > 0 {
+			rep.DecodeKernels = k
+		}
 		if len(res.IDs) != n+1 {
 			return 0, fmt.Errorf("decode stopped after %d of %d tokens (%s)", len(res.IDs)-1, n, res.StopReason)
 		}
@@ -272,8 +299,14 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	rep.PeakRSSBytes = peakRSS()
 	// The bandwidth baseline runs last so that its buffer stays out of the
 	// resident-set figure.
-	bw, err := memBandwidth(int(rep.MemBufferBytes), rep.Threads)
-	if err != nil {
+	var bw float64
+	if onGPU {
+		bps, err := gpu.CopyBandwidth(rep.MemBufferBytes)
+		if err != nil {
+			return nil, err
+		}
+		bw = bps / 1e9
+	} else if bw, err = memBandwidth(int(rep.MemBufferBytes), rep.Threads); err != nil {
 		return nil, err
 	}
 	rep.MemBandwidthGBs = bw
@@ -462,8 +495,16 @@ func printBench(w io.Writer, r *benchReport) error {
 	for _, row := range rows[1:] {
 		line(row)
 	}
-	fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token",
-		r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	if r.Backend == "cuda" {
+		fmt.Fprintf(&b, "\ndevice: %s\nmemory bandwidth: %.2f GB/s (device copy of %s, read + write); decode reads %s of weights per token",
+			r.Device, r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), humanBytes(r.WeightBytesPerToken))
+	} else {
+		fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token",
+			r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	}
+	if r.DecodeKernels > 0 {
+		fmt.Fprintf(&b, "; %d kernels per decode step", r.DecodeKernels)
+	}
 	if r.ExpertBytes > 0 {
 		fmt.Fprintf(&b, " (routed experts: %s of %s)", humanBytes(r.ActiveExpertBytes), humanBytes(r.ExpertBytes))
 	}

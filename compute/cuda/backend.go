@@ -47,8 +47,13 @@ type Backend struct {
 	all       []uintptr           // every allocation, for Close
 	allocated int64               // bytes
 
-	ropes    map[*compute.Rope]*compute.Tensor
-	attnPart *buffer // partial results of split attention
+	ropes     map[*compute.Rope]*compute.Tensor
+	attnPart  *buffer // partial results of split attention
+	attnCount *buffer // split counters of attend_dec
+
+	fuse     bool      // fold one-row operations into fewer launches (fuse.go)
+	fz       fuseState // the last recorded op, while it can absorb the next
+	recorded uint64    // ops recorded so far
 
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
@@ -92,6 +97,7 @@ func Open(ordinal int) (*Backend, error) {
 		recycle: make(chan []op, 8),
 		free:    map[int64][]uintptr{},
 		ropes:   map[*compute.Rope]*compute.Tensor{},
+		fuse:    fusionEnabled(),
 	}
 	w := &owner{d: d}
 	go w.loop(b.reqs, b.recycle)
@@ -185,6 +191,7 @@ func (b *Backend) record(o op) *op {
 		b.submit(false)
 	}
 	b.pending = append(b.pending, o)
+	b.recorded++
 	return &b.pending[len(b.pending)-1]
 }
 
