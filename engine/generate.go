@@ -30,6 +30,10 @@ type Request struct {
 	TopLogprobs int
 	// Constraint, when set, restricts the tokens that may be sampled.
 	Constraint Constraint
+	// HostSampling reads every logit and samples on the host even where
+	// the backend could pick the candidates itself (see pickK); the tokens
+	// are the same, only slower. For measuring.
+	HostSampling bool
 }
 
 // A Constraint restricts which tokens may come next (constrained decoding,

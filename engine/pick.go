@@ -31,7 +31,7 @@ func pickK(b compute.Backend, req *Request, vocab int) int {
 	p := &req.Sample
 	rep := p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1
 	switch {
-	case req.Logprobs, req.Constraint != nil, len(p.LogitBias) > 0, rep,
+	case req.HostSampling, req.Logprobs, req.Constraint != nil, len(p.LogitBias) > 0, rep,
 		p.PresencePenalty != 0, p.FrequencyPenalty != 0:
 		return 0
 	case p.Greedy():

@@ -92,6 +92,7 @@ type benchOptions struct {
 	prompt, gen, reps, threads int
 	memMiB                     int
 	device                     string
+	hostSampling               bool
 	asJSON                     bool
 	progress                   io.Writer // receives a line per repetition; nil: none
 }
@@ -147,6 +148,7 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
+	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
 	return cmd
 }
 
@@ -234,7 +236,7 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return d, err
 	}
 	decode := func(n int) (time.Duration, error) {
-		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true}
+		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true, HostSampling: o.hostSampling}
 		s := m.NewSession(n + 1)
 		defer s.Close()
 		res, err := m.Generate(ctx, s, req, nil)
