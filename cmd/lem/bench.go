@@ -58,6 +58,9 @@ type benchReport struct {
 	// DecodeKernels is the number of kernel launches of one decode step
 	// as the backend records it (CUDA graphs), 0 where not counted.
 	DecodeKernels int `json:"decode_kernels,omitempty"`
+	// LoadSeconds is the time engine.Open took: reading the weights and,
+	// on a GPU, uploading them.
+	LoadSeconds float64 `json:"load_seconds"`
 	// PeakRSSBytes is the process's peak resident set while the tests ran
 	// (before the bandwidth measurement). KVBytes, StateBytes and
 	// CheckpointBytes are the per-sequence state of the largest session:
@@ -180,10 +183,12 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		defer gpu.Close()
 	}
 
+	tOpen := time.Now()
 	m, err := engine.Open(path, engine.Options{Backend: backend})
 	if err != nil {
 		return nil, err
 	}
+	rep.LoadSeconds = time.Since(tOpen).Seconds()
 	defer m.Close()
 	stored, dtype, err := storedTensors(path)
 	if err != nil {
@@ -506,6 +511,9 @@ func printBench(w io.Writer, r *benchReport) error {
 	}
 	if r.DecodeKernels > 0 {
 		fmt.Fprintf(&b, "; %d kernels per decode step", r.DecodeKernels)
+	}
+	if r.LoadSeconds > 0 {
+		fmt.Fprintf(&b, "\nload: %.2f s (%.2f GB/s of weights)", r.LoadSeconds, float64(r.SizeBytes)/r.LoadSeconds/1e9)
 	}
 	if r.ExpertBytes > 0 {
 		fmt.Fprintf(&b, " (routed experts: %s of %s)", humanBytes(r.ActiveExpertBytes), humanBytes(r.ExpertBytes))

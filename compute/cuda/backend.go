@@ -51,6 +51,7 @@ type Backend struct {
 	attnPart  *buffer // partial results of split attention
 	attnCount *buffer // split counters of attend_dec
 
+	stage    staging   // pinned buffers for weight uploads (upload.go)
 	fuse     bool      // fold one-row operations into fewer launches (fuse.go)
 	fz       fuseState // the last recorded op, while it can absorb the next
 	recorded uint64    // ops recorded so far
@@ -224,6 +225,7 @@ func (b *Backend) Close() error {
 		for _, p := range b.all {
 			call(w.d.cuMemFree, p)
 		}
+		b.stage.free(w)
 		call(w.d.cuStreamDestroy, w.stream)
 		call(w.d.cuDevicePrimaryCtxRelease, uintptr(w.dev))
 		return nil
@@ -301,10 +303,7 @@ func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*comput
 		return nil, fmt.Errorf("weight of shape %v %s: %w", shape, dtype, err)
 	}
 	if len(data) > 0 {
-		err = b.do(func(w *owner) error {
-			return w.check("cuMemcpyHtoD", call(w.d.cuMemcpyHtoD, bf.ptr, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data))))
-		})
-		if err != nil {
+		if err = b.uploadWeight(bf.ptr, data); err != nil {
 			return nil, fmt.Errorf("weight of shape %v %s: %w", shape, dtype, err)
 		}
 	}

@@ -163,3 +163,26 @@ func TestTopK(t *testing.T) {
 		})
 	}
 }
+
+// TestWeightUpload uploads weights larger than the pinned staging buffers
+// (and small ones, which are copied directly) and reads them back.
+func TestWeightUpload(t *testing.T) {
+	g := openGPU(t)
+	for _, n := range []int{1000, 1<<18 + 5, 3*stageChunk/4 + 12345} {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i%100003) - 7
+		}
+		w, err := g.Weight(compute.F32, []int{n}, encode(compute.F32, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, n)
+		g.Read(got, w)
+		for i := range v {
+			if got[i] != v[i] {
+				t.Fatalf("%d values: value %d is %g, want %g", n, i, got[i], v[i])
+			}
+		}
+	}
+}

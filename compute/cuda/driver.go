@@ -39,7 +39,7 @@ type driver struct {
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent  uintptr
 	cuMemAlloc, cuMemFree, cuMemGetInfo                                   uintptr
 	cuMemcpyHtoD, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync uintptr
-	cuMemsetD8Async                                                       uintptr
+	cuMemsetD8Async, cuMemAllocHost, cuMemFreeHost                        uintptr
 	cuModuleLoadData, cuModuleGetFunction, cuModuleUnload                 uintptr
 	cuLaunchKernel, cuFuncSetAttribute                                    uintptr
 	cuStreamCreate, cuStreamSynchronize, cuStreamDestroy                  uintptr
@@ -109,6 +109,8 @@ func openDriver() (*driver, error) {
 		{&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 		{&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
 		{&d.cuMemsetD8Async, "cuMemsetD8Async"},
+		{&d.cuMemAllocHost, "cuMemAllocHost_v2"},
+		{&d.cuMemFreeHost, "cuMemFreeHost"},
 		{&d.cuModuleLoadData, "cuModuleLoadData"},
 		{&d.cuModuleGetFunction, "cuModuleGetFunction"},
 		{&d.cuModuleUnload, "cuModuleUnload"},
