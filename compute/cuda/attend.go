@@ -29,7 +29,7 @@ var _ [104 - unsafe.Sizeof(attDec{})]byte
 var _ [unsafe.Sizeof(attDec{}) - 104]byte
 
 func (b *Backend) recordRopePrep(a *ropePrep, o *op) {
-	*o = op{fn: b.k.dec.ropePrep, name: "rope_prep", grid: [3]uint32{1, 1, 1}, block: [3]uint32{256, 1, 1}, nargs: 1}
+	*o = op{fn: b.k.dec.ropePrep, name: "rope_prep", grid: [3]uint32{1, 1, 1}, block: [3]uint32{256, 1, 1}, nargs: 1, pdl: b.pdl}
 	*(*ropePrep)(unsafe.Pointer(&o.args[0])) = *a
 }
 
@@ -122,7 +122,7 @@ func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCa
 		pos: uint64(dptr(pos)), sinks: uint64(dptr(a.Sinks)), part: uint64(part), count: uint64(b.attnCounters(a.KVHeads)),
 		heads: int32(a.Heads), kvheads: int32(a.KVHeads), hd: int32(hd), cap: int32(cache.Capacity), ring: ring,
 		window: int32(a.Window), sdt: int32(sdt), sp: int32(splits), scale: a.Scale, softcap: a.SoftCap}
-	o := op{fn: fn, name: "attend_dec", grid: [3]uint32{uint32(a.KVHeads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}, nargs: 1}
+	o := op{fn: fn, name: "attend_dec", grid: [3]uint32{uint32(a.KVHeads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}, nargs: 1, pdl: b.pdl}
 	*(*attDec)(unsafe.Pointer(&o.args[0])) = ad
 	b.record(o)
 	return true

@@ -53,6 +53,7 @@ type Backend struct {
 
 	stage    staging   // pinned buffers for weight uploads (upload.go)
 	fuse     bool      // fold one-row operations into fewer launches (fuse.go)
+	pdl      bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
 	fz       fuseState // the last recorded op, while it can absorb the next
 	recorded uint64    // ops recorded so far
 
@@ -99,6 +100,7 @@ func Open(ordinal int) (*Backend, error) {
 		free:    map[int64][]uintptr{},
 		ropes:   map[*compute.Rope]*compute.Tensor{},
 		fuse:    fusionEnabled(),
+		pdl:     pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
 	}
 	w := &owner{d: d}
 	go w.loop(b.reqs, b.recycle)

@@ -40,10 +40,12 @@ func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 		return
 	}
 	if k == 1 {
-		b.launch(b.k.dec.argmax, "argmax_rows", rows, 1024).ptr(dptr(dst)).ptr(dptr(x)).i(n)
+		o := b.launch(b.k.dec.argmax, "argmax_rows", rows, 1024).ptr(dptr(dst)).ptr(dptr(x)).i(n)
+		o.pdl = b.pdl
 		return
 	}
-	b.launch(b.k.dec.topk, "topk_rows", rows, 1024).ptr(dptr(dst)).ptr(dptr(x)).i(n).i(k)
+	o := b.launch(b.k.dec.topk, "topk_rows", rows, 1024).ptr(dptr(dst)).ptr(dptr(x)).i(n).i(k)
+	o.pdl = b.pdl
 }
 
 // Kernels returns the number of kernel launches the graph replays.

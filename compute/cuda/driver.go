@@ -48,6 +48,10 @@ type driver struct {
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                     uintptr
 	cuGetErrorName, cuGetErrorString                                      uintptr
+
+	// cuLaunchKernelEx (CUDA 12.0) launches with attributes such as
+	// programmatic dependent launch; 0 when the driver lacks it.
+	cuLaunchKernelEx uintptr
 }
 
 var (
@@ -139,6 +143,9 @@ func openDriver() (*driver, error) {
 			return nil, fmt.Errorf("cuda: libcuda.so.1 lacks %s (driver too old?): %v", s.name, err)
 		}
 		*s.p = p
+	}
+	if p, err := purego.Dlsym(lib, "cuLaunchKernelEx"); err == nil {
+		d.cuLaunchKernelEx = p
 	}
 	return d, nil
 }

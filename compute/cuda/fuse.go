@@ -165,7 +165,7 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 	}
 	*o = op{fn: fn, name: "fgemv",
 		grid:  [3]uint32{uint32((units + fgemvWarps - 1) / fgemvWarps), 1, 1},
-		block: [3]uint32{fgemvWarps * 32, 1, 1}, nargs: 1}
+		block: [3]uint32{fgemvWarps * 32, 1, 1}, nargs: 1, pdl: b.pdl}
 	if norm {
 		o.shared = uint32(4 * a.k)
 	}

@@ -3,6 +3,22 @@
 // one token (rotary embedding and cache store in one launch, then attention
 // split over the keys that merges its own parts), and token picking.
 
+// Programmatic dependent launch (pdl.go): a kernel launched with it waits
+// for the kernel before it in pdl_wait, before touching anything that one
+// may write, and lets the next start early with pdl_launch. Both are no-ops
+// for a plain launch and before sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- fused matrix-vector product
 
 // FGemv describes one launch of fgemv: up to three matrices sharing the input
@@ -89,9 +105,11 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
     }
     const char* wa = ma >= 0 ? (const char*)a.w[ma] + (i64)ra * k * ES : 0;
     const char* wb = mb >= 0 ? (const char*)a.w[mb] + (i64)rb * k * ES : 0;
+    pdl_launch();
     U4 ua[FG_U], ub[FG_U];
     if (wa) fg_load(ua, wa, lane, nv);
     if (wb) fg_load(ub, wb, lane, nv);
+    pdl_wait();
     const float* x = a.x;
     if (NORM) {
         // As the rmsnorm kernel with 256 threads computes it.
@@ -174,6 +192,8 @@ __device__ __forceinline__ u32 fkey(float f) {
 extern "C" __global__ void __launch_bounds__(1024) argmax_rows(float* dst, const float* x, int n) {
     __shared__ float sv[32];
     __shared__ int si[32];
+    pdl_wait();
+    pdl_launch();
     const float* row = x + (i64)blockIdx.x * n;
     float best = NEG_INF;
     int bi = 0x7fffffff;
@@ -225,6 +245,8 @@ struct RopePrep {
 };
 
 extern "C" __global__ void rope_prep(const RopePrep a) {
+    pdl_wait();
+    pdl_launch();
     int p = a.pos[0];
     int half = a.dims / 2;
     int slot = a.ring ? p % a.cap : p;
@@ -289,6 +311,8 @@ __device__ void attend_dec_t(const AttDec& a) {
     __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
     __shared__ float sm_acc[AD_WARPS][GM][32 * E];
     __shared__ int last;
+    pdl_wait();
+    pdl_launch();
     int kh = blockIdx.x, sp = blockIdx.y;
     int G = a.heads / a.kvheads, hd = a.hd;
     int p = a.pos[0];
@@ -422,6 +446,8 @@ extern "C" __global__ void __launch_bounds__(1024) topk_rows(float* dst, const f
     __shared__ int wcount[32];
     __shared__ u32 s_sel;
     __shared__ int s_need, s_gt, s_taken;
+    pdl_wait();
+    pdl_launch();
     const float* row = x + (i64)blockIdx.x * n;
     int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
     u32 prefix = 0, mask = 0;
