@@ -301,6 +301,7 @@ __device__ __forceinline__ float ld_cg(const float* p) {
 }
 
 #define AD_WARPS 4
+#define AD_KEYS 4
 
 // attend_dec_t: block (kv head, split) walks its share of the keys, each
 // warp a strided subset, for all G query heads of the kv head at once (the
@@ -333,31 +334,41 @@ __device__ void attend_dec_t(const AttDec& a) {
     }
     int chunk = (p - first + a.splits) / a.splits;
     int lo = first + sp * chunk, hi = min(p, lo + chunk - 1);
-    for (int j = lo + w; j <= hi; j += AD_WARPS) {
-        int slot = a.ring ? j % a.cap : j;
-        const float* kr = a.ck + (i64)slot * kc + kh * hd;
-        const float* vr = a.cv + (i64)slot * kc + kh * hd;
-        float kv[E], vv[E];
+    // AD_KEYS keys per warp and step, loaded before any is used.
+    for (int j0 = lo + w; j0 <= hi; j0 += AD_KEYS * AD_WARPS) {
+        float kv[AD_KEYS][E], vv[AD_KEYS][E];
 #pragma unroll
-        for (int e = 0; e < E; e++) {
-            int d = lane + 32 * e;
-            kv[e] = d < hd ? kr[d] : 0.0f;
-            vv[e] = d < hd ? vr[d] : 0.0f;
+        for (int u = 0; u < AD_KEYS; u++) {
+            int j = j0 + u * AD_WARPS;
+            int slot = a.ring ? j % a.cap : j;
+            const float* kr = a.ck + (i64)slot * kc + kh * hd;
+            const float* vr = a.cv + (i64)slot * kc + kh * hd;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                int d = lane + 32 * e;
+                bool ok = j <= hi && d < hd;
+                kv[u][e] = ok ? kr[d] : 0.0f;
+                vv[u][e] = ok ? vr[d] : 0.0f;
+            }
         }
 #pragma unroll
-        for (int g = 0; g < GM; g++) {
-            if (g >= G) break;
-            float s = 0.0f;
+        for (int u = 0; u < AD_KEYS; u++) {
+            if (j0 + u * AD_WARPS > hi) break;
 #pragma unroll
-            for (int e = 0; e < E; e++) s += qr[g][e] * kv[e];
-            s = warp_sum(s) * a.scale;
-            if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-            float mn = fmaxf(m[g], s);
-            float corr = expf(m[g] - mn), pj = expf(s - mn);
-            l[g] = l[g] * corr + pj;
+            for (int g = 0; g < GM; g++) {
+                if (g >= G) break;
+                float s = 0.0f;
 #pragma unroll
-            for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + pj * vv[e];
-            m[g] = mn;
+                for (int e = 0; e < E; e++) s += qr[g][e] * kv[u][e];
+                s = warp_sum(s) * a.scale;
+                if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+                float mn = fmaxf(m[g], s);
+                float corr = expf(m[g] - mn), pj = expf(s - mn);
+                l[g] = l[g] * corr + pj;
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + pj * vv[u][e];
+                m[g] = mn;
+            }
         }
     }
 #pragma unroll
