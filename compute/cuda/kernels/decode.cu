@@ -432,13 +432,11 @@ __device__ void attend_dec_t(const AttDec& a) {
     if (threadIdx.x == 0) a.count[kh] = 0;
 }
 
-#define ATTEND_DEC(name, E, GM) \
-    extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) name(const AttDec a) { attend_dec_t<E, GM>(a); }
-ATTEND_DEC(attend_dec2_4, 2, 4)
-ATTEND_DEC(attend_dec4_4, 4, 4)
-ATTEND_DEC(attend_dec8_4, 8, 4)
-ATTEND_DEC(attend_dec2_8, 2, 8)
-ATTEND_DEC(attend_dec4_8, 4, 8)
+extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec2_4(const AttDec a) { attend_dec_t<2, 4>(a); }
+extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec4_4(const AttDec a) { attend_dec_t<4, 4>(a); }
+extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec8_4(const AttDec a) { attend_dec_t<8, 4>(a); }
+extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec2_8(const AttDec a) { attend_dec_t<2, 8>(a); }
+extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec4_8(const AttDec a) { attend_dec_t<4, 8>(a); }
 
 #define TK_MAX 256
 
