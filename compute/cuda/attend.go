@@ -29,7 +29,8 @@ var _ [104 - unsafe.Sizeof(attDec{})]byte
 var _ [unsafe.Sizeof(attDec{}) - 104]byte
 
 func (b *Backend) recordRopePrep(a *ropePrep, o *op) {
-	*o = op{fn: b.k.dec.ropePrep, name: "rope_prep", grid: [3]uint32{1, 1, 1}, block: [3]uint32{256, 1, 1}, nargs: 1, pdl: b.pdl}
+	work := max(int(a.qheads+a.kheads)*int(a.dims/2), int(a.kc))
+	*o = op{fn: b.k.dec.ropePrep, name: "rope_prep", grid: [3]uint32{1, 1, 1}, block: [3]uint32{uint32(threads(work, 1024)), 1, 1}, nargs: 1, pdl: b.pdl}
 	*(*ropePrep)(unsafe.Pointer(&o.args[0])) = *a
 }
 

@@ -51,11 +51,12 @@ type Backend struct {
 	attnPart  *buffer // partial results of split attention
 	attnCount *buffer // split counters of attend_dec
 
-	stage    staging   // pinned buffers for weight uploads (upload.go)
-	fuse     bool      // fold one-row operations into fewer launches (fuse.go)
-	pdl      bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
-	fz       fuseState // the last recorded op, while it can absorb the next
-	recorded uint64    // ops recorded so far
+	stage       staging   // pinned buffers for weight uploads (upload.go)
+	fuse        bool      // fold one-row operations into fewer launches (fuse.go)
+	fgemvBlocks int       // most blocks of an fgemv launch (0: no limit)
+	pdl         bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
+	fz          fuseState // the last recorded op, while it can absorb the next
+	recorded    uint64    // ops recorded so far
 
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
@@ -93,14 +94,15 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	d, _ := loadDriver()
 	b := &Backend{
-		info:    info,
-		nvrtc:   fmt.Sprintf("%d.%d", nv.major, nv.minor),
-		reqs:    make(chan batch, 64),
-		recycle: make(chan []op, 8),
-		free:    map[int64][]uintptr{},
-		ropes:   map[*compute.Rope]*compute.Tensor{},
-		fuse:    fusionEnabled(),
-		pdl:     pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
+		info:        info,
+		nvrtc:       fmt.Sprintf("%d.%d", nv.major, nv.minor),
+		reqs:        make(chan batch, 64),
+		recycle:     make(chan []op, 8),
+		free:        map[int64][]uintptr{},
+		ropes:       map[*compute.Rope]*compute.Tensor{},
+		fuse:        fusionEnabled(),
+		fgemvBlocks: fgemvGrid(info.SMs),
+		pdl:         pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
 	}
 	w := &owner{d: d}
 	go w.loop(b.reqs, b.recycle)

@@ -149,9 +149,19 @@ const llama1BConfig = `{"model_type": "llama", "architectures": ["LlamaForCausal
  "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
  "hidden_act": "silu", "max_position_embeddings": 131072, "tie_word_embeddings": true}`
 
+const llama8BConfig = `{"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+ "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+ "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+ "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+ "hidden_act": "silu", "max_position_embeddings": 131072, "tie_word_embeddings": false}`
+
 // synthLlama1B loads a llama-3.2-1b-shaped model with random bf16 weights.
-func synthLlama1B(b *Backend) (model.Model, int64, error) {
-	cfg, err := model.ParseConfig([]byte(llama1BConfig))
+func synthLlama1B(b *Backend) (model.Model, int64, error) { return synthLlama(b, llama1BConfig) }
+
+// synthLlama loads a llama model of the given config with random bf16
+// weights, and returns the bytes of weights a decode step reads.
+func synthLlama(b *Backend, config string) (model.Model, int64, error) {
+	cfg, err := model.ParseConfig([]byte(config))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -161,7 +171,10 @@ func synthLlama1B(b *Backend) (model.Model, int64, error) {
 		"model.embed_tokens.weight": {v, h},
 		"model.norm.weight":         {h},
 	}
-	bytes := int64(2 * v * h)
+	bytes := int64(2 * v * h) // the output projection; the embedding reads a row
+	if !cfg.TieWordEmbeddings {
+		shapes["lm_head.weight"] = []int{v, h}
+	}
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		for name, s := range map[string][]int{
@@ -281,5 +294,107 @@ func BenchmarkDecodeStep(b *testing.B) {
 			b.ReportMetric(rate/1e9, "GB/s")
 			b.ReportMetric(rate/bw, "of-copy-bw")
 		})
+	}
+}
+
+// BenchmarkDecodeKernels decodes llama-3.2-1b- and llama-3.1-8b-shaped bf16
+// models (random weights) at context ~64 in several backend settings, and
+// reports for each the replay time of the captured step (graph) with its
+// weight bandwidth against the copy bandwidth, the kernels it launches, and
+// where the device time of a step goes (each launch timed apart).
+func BenchmarkDecodeKernels(b *testing.B) {
+	g := openGPU(b)
+	bw, err := copyBandwidth()
+	if err != nil {
+		b.Fatal(err)
+	}
+	type setting struct {
+		name      string
+		fuse, pdl bool
+		blocks    int
+	}
+	settings := []setting{
+		{"plain", false, false, 0},
+		{"fused", true, false, fgemvGrid(g.info.SMs)},
+		{"fused+pdl", true, g.pdl, fgemvGrid(g.info.SMs)},
+		{"fused+pdl/grid-all", true, g.pdl, 0},
+	}
+	saved := []any{g.fuse, g.pdl, g.fgemvBlocks}
+	defer func() { g.fuse, g.pdl, g.fgemvBlocks = saved[0].(bool), saved[1].(bool), saved[2].(int) }()
+	for _, geo := range []struct{ name, config string }{{"1b", llama1BConfig}, {"8b", llama8BConfig}} {
+		m, weightBytes, err := synthLlama(g, geo.config)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vocab := m.Config().VocabSize
+		for _, set := range settings {
+			b.Run(geo.name+"/"+set.name, func(b *testing.B) {
+				g.fuse, g.pdl, g.fgemvBlocks = set.fuse, set.pdl, set.blocks
+				const ctx, prompt = 512, 64
+				st := m.NewState(ctx)
+				ids, pos := g.Alloc(compute.I32, prompt), g.Alloc(compute.I32, prompt)
+				p := make([]int32, prompt)
+				for i := range p {
+					p[i] = int32(i * 7 % vocab)
+				}
+				g.UploadInts(ids, p)
+				for i := range p {
+					p[i] = int32(i)
+				}
+				g.UploadInts(pos, p)
+				logits := g.Alloc(compute.F32, 1, vocab)
+				m.Forward(st, ids, pos, logits)
+				id1, pos1 := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1)
+				at := prompt
+				step := func() {
+					g.UploadInts(id1, []int32{int32(at * 13 % vocab)})
+					g.UploadInts(pos1, []int32{int32(at)})
+					at++
+				}
+				step()
+				m.Forward(st, id1, pos1, logits)
+				step()
+				graph, err := g.Capture(func() { m.Forward(st, id1, pos1, logits) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer graph.Close()
+				const reps = 40
+				for range 3 {
+					graph.Launch()
+				}
+				g.Synchronize()
+				t0 := time.Now()
+				for range reps {
+					graph.Launch()
+				}
+				if err := g.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				replay := time.Since(t0) / reps
+				// Timed launches, outside the graph.
+				prof, err := g.Profile(func() {
+					for range 4 {
+						step()
+						m.Forward(st, id1, pos1, logits)
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var sum time.Duration
+				for _, k := range prof {
+					sum += k.Time
+				}
+				b.Logf("%s %s: replay %v/step = %.0f tok/s, %.0f GB/s of weights = %.1f%% of copy bandwidth; %d kernels; timed launches sum to %v/step:",
+					geo.name, set.name, replay, 1/replay.Seconds(), float64(weightBytes)/replay.Seconds()/1e9,
+					100*float64(weightBytes)/replay.Seconds()/bw, graph.(*Graph).Kernels(), sum/4)
+				for _, k := range prof {
+					b.Logf("  %-16s %4d/step %9v/step %5.1f%%", k.Name, k.Launches/4, k.Time/4, 100*float64(k.Time)/float64(sum))
+				}
+				b.ReportMetric(1/replay.Seconds(), "tok/s")
+				b.ReportMetric(float64(weightBytes)/replay.Seconds()/bw, "of-copy-bw")
+			})
+		}
 	}
 }

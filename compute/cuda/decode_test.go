@@ -26,7 +26,7 @@ func TestFusedDecode(t *testing.T) {
 			}
 			r := &compute.Rope{Dims: hd, InvFreq: inv, Scale: 1}
 			a := &compute.Attention{Heads: heads, KVHeads: kvh, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
-			inNorm, ffNorm := h.weight(dt, 1, hid), h.weight(dt, 1, hid)
+			inNorm, ffNorm := h.vec(dt, 1, hid), h.vec(dt, 1, hid)
 			wq, wk, wv := h.weight(dt, 0.1, heads*hd, hid), h.weight(dt, 0.1, kvh*hd, hid), h.weight(dt, 0.1, kvh*hd, hid)
 			bq, bk, bv := h.weight(compute.BF16, 0.1, heads*hd), h.weight(compute.BF16, 0.1, kvh*hd), h.weight(compute.BF16, 0.1, kvh*hd)
 			wo := h.weight(dt, 0.1, hid, heads*hd)

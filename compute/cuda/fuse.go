@@ -1,8 +1,10 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"unsafe"
 
 	"lem/compute"
@@ -101,6 +103,45 @@ func overlapsAny(s span, l []span) bool {
 // fusionEnabled reads LEM_CUDA_FUSE.
 func fusionEnabled() bool { return os.Getenv("LEM_CUDA_FUSE") != "0" }
 
+// fgemvResident is how many fgemv blocks are launched per SM at most: the
+// blocks stay resident and walk the rows (two per warp) with a stride.
+// LEM_CUDA_FGEMV_BLOCKS overrides the total (0: one block per 16 rows,
+// however many that is).
+func fgemvGrid(sms int) int {
+	if v, err := strconv.Atoi(os.Getenv("LEM_CUDA_FGEMV_BLOCKS")); err == nil {
+		return v
+	}
+	return fgemvResident * sms
+}
+
+const fgemvResident = 2
+
+// fgemvNames names fgemv launches by mode, matrices and addends, so that a
+// profile tells them apart.
+var fgemvNames = func() (t [4][4][2]string) {
+	for mode := range 4 {
+		for n := range 4 {
+			for add := range 2 {
+				name := "fgemv"
+				if mode&fgModeNorm != 0 {
+					name += "+norm"
+				}
+				if n > 1 {
+					name += fmt.Sprintf("×%d", n)
+				}
+				if mode&fgModeGLU != 0 {
+					name += "+glu"
+				}
+				if add != 0 {
+					name += "+add"
+				}
+				t[mode][n][add] = name
+			}
+		}
+	}
+	return t
+}()
+
 // last returns the fusion state when the op it describes is still the last
 // one recorded and not yet handed to the owner.
 func (b *Backend) last(kind fuseKind) *fuseState {
@@ -163,8 +204,18 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 		}
 		units = (rows + 1) / 2
 	}
-	*o = op{fn: fn, name: "fgemv",
-		grid:  [3]uint32{uint32((units + fgemvWarps - 1) / fgemvWarps), 1, 1},
+	grid := (units + fgemvWarps - 1) / fgemvWarps
+	if b.fgemvBlocks > 0 {
+		grid = min(grid, b.fgemvBlocks)
+	}
+	added := 0
+	for j := range a.nmat {
+		if a.add[j] != 0 {
+			added = 1
+		}
+	}
+	*o = op{fn: fn, name: fgemvNames[a.mode&3][min(a.nmat, 3)][added],
+		grid:  [3]uint32{uint32(grid), 1, 1},
 		block: [3]uint32{fgemvWarps * 32, 1, 1}, nargs: 1, pdl: b.pdl}
 	if norm {
 		o.shared = uint32(4 * a.k)

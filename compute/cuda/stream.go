@@ -63,7 +63,8 @@ type owner struct {
 	params [maxArgs]uintptr
 	launch launchConfig // cuLaunchKernelEx's configuration
 	attr   launchAttr
-	err    error // first failure of a recorded op; sticks
+	prof   *profiler // times every launch while set (profile.go)
+	err    error     // first failure of a recorded op; sticks
 }
 
 // loop runs batches until reqs is closed.
@@ -97,6 +98,9 @@ func (w *owner) loop(reqs <-chan batch, recycle chan<- []op) {
 func (w *owner) exec(o *op) error {
 	if o.call != nil {
 		return o.call(w)
+	}
+	if w.prof != nil && !w.prof.busy {
+		return w.prof.time(w, o)
 	}
 	for i := 0; i < o.nargs; i++ {
 		w.params[i] = uintptr(unsafe.Pointer(&o.args[i]))

@@ -81,30 +81,43 @@ __device__ __forceinline__ void fg_load(U4* u, const char* w, int t0, int nv) {
     }
 }
 
-// Each warp computes two rows: consecutive rows of the stacked matrices, or
-// in GLU mode row i of both matrices. Weight loads for the next stretch are
-// issued before the current one is multiplied, and the first stretch before
-// the input is normalised.
+// fg_rows finds the two rows unit u computes: consecutive rows of the
+// stacked matrices, or in GLU mode row u of both; null when out of range.
+template <int ES>
+__device__ __forceinline__ void fg_rows(const FGemv& a, int u, int& ma, int& ra, int& mb, int& rb,
+                                        const char*& wa, const char*& wb) {
+    if (a.mode & FG_MODE_GLU) {
+        ma = mb = -1;
+        ra = rb = u;
+        if (u < a.m[0]) ma = 0, mb = 1;
+    } else {
+        fg_row(a, 2 * u, ma, ra);
+        fg_row(a, 2 * u + 1, mb, rb);
+    }
+    wa = ma >= 0 ? (const char*)a.w[ma] + (i64)ra * a.k * ES : 0;
+    wb = mb >= 0 ? (const char*)a.w[mb] + (i64)rb * a.k * ES : 0;
+}
+
+// Each warp computes two rows at a time (a unit) and moves on to the unit
+// gridDim.x·FG_WARPS further: blocks stay resident, so a norm is staged
+// once per block, and the loads of a unit's first stretch of weights are
+// issued before the last stretch of the previous unit is multiplied, the
+// first ones before the input is normalised (or, launched dependent, before
+// the previous kernel has finished).
 template <int DT, bool NORM>
 __device__ __forceinline__ void fgemv_t(const FGemv& a) {
     extern __shared__ float xs[];
     __shared__ double sh[32];
     const int V = DT == DT_F32 ? 4 : 8;
     const int ES = DT == DT_F32 ? 4 : 2;
+    const int S = 32 * FG_U;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int stride = gridDim.x * FG_WARPS;
     int unit = blockIdx.x * FG_WARPS + warp;
     int k = a.k, nv = k / V;
     int ma, ra, mb, rb;
-    if (a.mode & FG_MODE_GLU) {
-        ma = mb = -1;
-        ra = rb = unit;
-        if (unit < a.m[0]) ma = 0, mb = 1;
-    } else {
-        fg_row(a, 2 * unit, ma, ra);
-        fg_row(a, 2 * unit + 1, mb, rb);
-    }
-    const char* wa = ma >= 0 ? (const char*)a.w[ma] + (i64)ra * k * ES : 0;
-    const char* wb = mb >= 0 ? (const char*)a.w[mb] + (i64)rb * k * ES : 0;
+    const char *wa, *wb;
+    fg_rows<ES>(a, unit, ma, ra, mb, rb, wa, wb);
     pdl_launch();
     U4 ua[FG_U], ub[FG_U];
     if (wa) fg_load(ua, wa, lane, nv);
@@ -129,48 +142,58 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
         __syncthreads();
         x = xs;
     }
-    if (!wa) return;
-    float acca = 0.0f, accb = 0.0f;
-    for (int t0 = lane; t0 < nv; t0 += 32 * FG_U) {
-        U4 ca[FG_U], cb[FG_U];
+    while (wa) {
+        int nma, nra, nmb, nrb;
+        const char *na, *nb;
+        fg_rows<ES>(a, unit + stride, nma, nra, nmb, nrb, na, nb);
+        float acca = 0.0f, accb = 0.0f;
+        for (int t0 = lane; t0 < nv; t0 += S) {
+            U4 ca[FG_U], cb[FG_U];
 #pragma unroll
-        for (int j = 0; j < FG_U; j++) ca[j] = ua[j], cb[j] = ub[j];
-        int tn = t0 + 32 * FG_U;
-        if (tn < nv) {
-            fg_load(ua, wa, tn, nv);
-            if (wb) fg_load(ub, wb, tn, nv);
-        }
+            for (int j = 0; j < FG_U; j++) ca[j] = ua[j], cb[j] = ub[j];
+            int tn = t0 + S;
+            if (tn < nv) {
+                fg_load(ua, wa, tn, nv);
+                if (wb) fg_load(ub, wb, tn, nv);
+            } else {
+                if (na) fg_load(ua, na, lane, nv);
+                if (nb) fg_load(ub, nb, lane, nv);
+            }
 #pragma unroll
-        for (int j = 0; j < FG_U; j++) {
-            int t = t0 + 32 * j;
-            if (t >= nv) break;
-            float fa[V], fb[V];
-            unpack16<DT>(ca[j], fa);
-            unpack16<DT>(cb[j], fb);
-            const F4* xr = (const F4*)(x + (i64)t * V);
+            for (int j = 0; j < FG_U; j++) {
+                int t = t0 + 32 * j;
+                if (t >= nv) break;
+                float fa[V], fb[V];
+                unpack16<DT>(ca[j], fa);
+                unpack16<DT>(cb[j], fb);
+                const F4* xr = (const F4*)(x + (i64)t * V);
 #pragma unroll
-            for (int q = 0; q < V / 4; q++) {
-                F4 v = xr[q];
-                acca += fa[4 * q] * v.x + fa[4 * q + 1] * v.y + fa[4 * q + 2] * v.z + fa[4 * q + 3] * v.w;
-                accb += fb[4 * q] * v.x + fb[4 * q + 1] * v.y + fb[4 * q + 2] * v.z + fb[4 * q + 3] * v.w;
+                for (int q = 0; q < V / 4; q++) {
+                    F4 v = xr[q];
+                    acca += fa[4 * q] * v.x + fa[4 * q + 1] * v.y + fa[4 * q + 2] * v.z + fa[4 * q + 3] * v.w;
+                    accb += fb[4 * q] * v.x + fb[4 * q + 1] * v.y + fb[4 * q + 2] * v.z + fb[4 * q + 3] * v.w;
+                }
             }
         }
+        acca = warp_sum(acca);
+        accb = warp_sum(accb);
+        if (lane == 0) {
+            if (a.mode & FG_MODE_GLU) {
+                a.d[0][ra] = acca;
+                a.d[1][rb] = accb;
+                a.gdst[ra] = activate(acca, a.act) * accb;
+            } else {
+                fg_out(a, ma, ra, acca);
+                if (mb >= 0) fg_out(a, mb, rb, accb);
+            }
+        }
+        unit += stride;
+        ma = nma, ra = nra, mb = nmb, rb = nrb, wa = na, wb = nb;
     }
-    acca = warp_sum(acca);
-    accb = warp_sum(accb);
-    if (lane != 0) return;
-    if (a.mode & FG_MODE_GLU) {
-        a.d[0][ra] = acca;
-        a.d[1][rb] = accb;
-        a.gdst[ra] = activate(acca, a.act) * accb;
-        return;
-    }
-    fg_out(a, ma, ra, acca);
-    if (mb >= 0) fg_out(a, mb, rb, accb);
 }
 
 #define FGEMV(name, DT, NORM) \
-    extern "C" __global__ void __launch_bounds__(FG_WARPS * 32) name(const FGemv a) { fgemv_t<DT, NORM>(a); }
+    extern "C" __global__ void __launch_bounds__(FG_WARPS * 32, 2) name(const FGemv a) { fgemv_t<DT, NORM>(a); }
 FGEMV(fgemv_f32, DT_F32, false)
 FGEMV(fgemv_f16, DT_F16, false)
 FGEMV(fgemv_bf16, DT_BF16, false)
