@@ -82,7 +82,7 @@ func randomBF16(n int, scale float32) []byte {
 }
 
 // BenchmarkGEMV measures the decode matrix-vector product on bf16 weights of
-// llama-3.2-1b's shapes, as GB/s of weights read and as a fraction of the
+// llama-3.2-1b and llama-3.1-8b shapes, as GB/s of weights read and as a fraction of the
 // copy bandwidth.
 func BenchmarkGEMV(b *testing.B) {
 	g := openGPU(b)
@@ -90,7 +90,7 @@ func BenchmarkGEMV(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, s := range []struct{ m, k int }{{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}} {
+	for _, s := range []struct{ m, k int }{{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}} {
 		b.Run(fmt.Sprintf("%dx%d", s.m, s.k), func(b *testing.B) {
 			w, err := g.Weight(compute.BF16, []int{s.m, s.k}, randomBF16(s.m*s.k, 0.02))
 			if err != nil {

@@ -178,6 +178,7 @@ type fgemvArgs struct {
 const (
 	fgModeNorm = 1
 	fgModeGLU  = 2
+	fgModeOne  = 4
 	fgSumToAdd = 16
 )
 
@@ -195,6 +196,7 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 		fn = b.k.dec.fgemvNorm[dtIndex(dt)]
 	}
 	var units int
+	a.mode &^= fgModeOne
 	if a.mode&fgModeGLU != 0 {
 		units = int(a.m[0])
 	} else {
@@ -203,6 +205,12 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 			rows += int(a.m[j])
 		}
 		units = (rows + 1) / 2
+		// Fewer rows than two per resident warp: one per warp keeps
+		// more warps loading.
+		if b.fgemvBlocks > 0 && rows < 2*fgemvWarps*b.fgemvBlocks {
+			a.mode |= fgModeOne
+			units = rows
+		}
 	}
 	grid := (units + fgemvWarps - 1) / fgemvWarps
 	if b.fgemvBlocks > 0 {

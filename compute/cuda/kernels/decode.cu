@@ -45,6 +45,7 @@ struct FGemv {
 #define FG_U 4
 #define FG_MODE_NORM 1
 #define FG_MODE_GLU 2
+#define FG_MODE_ONE 4 // one row per unit (few rows: more warps busy)
 #define FG_SUM_TO_ADD 16
 
 // fg_row finds matrix and row of row r of the matrices stacked.
@@ -90,6 +91,9 @@ __device__ __forceinline__ void fg_rows(const FGemv& a, int u, int& ma, int& ra,
         ma = mb = -1;
         ra = rb = u;
         if (u < a.m[0]) ma = 0, mb = 1;
+    } else if (a.mode & FG_MODE_ONE) {
+        fg_row(a, u, ma, ra);
+        mb = -1, rb = 0;
     } else {
         fg_row(a, 2 * u, ma, ra);
         fg_row(a, 2 * u + 1, mb, rb);
