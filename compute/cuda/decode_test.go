@@ -17,9 +17,24 @@ func TestFusedDecode(t *testing.T) {
 	const (
 		hid, ff, heads, kvh, hd, ctx = 256, 512, 8, 2, 32, 80
 	)
+	saved := h.g.fgemvBlocks
+	defer func() { h.g.fgemvBlocks = saved }()
+	type setting struct {
+		dt     compute.DType
+		blocks int // fgemv grid limit: 0 none (two rows per warp), 1 and 3 stride far
+	}
+	var settings []setting
 	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
-		t.Run(dt.String(), func(t *testing.T) {
+		settings = append(settings, setting{dt, saved})
+	}
+	for _, blocks := range []int{0, 1, 3} {
+		settings = append(settings, setting{compute.BF16, blocks})
+	}
+	for _, set := range settings {
+		dt := set.dt
+		t.Run(fmt.Sprintf("%s/blocks%d", dt, set.blocks), func(t *testing.T) {
 			h.t = t
+			h.g.fgemvBlocks = set.blocks
 			inv := make([]float32, hd/2)
 			for j := range inv {
 				inv[j] = float32(math.Pow(10000, -2*float64(j)/hd))
