@@ -23,10 +23,13 @@ type attDec struct {
 	out, q, ck, cv, pos, sinks, part, count        uint64
 	heads, kvheads, hd, cap, ring, window, sdt, sp int32
 	scale, softcap                                 float32
+	k, v, invf                                     uint64
+	fresh, rot, inter                              int32
+	rscale                                         float32
 }
 
-var _ [104 - unsafe.Sizeof(attDec{})]byte
-var _ [unsafe.Sizeof(attDec{}) - 104]byte
+var _ [144 - unsafe.Sizeof(attDec{})]byte
+var _ [unsafe.Sizeof(attDec{}) - 144]byte
 
 func (b *Backend) recordRopePrep(a *ropePrep, o *op) {
 	work := max(int(a.qheads+a.kheads)*int(a.dims/2), int(a.kc))
@@ -64,27 +67,30 @@ func (b *Backend) fusedRoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) 
 }
 
 // attendDecode implements Attend for one query row when the fused path
-// applies: the new key and value go to the cache first (with the rotation
-// that preceded, when it is the last op), then attend_dec reads every key
-// from the cache and merges its split parts itself. Storing first is safe
-// for a ring only when the slot it overwrites is out of the window.
+// applies: one attend_dec launch takes the new key and value from k and v,
+// the older ones from the cache, merges its split parts itself and stores
+// the new key and value in the cache once every split is done. When the
+// rotation of q and k is the op just recorded (and covers whole heads), it
+// is folded in as well: attend_dec rotates in registers and writes the
+// rotated q and k back.
 func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) bool {
 	if !b.fuse || q.Rows() != 1 || a.KVHeads <= 0 || a.Heads%a.KVHeads != 0 {
 		return false
 	}
 	g, hd := a.Heads/a.KVHeads, a.HeadDim
 	var fn uintptr
+	var e int // head values per lane
 	switch {
 	case g <= 4 && hd <= 64:
-		fn = b.k.dec.attend[0]
+		fn, e = b.k.dec.attend[0], 2
 	case g <= 4 && hd <= 128:
-		fn = b.k.dec.attend[1]
+		fn, e = b.k.dec.attend[1], 4
 	case g <= 4 && hd <= 256:
-		fn = b.k.dec.attend[2]
+		fn, e = b.k.dec.attend[2], 8
 	case g <= 8 && hd <= 64:
-		fn = b.k.dec.attend[3]
+		fn, e = b.k.dec.attend[3], 2
 	case g <= 8 && hd <= 128:
-		fn = b.k.dec.attend[4]
+		fn, e = b.k.dec.attend[4], 4
 	default:
 		return false
 	}
@@ -95,35 +101,43 @@ func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCa
 	if k.Cols() != kc || v.Cols() != kc || q.Cols() != a.Heads*hd {
 		return false
 	}
+	ds, qs, ks, vs := spanOf(dst), spanOf(q), spanOf(k), spanOf(v)
+	if overlapsAny(ds, []span{qs, ks, vs}) || qs.overlaps(ks) {
+		return false
+	}
 	ring := int32(0)
 	if cache.Ring {
 		ring = 1
-	}
-	if f := b.last(fuseRope); f != nil && f.rope.k == uint64(dptr(k)) && f.rope.pos == uint64(dptr(pos)) &&
-		int(f.rope.hd) == hd && f.rope.kheads == int32(a.KVHeads) {
-		f.rope.v, f.rope.ck, f.rope.cv = uint64(dptr(v)), uint64(dptr(cache.K)), uint64(dptr(cache.V))
-		f.rope.kc, f.rope.cap, f.rope.ring, f.rope.store = int32(kc), int32(cache.Capacity), ring, 1
-		b.recordRopePrep(&f.rope, &b.pending[f.idx])
-	} else {
-		b.launch(b.k.kvstore, "kvstore", 1, threads(kc, 256)).
-			ptr(dptr(cache.K)).ptr(dptr(cache.V)).ptr(dptr(k)).ptr(dptr(v)).ptr(dptr(pos)).
-			i(1).i(kc).i(cache.Capacity).i(int(ring))
 	}
 	keys := cache.Capacity + 1
 	if a.Window > 0 {
 		keys = min(keys, a.Window)
 	}
 	splits := min(32, max(1, (keys+63)/64), max(1, 4*b.info.SMs/a.KVHeads))
+	// Scratch first: allocating hands the recorded ops to the owner.
 	part := b.attnScratch(a.Heads * splits * (hd + 2) * 4)
+	count := b.attnCounters(a.KVHeads)
 	sdt := 0
 	if a.Sinks != nil {
 		sdt = int(a.Sinks.DType)
 	}
 	ad := attDec{out: uint64(dptr(dst)), q: uint64(dptr(q)), ck: uint64(dptr(cache.K)), cv: uint64(dptr(cache.V)),
-		pos: uint64(dptr(pos)), sinks: uint64(dptr(a.Sinks)), part: uint64(part), count: uint64(b.attnCounters(a.KVHeads)),
+		pos: uint64(dptr(pos)), sinks: uint64(dptr(a.Sinks)), part: uint64(part), count: uint64(count),
 		heads: int32(a.Heads), kvheads: int32(a.KVHeads), hd: int32(hd), cap: int32(cache.Capacity), ring: ring,
-		window: int32(a.Window), sdt: int32(sdt), sp: int32(splits), scale: a.Scale, softcap: a.SoftCap}
+		window: int32(a.Window), sdt: int32(sdt), sp: int32(splits), scale: a.Scale, softcap: a.SoftCap,
+		k: uint64(ks.lo), v: uint64(vs.lo), fresh: 1}
 	o := op{fn: fn, name: "attend_dec", grid: [3]uint32{uint32(a.KVHeads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}, nargs: 1, pdl: b.pdl}
+	// The rotation of q and k just recorded, whole heads: fold it in.
+	if f := b.last(fuseRope); f != nil && f.rope.q == uint64(qs.lo) && f.rope.qheads == int32(a.Heads) &&
+		f.rope.k == uint64(ks.lo) && f.rope.kheads == int32(a.KVHeads) && f.rope.pos == uint64(dptr(pos)) &&
+		int(f.rope.hd) == hd && int(f.rope.dims) == hd && hd == 32*e {
+		ad.rot, ad.invf, ad.inter, ad.rscale = 1, f.rope.invf, f.rope.inter, f.rope.scale
+		o.name = "attend_dec+rope"
+		*(*attDec)(unsafe.Pointer(&o.args[0])) = ad
+		b.pending[f.idx] = o
+		b.fz.kind = fuseNone
+		return true
+	}
 	*(*attDec)(unsafe.Pointer(&o.args[0])) = ad
 	b.record(o)
 	return true

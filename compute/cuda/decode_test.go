@@ -14,33 +14,38 @@ import (
 // the step, captured, needs few launches.
 func TestFusedDecode(t *testing.T) {
 	h := newHarness(t)
-	const (
-		hid, ff, heads, kvh, hd, ctx = 256, 512, 8, 2, 32, 80
-	)
+	const hid, ff, ctx = 256, 512, 80
 	saved := h.g.fgemvBlocks
 	defer func() { h.g.fgemvBlocks = saved }()
 	type setting struct {
-		dt     compute.DType
-		blocks int // fgemv grid limit: 0 none (two rows per warp), 1 and 3 stride far
+		dt          compute.DType
+		blocks      int // fgemv grid limit: 0 none (two rows per warp), 1 and 3 stride far
+		heads, kvh  int
+		hd          int // 64: the rotation folds into attention; 32: it does not
+		interleaved bool
+		kernels     int // launches of the captured step
 	}
 	var settings []setting
 	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
-		settings = append(settings, setting{dt, saved})
+		settings = append(settings, setting{dt, saved, 4, 2, 64, false, 5})
 	}
 	for _, blocks := range []int{0, 1, 3} {
-		settings = append(settings, setting{compute.BF16, blocks})
+		settings = append(settings, setting{compute.BF16, blocks, 4, 2, 64, false, 5})
 	}
+	settings = append(settings,
+		setting{compute.BF16, saved, 4, 1, 64, true, 5},
+		setting{compute.BF16, saved, 8, 2, 32, false, 6})
 	for _, set := range settings {
-		dt := set.dt
-		t.Run(fmt.Sprintf("%s/blocks%d", dt, set.blocks), func(t *testing.T) {
+		dt, heads, kvh, hd := set.dt, set.heads, set.kvh, set.hd
+		t.Run(fmt.Sprintf("%s/blocks%d/%dx%d/hd%d/interleaved=%v", dt, set.blocks, heads, kvh, hd, set.interleaved), func(t *testing.T) {
 			h.t = t
 			h.g.fgemvBlocks = set.blocks
 			inv := make([]float32, hd/2)
 			for j := range inv {
-				inv[j] = float32(math.Pow(10000, -2*float64(j)/hd))
+				inv[j] = float32(math.Pow(10000, -2*float64(j)/float64(hd)))
 			}
-			r := &compute.Rope{Dims: hd, InvFreq: inv, Scale: 1}
-			a := &compute.Attention{Heads: heads, KVHeads: kvh, HeadDim: hd, Scale: float32(1 / math.Sqrt(hd))}
+			r := &compute.Rope{Dims: hd, InvFreq: inv, Scale: 1, Interleaved: set.interleaved}
+			a := &compute.Attention{Heads: heads, KVHeads: kvh, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
 			inNorm, ffNorm := h.vec(dt, 1, hid), h.vec(dt, 1, hid)
 			wq, wk, wv := h.weight(dt, 0.1, heads*hd, hid), h.weight(dt, 0.1, kvh*hd, hid), h.weight(dt, 0.1, kvh*hd, hid)
 			bq, bk, bv := h.weight(compute.BF16, 0.1, heads*hd), h.weight(compute.BF16, 0.1, kvh*hd), h.weight(compute.BF16, 0.1, kvh*hd)
@@ -89,8 +94,8 @@ func TestFusedDecode(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer graph.Close()
-					if n := graph.(*Graph).Kernels(); n > 6 {
-						t.Errorf("captured step has %d kernels, want at most 6", n)
+					if n := graph.(*Graph).Kernels(); n != set.kernels {
+						t.Errorf("captured step has %d kernels, want %d", n, set.kernels)
 					} else {
 						t.Logf("captured step: %d kernels", n)
 					}

@@ -306,20 +306,49 @@ extern "C" __global__ void rope_prep(const RopePrep a) {
 }
 
 // AttDec describes attend_dec: attention of one query position over the
-// cache, which already holds its key and value. Mirrored by attDec in
-// attend.go.
+// cache. With fresh set the new key and value are read from k and v (and
+// with rot set, they and q are first rotated as rope does, for hd = 32·E
+// and rotary over the whole head), and the last block stores them in the
+// cache (and the rotated q and k back); otherwise the cache already holds
+// them. Mirrored by attDec in attend.go.
 struct AttDec {
     float* out;
-    const float* q;
-    const float* ck;
-    const float* cv;
+    float* q;
+    float* ck;
+    float* cv;
     const int* pos;
     const void* sinks;
     float* part;   // [heads][splits][hd + 2]: max, sum, acc
     int* count;    // [kvheads] finished splits, reset by the last
     int heads, kvheads, hd, cap, ring, window, sdt, splits;
     float scale, softcap;
+    float* k;
+    const float* v;
+    const float* invf;
+    int fresh, rot, inter;
+    float rscale;
 };
+
+// ad_rotate rotates the E values a lane holds of one head (hd = 32·E):
+// pairs (d, d + hd/2) sit in the same lane, interleaved pairs in lanes l and
+// l^1. cs and sn are the lane's cos and sin per value.
+template <int E>
+__device__ __forceinline__ void ad_rotate(float* x, const float* cs, const float* sn, int inter, int lane) {
+    if (inter) {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            float o = __shfl_xor_sync(0xffffffffu, x[e], 1);
+            x[e] = (lane & 1) == 0 ? x[e] * cs[e] - o * sn[e] : x[e] * cs[e] + o * sn[e];
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < E / 2; e++) {
+        float x0 = x[e], x1 = x[e + E / 2];
+        x[e] = x0 * cs[e] - x1 * sn[e];
+        x[e + E / 2] = x1 * cs[e] + x0 * sn[e];
+    }
+}
 
 __device__ __forceinline__ float ld_cg(const float* p) {
     float v;
@@ -359,8 +388,38 @@ __device__ void attend_dec_t(const AttDec& a) {
             acc[g][e] = 0.0f;
         }
     }
+    // The new key and value, rotated with q when rot is set.
+    float kn[E], vn[E];
+    if (a.fresh) {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int d = lane + 32 * e;
+            kn[e] = d < hd ? a.k[(i64)kh * hd + d] : 0.0f;
+            vn[e] = d < hd ? a.v[(i64)kh * hd + d] : 0.0f;
+        }
+    }
+    if (a.rot) {
+        float cs[E], sn[E];
+        float fp = (float)p;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int d = lane + 32 * e;
+            int j = a.inter ? d / 2 : (d < hd / 2 ? d : d - hd / 2);
+            float ang = fp * a.invf[j];
+            cs[e] = (float)cos((double)ang) * a.rscale;
+            sn[e] = (float)sin((double)ang) * a.rscale;
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++)
+            if (g < G) ad_rotate<E>(qr[g], cs, sn, a.inter, lane);
+        ad_rotate<E>(kn, cs, sn, a.inter, lane);
+    }
     int chunk = (p - first + a.splits) / a.splits;
     int lo = first + sp * chunk, hi = min(p, lo + chunk - 1);
+    // With fresh, position p is not in the cache: warp 0 of the split that
+    // holds it takes it from registers after the loop.
+    bool mine = a.fresh && lo <= p && p <= hi && w == 0;
+    if (a.fresh) hi = min(hi, p - 1);
     // AD_KEYS keys per warp and step, loaded before any is used.
     for (int j0 = lo + w; j0 <= hi; j0 += AD_KEYS * AD_WARPS) {
         float kv[AD_KEYS][E], vv[AD_KEYS][E];
@@ -396,6 +455,23 @@ __device__ void attend_dec_t(const AttDec& a) {
                 for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + pj * vv[u][e];
                 m[g] = mn;
             }
+        }
+    }
+    if (mine) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g >= G) break;
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) s += qr[g][e] * kn[e];
+            s = warp_sum(s) * a.scale;
+            if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+            float mn = fmaxf(m[g], s);
+            float corr = expf(m[g] - mn), pj = expf(s - mn);
+            l[g] = l[g] * corr + pj;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + pj * vn[e];
+            m[g] = mn;
         }
     }
 #pragma unroll
@@ -457,6 +533,27 @@ __device__ void attend_dec_t(const AttDec& a) {
         }
     }
     if (threadIdx.x == 0) a.count[kh] = 0;
+    // Every other split of this kv head is done reading q, k and the
+    // cache: store the new key and value, and the rotations.
+    if (a.fresh && w == 0) {
+        bool store = a.ring || p < a.cap;
+        int slot = a.ring ? p % a.cap : p;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int d = lane + 32 * e;
+            if (d >= hd) continue;
+            if (store) {
+                a.ck[(i64)slot * kc + kh * hd + d] = kn[e];
+                a.cv[(i64)slot * kc + kh * hd + d] = vn[e];
+            }
+            if (a.rot) {
+                a.k[(i64)kh * hd + d] = kn[e];
+#pragma unroll
+                for (int g = 0; g < GM; g++)
+                    if (g < G) a.q[(i64)(kh * G + g) * hd + d] = qr[g][e];
+            }
+        }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec2_4(const AttDec a) { attend_dec_t<2, 4>(a); }
