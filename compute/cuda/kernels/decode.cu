@@ -82,10 +82,12 @@ __device__ __forceinline__ void fg_load(U4* u, const char* w, int t0, int nv) {
     }
 }
 
-// fg_rows finds the two rows unit u computes: consecutive rows of the
-// stacked matrices, or in GLU mode row u of both; null when out of range.
+// fg_rows finds the two weight streams unit u reads: consecutive rows of
+// the stacked matrices, in GLU mode row u of both, in one-row mode the two
+// halves of row u (the second starting nh 16-byte chunks in); null when out
+// of range.
 template <int ES>
-__device__ __forceinline__ void fg_rows(const FGemv& a, int u, int& ma, int& ra, int& mb, int& rb,
+__device__ __forceinline__ void fg_rows(const FGemv& a, int u, int nh, int& ma, int& ra, int& mb, int& rb,
                                         const char*& wa, const char*& wb) {
     if (a.mode & FG_MODE_GLU) {
         ma = mb = -1;
@@ -94,6 +96,9 @@ __device__ __forceinline__ void fg_rows(const FGemv& a, int u, int& ma, int& ra,
     } else if (a.mode & FG_MODE_ONE) {
         fg_row(a, u, ma, ra);
         mb = -1, rb = 0;
+        wa = ma >= 0 ? (const char*)a.w[ma] + (i64)ra * a.k * ES : 0;
+        wb = wa ? wa + (i64)nh * 16 : 0;
+        return;
     } else {
         fg_row(a, 2 * u, ma, ra);
         fg_row(a, 2 * u + 1, mb, rb);
@@ -119,13 +124,16 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
     int stride = gridDim.x * FG_WARPS;
     int unit = blockIdx.x * FG_WARPS + warp;
     int k = a.k, nv = k / V;
+    // Chunks of 16 bytes each stream reads: a whole row, or half of it.
+    bool one = a.mode & FG_MODE_ONE;
+    int nva = one ? (nv + 1) / 2 : nv, nvb = one ? nv - nva : nv;
     int ma, ra, mb, rb;
     const char *wa, *wb;
-    fg_rows<ES>(a, unit, ma, ra, mb, rb, wa, wb);
+    fg_rows<ES>(a, unit, nva, ma, ra, mb, rb, wa, wb);
     pdl_launch();
     U4 ua[FG_U], ub[FG_U];
-    if (wa) fg_load(ua, wa, lane, nv);
-    if (wb) fg_load(ub, wb, lane, nv);
+    if (wa) fg_load(ua, wa, lane, nva);
+    if (wb) fg_load(ub, wb, lane, nvb);
     pdl_wait();
     const float* x = a.x;
     if (NORM) {
@@ -146,35 +154,42 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
         __syncthreads();
         x = xs;
     }
+    const float* xb = one ? x + (i64)nva * V : x;
     while (wa) {
         int nma, nra, nmb, nrb;
         const char *na, *nb;
-        fg_rows<ES>(a, unit + stride, nma, nra, nmb, nrb, na, nb);
+        fg_rows<ES>(a, unit + stride, nva, nma, nra, nmb, nrb, na, nb);
         float acca = 0.0f, accb = 0.0f;
-        for (int t0 = lane; t0 < nv; t0 += S) {
+        for (int t0 = lane; t0 < nva; t0 += S) {
             U4 ca[FG_U], cb[FG_U];
 #pragma unroll
             for (int j = 0; j < FG_U; j++) ca[j] = ua[j], cb[j] = ub[j];
             int tn = t0 + S;
-            if (tn < nv) {
-                fg_load(ua, wa, tn, nv);
-                if (wb) fg_load(ub, wb, tn, nv);
+            if (tn < nva) {
+                fg_load(ua, wa, tn, nva);
+                if (wb) fg_load(ub, wb, tn, nvb);
             } else {
-                if (na) fg_load(ua, na, lane, nv);
-                if (nb) fg_load(ub, nb, lane, nv);
+                if (na) fg_load(ua, na, lane, nva);
+                if (nb) fg_load(ub, nb, lane, nvb);
             }
 #pragma unroll
             for (int j = 0; j < FG_U; j++) {
                 int t = t0 + 32 * j;
-                if (t >= nv) break;
+                if (t >= nva) break;
                 float fa[V], fb[V];
                 unpack16<DT>(ca[j], fa);
-                unpack16<DT>(cb[j], fb);
                 const F4* xr = (const F4*)(x + (i64)t * V);
 #pragma unroll
                 for (int q = 0; q < V / 4; q++) {
                     F4 v = xr[q];
                     acca += fa[4 * q] * v.x + fa[4 * q + 1] * v.y + fa[4 * q + 2] * v.z + fa[4 * q + 3] * v.w;
+                }
+                if (t >= nvb) continue;
+                unpack16<DT>(cb[j], fb);
+                xr = (const F4*)(xb + (i64)t * V);
+#pragma unroll
+                for (int q = 0; q < V / 4; q++) {
+                    F4 v = xr[q];
                     accb += fb[4 * q] * v.x + fb[4 * q + 1] * v.y + fb[4 * q + 2] * v.z + fb[4 * q + 3] * v.w;
                 }
             }
@@ -182,7 +197,9 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
         acca = warp_sum(acca);
         accb = warp_sum(accb);
         if (lane == 0) {
-            if (a.mode & FG_MODE_GLU) {
+            if (one) {
+                fg_out(a, ma, ra, acca + accb);
+            } else if (a.mode & FG_MODE_GLU) {
                 a.d[0][ra] = acca;
                 a.d[1][rb] = accb;
                 a.gdst[ra] = activate(acca, a.act) * accb;
