@@ -63,8 +63,7 @@ type owner struct {
 	params [maxArgs]uintptr
 	launch launchConfig // cuLaunchKernelEx's configuration
 	attr   launchAttr
-	prof   *profiler // times every launch while set (profile.go)
-	err    error     // first failure of a recorded op; sticks
+	err    error // first failure of a recorded op; sticks
 }
 
 // loop runs batches until reqs is closed.
@@ -98,9 +97,6 @@ func (w *owner) loop(reqs <-chan batch, recycle chan<- []op) {
 func (w *owner) exec(o *op) error {
 	if o.call != nil {
 		return o.call(w)
-	}
-	if w.prof != nil && !w.prof.busy {
-		return w.prof.time(w, o)
 	}
 	for i := 0; i < o.nargs; i++ {
 		w.params[i] = uintptr(unsafe.Pointer(&o.args[i]))
