@@ -380,3 +380,19 @@ func init() {
 		blockLayout[d] = [2]int{group, 2*scale.Size() + group*bits/8}
 	}
 }
+
+// MaxTopK is the largest k a TokenPicker takes.
+const MaxTopK = 256
+
+// TokenPicker is implemented by backends that select the most likely tokens
+// where the logits are, so that a decode step returns a few candidates to
+// the host instead of the whole vocabulary.
+type TokenPicker interface {
+	// TopK writes, for each row of the F32 tensor x, its k largest values
+	// (1 ≤ k ≤ MaxTopK) in descending order, the lower column first among
+	// equal values, to dst[r, 0:k], and their columns, as float32 values
+	// (exact below 2²⁴), to dst[r, k:2k]. dst is F32 with at least
+	// rows·2k elements. Zeros of either sign are equal; x must hold no
+	// NaN.
+	TopK(dst, x *Tensor, k int)
+}

@@ -30,6 +30,10 @@ type Request struct {
 	TopLogprobs int
 	// Constraint, when set, restricts the tokens that may be sampled.
 	Constraint Constraint
+	// HostSampling reads every logit and samples on the host even where
+	// the backend could pick the candidates itself (see pickK); the tokens
+	// are the same, only slower. For measuring.
+	HostSampling bool
 }
 
 // A Constraint restricts which tokens may come next (constrained decoding,
@@ -113,14 +117,23 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	}
 	t0 := time.Now()
 	var logits []float32
+	var cands []candidate // with pick > 0: the backend's top candidates
 	var err error
+	pick := pickK(s.b, &req, s.vocab)
+	next := func(tokens []int32) {
+		if pick > 0 {
+			cands, err = s.appendTop(tokens, pick)
+		} else {
+			logits, err = s.Append(tokens)
+		}
+	}
 	if len(req.Prompt) > 0 {
-		logits, err = s.Append(req.Prompt)
+		next(req.Prompt)
 	} else {
 		// Continue from the session's last token.
 		last := s.tokens[len(s.tokens)-1]
 		s.tokens = s.tokens[:len(s.tokens)-1]
-		logits, err = s.Append([]int32{last})
+		next([]int32{last})
 	}
 	if err != nil {
 		return nil, err
@@ -145,7 +158,7 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	}
 	var lp *logprobs
 	if req.Logprobs {
-		lp = newLogprobs(len(logits), req.TopLogprobs)
+		lp = newLogprobs(s.vocab, req.TopLogprobs)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -161,7 +174,12 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 			}
 			c.Mask(logits)
 		}
-		id := sampler.Sample(logits, s.tokens)
+		var id int32
+		if pick > 0 {
+			id = sampler.sampleTop(cands)
+		} else {
+			id = sampler.Sample(logits, s.tokens)
+		}
 		if contains(stops, id) {
 			res.StopReason, res.StopID = StopToken, id
 			break
@@ -180,7 +198,7 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 		if req.MaxTokens > 0 && len(res.IDs) >= req.MaxTokens || s.Len() >= s.Capacity() {
 			break
 		}
-		if logits, err = s.Append([]int32{id}); err != nil {
+		if next([]int32{id}); err != nil {
 			return res, err
 		}
 	}

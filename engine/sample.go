@@ -74,7 +74,13 @@ func (s *Sampler) Sample(logits []float32, history []int32) int32 {
 	if p.Greedy() {
 		return argmax(logits)
 	}
-	c := s.candidates(logits)
+	return s.finish(s.candidates(logits))
+}
+
+// finish samples from the candidates that survive top-k, sorted by
+// descending logit; it overwrites their logits with probabilities.
+func (s *Sampler) finish(c []candidate) int32 {
+	p := &s.p
 	// Softmax at temperature.
 	inv := 1 / p.Temperature
 	mx := c[0].logit

@@ -34,6 +34,8 @@ type Session struct {
 	graph       compute.Graph
 	graphFailed bool
 	decodeSteps int
+
+	pick *picked // the device's top candidates (pick.go)
 }
 
 // NewSession allocates a session of up to ctx positions.
@@ -80,6 +82,17 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 	if err := s.check(tokens); err != nil {
 		return nil, err
 	}
+	s.run(tokens)
+	s.b.Read(s.host, s.logits)
+	if err := s.err(); err != nil {
+		return nil, err
+	}
+	return s.host, nil
+}
+
+// run runs checked tokens through the model in chunks, leaving the logits
+// of the last one in s.logits.
+func (s *Session) run(tokens []int32) {
 	for lo := 0; lo < len(tokens); lo += s.chunk {
 		hi := min(lo+s.chunk, len(tokens))
 		// Only the last chunk's logits are read; the model may skip
@@ -93,11 +106,6 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 			r.Checkpoint(len(s.tokens))
 		}
 	}
-	s.b.Read(s.host, s.logits)
-	if err := s.err(); err != nil {
-		return nil, err
-	}
-	return s.host, nil
 }
 
 // err reports a failure of an asynchronous backend.

@@ -19,6 +19,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"lem/compute/cpu"
+	"lem/compute/cuda"
+	"lem/compute/device"
 	"lem/engine"
 	"lem/gguf"
 	"lem/internal/mmap"
@@ -33,7 +35,8 @@ type benchReport struct {
 	Label     string `json:"label"`      // e.g. "qwen2 494.03M BF16", the table's model column
 	SizeBytes int64  `json:"size_bytes"` // bytes of all weight tensors
 	Params    int64  `json:"params"`
-	Backend   string `json:"backend"`
+	Backend   string `json:"backend"` // "cpu" or "cuda"
+	Device    string `json:"device"`  // the backend's description
 	Threads   int    `json:"threads"`
 	// WeightBytesPerToken is what one decode step reads of the weights, as
 	// the loaded model accounts it (see model.WeightReads): every weight
@@ -47,8 +50,18 @@ type benchReport struct {
 	// MemBandwidthGBs is the machine's streaming-read bandwidth with the
 	// same thread count, in 10^9 bytes per second; MemBufferBytes the size
 	// of the buffer read.
+	// On a GPU it is the device's copy bandwidth (bytes read plus
+	// bytes written by device-to-device copies of the buffer), as
+	// BandwidthMethod says.
 	MemBandwidthGBs float64 `json:"mem_bandwidth_gbs"`
 	MemBufferBytes  int64   `json:"mem_buffer_bytes"`
+	BandwidthMethod string  `json:"bandwidth_method"`
+	// DecodeKernels is the number of kernel launches of one decode step
+	// as the backend records it (CUDA graphs), 0 where not counted.
+	DecodeKernels int `json:"decode_kernels,omitempty"`
+	// LoadSeconds is the time engine.Open took: reading the weights and,
+	// on a GPU, uploading them.
+	LoadSeconds float64 `json:"load_seconds"`
 	// PeakRSSBytes is the process's peak resident set while the tests ran
 	// (before the bandwidth measurement). KVBytes, StateBytes and
 	// CheckpointBytes are the per-sequence state of the largest session:
@@ -82,6 +95,8 @@ type benchTest struct {
 type benchOptions struct {
 	prompt, gen, reps, threads int
 	memMiB                     int
+	device                     string
+	hostSampling               bool
 	asJSON                     bool
 	cpuProfile                 string    // file for a CPU profile of the timed tests; "": none
 	progress                   io.Writer // receives a line per repetition; nil: none
@@ -135,9 +150,11 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.IntVarP(&o.gen, "n-gen", "n", 128, "tokens to decode (0: skip the decode test)")
 	fs.IntVarP(&o.reps, "repetitions", "r", 3, "repetitions of each test")
 	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
+	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up) to this file")
+	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
 	return cmd
 }
 
@@ -155,13 +172,26 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	case o.memMiB < 1:
 		return nil, fmt.Errorf("--mem-buffer must be at least 1 MiB (got %d)", o.memMiB)
 	}
-	backend := cpu.New(o.threads)
-	rep := &benchReport{Model: path, Backend: "cpu", Threads: backend.Threads()}
+	backend, desc, err := device.Open(o.device, o.threads)
+	if err != nil {
+		return nil, err
+	}
+	rep := &benchReport{Model: path, Backend: "cpu", Device: desc, Threads: o.threads, BandwidthMethod: "streaming read"}
+	gpu, onGPU := backend.(*cuda.Backend)
+	if c, ok := backend.(*cpu.Backend); ok {
+		rep.Threads = c.Threads()
+	}
+	if onGPU {
+		rep.Backend, rep.Threads, rep.BandwidthMethod = "cuda", 0, "device copy"
+		defer gpu.Close()
+	}
 
+	tOpen := time.Now()
 	m, err := engine.Open(path, engine.Options{Backend: backend})
 	if err != nil {
 		return nil, err
 	}
+	rep.LoadSeconds = time.Since(tOpen).Seconds()
 	defer m.Close()
 	stored, dtype, err := storedTensors(path)
 	if err != nil {
@@ -214,13 +244,17 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return d, err
 	}
 	decode := func(n int) (time.Duration, error) {
-		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true}
+		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true, HostSampling: o.hostSampling}
 		s := m.NewSession(n + 1)
+		defer s.Close()
 		res, err := m.Generate(ctx, s, req, nil)
 		if err != nil {
 			return 0, err
 		}
 		state(s)
+		if k := s.StepKernels(); k > 0 {
+			rep.DecodeKernels = k
+		}
 		if len(res.IDs) != n+1 {
 			return 0, fmt.Errorf("decode stopped after %d of %d tokens (%s)", len(res.IDs)-1, n, res.StopReason)
 		}
@@ -289,8 +323,14 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	}
 	// The bandwidth baseline runs last so that its buffer stays out of the
 	// resident-set figure.
-	bw, err := memBandwidth(int(rep.MemBufferBytes), rep.Threads)
-	if err != nil {
+	var bw float64
+	if onGPU {
+		bps, err := gpu.CopyBandwidth(rep.MemBufferBytes)
+		if err != nil {
+			return nil, err
+		}
+		bw = bps / 1e9
+	} else if bw, err = memBandwidth(int(rep.MemBufferBytes), rep.Threads); err != nil {
 		return nil, err
 	}
 	rep.MemBandwidthGBs = bw
@@ -479,8 +519,19 @@ func printBench(w io.Writer, r *benchReport) error {
 	for _, row := range rows[1:] {
 		line(row)
 	}
-	fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token",
-		r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	if r.Backend == "cuda" {
+		fmt.Fprintf(&b, "\ndevice: %s\nmemory bandwidth: %.2f GB/s (device copy of %s, read + write); decode reads %s of weights per token",
+			r.Device, r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), humanBytes(r.WeightBytesPerToken))
+	} else {
+		fmt.Fprintf(&b, "\nmemory bandwidth: %.2f GB/s (streaming read of %s, %d threads); decode reads %s of weights per token",
+			r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), r.Threads, humanBytes(r.WeightBytesPerToken))
+	}
+	if r.DecodeKernels > 0 {
+		fmt.Fprintf(&b, "; %d kernels per decode step", r.DecodeKernels)
+	}
+	if r.LoadSeconds > 0 {
+		fmt.Fprintf(&b, "\nload: %.2f s (%.2f GB/s of weights)", r.LoadSeconds, float64(r.SizeBytes)/r.LoadSeconds/1e9)
+	}
 	if r.ExpertBytes > 0 {
 		fmt.Fprintf(&b, " (routed experts: %s of %s)", humanBytes(r.ActiveExpertBytes), humanBytes(r.ExpertBytes))
 	}

@@ -47,14 +47,21 @@ type Backend struct {
 	all       []uintptr           // every allocation, for Close
 	allocated int64               // bytes
 
-	ropes    map[*compute.Rope]*compute.Tensor
-	attnPart *buffer // partial results of split attention
+	ropes     map[*compute.Rope]*compute.Tensor
+	attnPart  *buffer // partial results of split attention
+	attnCount *buffer // split counters of attend_dec
+
+	stage       staging   // pinned buffers for weight uploads (upload.go)
+	fuse        bool      // fold one-row operations into fewer launches (fuse.go)
+	fgemvBlocks int       // most blocks of an fgemv launch (0: no limit)
+	pdl         bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
+	fz          fuseState // the last recorded op, while it can absorb the next
+	recorded    uint64    // ops recorded so far
 
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
 
-	seq   uint64     // operations recorded so far
 	gemm  gemmState  // prefill matmuls on the tensor cores (gemm.go)
 	flash flashState // prefill attention on the tensor cores (flash.go)
 }
@@ -90,12 +97,15 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	d, _ := loadDriver()
 	b := &Backend{
-		info:    info,
-		nvrtc:   fmt.Sprintf("%d.%d", nv.major, nv.minor),
-		reqs:    make(chan batch, 64),
-		recycle: make(chan []op, 8),
-		free:    map[int64][]uintptr{},
-		ropes:   map[*compute.Rope]*compute.Tensor{},
+		info:        info,
+		nvrtc:       fmt.Sprintf("%d.%d", nv.major, nv.minor),
+		reqs:        make(chan batch, 64),
+		recycle:     make(chan []op, 8),
+		free:        map[int64][]uintptr{},
+		ropes:       map[*compute.Rope]*compute.Tensor{},
+		fuse:        fusionEnabled(),
+		fgemvBlocks: fgemvGrid(info.SMs),
+		pdl:         pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
 	}
 	w := &owner{d: d}
 	go w.loop(b.reqs, b.recycle)
@@ -195,7 +205,7 @@ func (b *Backend) record(o op) *op {
 		b.submit(false)
 	}
 	b.pending = append(b.pending, o)
-	b.seq++
+	b.recorded++
 	return &b.pending[len(b.pending)-1]
 }
 
@@ -229,6 +239,7 @@ func (b *Backend) Close() error {
 		for _, p := range b.all {
 			call(w.d.cuMemFree, p)
 		}
+		b.stage.free(w)
 		call(w.d.cuStreamDestroy, w.stream)
 		call(w.d.cuDevicePrimaryCtxRelease, uintptr(w.dev))
 		return nil
@@ -306,10 +317,7 @@ func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*comput
 		return nil, fmt.Errorf("weight of shape %v %s: %w", shape, dtype, err)
 	}
 	if len(data) > 0 {
-		err = b.do(func(w *owner) error {
-			return w.check("cuMemcpyHtoD", call(w.d.cuMemcpyHtoD, bf.ptr, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data))))
-		})
-		if err != nil {
+		if err = b.uploadWeight(bf.ptr, data); err != nil {
 			return nil, fmt.Errorf("weight of shape %v %s: %w", shape, dtype, err)
 		}
 	}

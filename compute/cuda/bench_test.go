@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,7 +83,7 @@ func randomBF16(n int, scale float32) []byte {
 }
 
 // BenchmarkGEMV measures the decode matrix-vector product on bf16 weights of
-// llama-3.2-1b's shapes, as GB/s of weights read and as a fraction of the
+// llama-3.2-1b and llama-3.1-8b shapes, as GB/s of weights read and as a fraction of the
 // copy bandwidth.
 func BenchmarkGEMV(b *testing.B) {
 	g := openGPU(b)
@@ -90,7 +91,7 @@ func BenchmarkGEMV(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, s := range []struct{ m, k int }{{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}} {
+	for _, s := range []struct{ m, k int }{{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}, {6144, 4096}, {28672, 4096}, {4096, 14336}, {128256, 4096}} {
 		b.Run(fmt.Sprintf("%dx%d", s.m, s.k), func(b *testing.B) {
 			w, err := g.Weight(compute.BF16, []int{s.m, s.k}, randomBF16(s.m*s.k, 0.02))
 			if err != nil {
@@ -149,9 +150,19 @@ const llama1BConfig = `{"model_type": "llama", "architectures": ["LlamaForCausal
  "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
  "hidden_act": "silu", "max_position_embeddings": 131072, "tie_word_embeddings": true}`
 
+const llama8BConfig = `{"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+ "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+ "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+ "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+ "hidden_act": "silu", "max_position_embeddings": 131072, "tie_word_embeddings": false}`
+
 // synthLlama1B loads a llama-3.2-1b-shaped model with random bf16 weights.
-func synthLlama1B(b *Backend) (model.Model, int64, error) {
-	cfg, err := model.ParseConfig([]byte(llama1BConfig))
+func synthLlama1B(b *Backend) (model.Model, int64, error) { return synthLlama(b, llama1BConfig) }
+
+// synthLlama loads a llama model of the given config with random bf16
+// weights, and returns the bytes of weights a decode step reads.
+func synthLlama(b *Backend, config string) (model.Model, int64, error) {
+	cfg, err := model.ParseConfig([]byte(config))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -161,7 +172,10 @@ func synthLlama1B(b *Backend) (model.Model, int64, error) {
 		"model.embed_tokens.weight": {v, h},
 		"model.norm.weight":         {h},
 	}
-	bytes := int64(2 * v * h)
+	bytes := int64(2 * v * h) // the output projection; the embedding reads a row
+	if !cfg.TieWordEmbeddings {
+		shapes["lm_head.weight"] = []int{v, h}
+	}
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		for name, s := range map[string][]int{
@@ -281,5 +295,116 @@ func BenchmarkDecodeStep(b *testing.B) {
 			b.ReportMetric(rate/1e9, "GB/s")
 			b.ReportMetric(rate/bw, "of-copy-bw")
 		})
+	}
+}
+
+// BenchmarkDecodeKernels decodes llama-3.2-1b- and llama-3.1-8b-shaped bf16
+// models (random weights) at context ~64 in several backend settings, and
+// reports for each the replay time of the captured step (graph) with its
+// weight bandwidth against the copy bandwidth, the kernels it launches, and
+// where the device time of a step goes (each launch timed apart).
+func BenchmarkDecodeKernels(b *testing.B) {
+	g := openGPU(b)
+	bw, err := copyBandwidth()
+	if err != nil {
+		b.Fatal(err)
+	}
+	type setting struct {
+		name      string
+		fuse, pdl bool
+		blocks    int
+	}
+	settings := []setting{
+		{"plain", false, false, 0},
+		{"fused", true, false, fgemvGrid(g.info.SMs)},
+		{"fused+pdl", true, g.pdl, fgemvGrid(g.info.SMs)},
+		{"fused+pdl/grid-all", true, g.pdl, 0},
+	}
+	saved := []any{g.fuse, g.pdl, g.fgemvBlocks}
+	defer func() { g.fuse, g.pdl, g.fgemvBlocks = saved[0].(bool), saved[1].(bool), saved[2].(int) }()
+	for _, geo := range []struct{ name, config string }{{"1b", llama1BConfig}, {"8b", llama8BConfig}} {
+		m, weightBytes, err := synthLlama(g, geo.config)
+		if err != nil {
+			b.Fatal(err)
+		}
+		vocab := m.Config().VocabSize
+		for _, set := range settings {
+			b.Run(geo.name+"/"+set.name, func(b *testing.B) {
+				g.fuse, g.pdl, g.fgemvBlocks = set.fuse, set.pdl, set.blocks
+				const ctx, prompt = 512, 64
+				st := m.NewState(ctx)
+				ids, pos := g.Alloc(compute.I32, prompt), g.Alloc(compute.I32, prompt)
+				p := make([]int32, prompt)
+				for i := range p {
+					p[i] = int32(i * 7 % vocab)
+				}
+				g.UploadInts(ids, p)
+				for i := range p {
+					p[i] = int32(i)
+				}
+				g.UploadInts(pos, p)
+				logits := g.Alloc(compute.F32, 1, vocab)
+				m.Forward(st, ids, pos, logits)
+				id1, pos1 := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1)
+				at := prompt
+				step := func() {
+					g.UploadInts(id1, []int32{int32(at * 13 % vocab)})
+					g.UploadInts(pos1, []int32{int32(at)})
+					at++
+				}
+				step()
+				m.Forward(st, id1, pos1, logits)
+				step()
+				graph, err := g.Capture(func() { m.Forward(st, id1, pos1, logits) })
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer graph.Close()
+				const reps = 40
+				for range 3 {
+					graph.Launch()
+				}
+				g.Synchronize()
+				t0 := time.Now()
+				for range reps {
+					graph.Launch()
+				}
+				if err := g.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+				replay := time.Since(t0) / reps
+				// Timed launches, outside the graph, four steps.
+				byName := map[string]*KernelTime{}
+				for range 4 {
+					step()
+					prof, err := g.ProfileLaunches(func() { m.Forward(st, id1, pos1, logits) })
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, k := range prof {
+						if byName[k.Name] == nil {
+							byName[k.Name] = &KernelTime{Name: k.Name}
+						}
+						byName[k.Name].Launches += k.Launches
+						byName[k.Name].Time += k.Time
+					}
+				}
+				var prof []KernelTime
+				var sum time.Duration
+				for _, k := range byName {
+					prof = append(prof, *k)
+					sum += k.Time
+				}
+				slices.SortFunc(prof, func(a, c KernelTime) int { return int(c.Time - a.Time) })
+				b.Logf("%s %s: replay %v/step = %.0f tok/s, %.0f GB/s of weights = %.1f%% of copy bandwidth; %d kernels; timed launches sum to %v/step:",
+					geo.name, set.name, replay, 1/replay.Seconds(), float64(weightBytes)/replay.Seconds()/1e9,
+					100*float64(weightBytes)/replay.Seconds()/bw, graph.(*Graph).Kernels(), sum/4)
+				for _, k := range prof {
+					b.Logf("  %-16s %4d/step %9v/step %5.1f%%", k.Name, k.Launches/4, k.Time/4, 100*float64(k.Time)/float64(sum))
+				}
+				b.ReportMetric(1/replay.Seconds(), "tok/s")
+				b.ReportMetric(float64(weightBytes)/replay.Seconds()/bw, "of-copy-bw")
+			})
+		}
 	}
 }

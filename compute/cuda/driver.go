@@ -39,7 +39,7 @@ type driver struct {
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent  uintptr
 	cuMemAlloc, cuMemFree, cuMemGetInfo                                   uintptr
 	cuMemcpyHtoD, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemcpyDtoDAsync uintptr
-	cuMemsetD8Async                                                       uintptr
+	cuMemsetD8Async, cuMemAllocHost, cuMemFreeHost                        uintptr
 	cuModuleLoadData, cuModuleGetFunction, cuModuleUnload                 uintptr
 	cuLaunchKernel, cuFuncSetAttribute                                    uintptr
 	cuStreamCreate, cuStreamSynchronize, cuStreamDestroy                  uintptr
@@ -48,6 +48,10 @@ type driver struct {
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                     uintptr
 	cuGetErrorName, cuGetErrorString                                      uintptr
+
+	// cuLaunchKernelEx (CUDA 12.0) launches with attributes such as
+	// programmatic dependent launch; 0 when the driver lacks it.
+	cuLaunchKernelEx uintptr
 }
 
 var (
@@ -109,6 +113,8 @@ func openDriver() (*driver, error) {
 		{&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 		{&d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
 		{&d.cuMemsetD8Async, "cuMemsetD8Async"},
+		{&d.cuMemAllocHost, "cuMemAllocHost_v2"},
+		{&d.cuMemFreeHost, "cuMemFreeHost"},
 		{&d.cuModuleLoadData, "cuModuleLoadData"},
 		{&d.cuModuleGetFunction, "cuModuleGetFunction"},
 		{&d.cuModuleUnload, "cuModuleUnload"},
@@ -137,6 +143,9 @@ func openDriver() (*driver, error) {
 			return nil, fmt.Errorf("cuda: libcuda.so.1 lacks %s (driver too old?): %v", s.name, err)
 		}
 		*s.p = p
+	}
+	if p, err := purego.Dlsym(lib, "cuLaunchKernelEx"); err == nil {
+		d.cuLaunchKernelEx = p
 	}
 	return d, nil
 }

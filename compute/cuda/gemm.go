@@ -159,11 +159,11 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 		lo = xh + uintptr(elems*2)
 	}
 	key := halfKey{x: dptr(x), dst: xh, elems: elems, dt: w.DType, precise: precise}
-	if key != b.gemm.last || b.seq != b.gemm.lastSeq {
+	if key != b.gemm.last || b.recorded != b.gemm.lastSeq {
 		b.launch(b.k.tc.toHalf, "to_half", blocks(elems/4), 256).
 			ptr(xh).ptr(lo).ptr(dptr(x)).i64(elems).i(int(w.DType))
 	}
-	defer func() { b.gemm.last, b.gemm.lastSeq = key, b.seq }()
+	defer func() { b.gemm.last, b.gemm.lastSeq = key, b.recorded }()
 	dt := cudaR16BF
 	if w.DType == compute.F16 {
 		dt = cudaR16F

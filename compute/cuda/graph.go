@@ -14,6 +14,7 @@ type Graph struct {
 	b           *Backend
 	graph, exec uintptr
 	launch      func(*owner) error
+	kernels     int // kernel launches recorded
 }
 
 // streamCaptureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED.
@@ -42,6 +43,11 @@ func (b *Backend) Capture(fn func()) (compute.Graph, error) {
 		return nil, b.captureErr
 	}
 	g := &Graph{b: b}
+	for i := range ops {
+		if ops[i].fn != 0 {
+			g.kernels++
+		}
+	}
 	err := b.do(func(w *owner) error {
 		if err := w.check("cuStreamBeginCapture", call(w.d.cuStreamBeginCapture, w.stream, streamCaptureModeRelaxed)); err != nil {
 			return err

@@ -40,6 +40,9 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	if dt > int(compute.BF16) {
 		panic(fmt.Sprintf("matmul: weight dtype %s", w.DType))
 	}
+	if n == 1 && b.fusedMatMul(dst, x, w) {
+		return
+	}
 	vec := 8
 	if w.DType == compute.F32 {
 		vec = 4
@@ -67,7 +70,11 @@ func (b *Backend) binary(dst, x, y *compute.Tensor, opcode int) {
 }
 
 // Add implements compute.Backend.
-func (b *Backend) Add(dst, x, y *compute.Tensor) { b.binary(dst, x, y, 0) }
+func (b *Backend) Add(dst, x, y *compute.Tensor) {
+	if !b.fusedAdd(dst, x, y) {
+		b.binary(dst, x, y, 0)
+	}
+}
 
 // Mul implements compute.Backend.
 func (b *Backend) Mul(dst, x, y *compute.Tensor) { b.binary(dst, x, y, 1) }
@@ -102,7 +109,7 @@ func (b *Backend) Activate(dst, x *compute.Tensor, act compute.Activation) {
 // GLU implements compute.Backend.
 func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
 	n := gate.Len()
-	if n == 0 {
+	if n == 0 || b.fusedGLU(dst, gate, up, act) {
 		return
 	}
 	b.launch(b.k.glu, "glu", blocks(n), 256).ptr(dptr(dst)).ptr(dptr(gate)).ptr(dptr(up)).i64(n).i(int(act))
@@ -126,7 +133,7 @@ func (b *Backend) RMSNorm(dst, x, w *compute.Tensor, eps, offset float32) {
 		g, wdt = w.Len(), int(w.DType)
 	}
 	groups := x.Len() / g
-	if groups == 0 {
+	if groups == 0 || groups == 1 && b.fusedRMSNorm(dst, x, w, eps, offset) {
 		return
 	}
 	b.launch(b.k.rmsnorm, "rmsnorm", groups, threads(g, 256)).
@@ -171,6 +178,9 @@ func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
 	if r.Interleaved {
 		inter = 1
 	}
+	if rows == 1 && b.fusedRoPE(x, pos, heads, r) {
+		return
+	}
 	f := b.invFreq(r)
 	b.launch(b.k.rope, "rope", rows, threads(heads*half, 256)).
 		ptr(dptr(x)).ptr(dptr(pos)).ptr(dptr(f)).i(heads).i(cols).i(r.Dims).f(r.Scale).i(inter)
@@ -181,7 +191,7 @@ func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
 // read the start position from pos on the device.
 func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) {
 	n := q.Rows()
-	if n == 0 || b.attendFlash(dst, q, k, v, cache, pos, a) {
+	if n == 0 || n == 1 && b.attendDecode(dst, q, k, v, cache, pos, a) || b.attendFlash(dst, q, k, v, cache, pos, a) {
 		return
 	}
 	var fn uintptr

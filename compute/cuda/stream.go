@@ -28,6 +28,7 @@ type op struct {
 	name        string
 	grid, block [3]uint32
 	shared      uint32
+	pdl         bool // may start before the previous kernel ends (pdl.go)
 	nargs       int
 	args        [maxArgs]uint64
 	call        func(*owner) error
@@ -60,8 +61,9 @@ type owner struct {
 	ctx    uintptr
 	stream uintptr
 	params [maxArgs]uintptr
-	err    error    // first failure of a recorded op; sticks
-	prof   *profile // per-kernel timing, when on (profile.go)
+	launch launchConfig // cuLaunchKernelEx's configuration
+	attr   launchAttr
+	err    error // first failure of a recorded op; sticks
 }
 
 // loop runs batches until reqs is closed.
@@ -93,14 +95,14 @@ func (w *owner) loop(reqs <-chan batch, recycle chan<- []op) {
 
 // exec performs one recorded op.
 func (w *owner) exec(o *op) error {
-	if w.prof != nil && !w.prof.inside {
-		return w.profiled(o)
-	}
 	if o.call != nil {
 		return o.call(w)
 	}
 	for i := 0; i < o.nargs; i++ {
 		w.params[i] = uintptr(unsafe.Pointer(&o.args[i]))
+	}
+	if o.pdl && w.d.cuLaunchKernelEx != 0 {
+		return w.launchPDL(o)
 	}
 	r := call(w.d.cuLaunchKernel, o.fn,
 		uintptr(o.grid[0]), uintptr(o.grid[1]), uintptr(o.grid[2]),

@@ -1,0 +1,208 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"lem/compute"
+)
+
+// TestFusedDecode runs the operations of a llama-style block on one row,
+// as decode issues them, on the GPU (where they fuse) and on the CPU, and
+// compares every tensor they leave, step after step. It also checks that
+// the step, captured, needs few launches.
+func TestFusedDecode(t *testing.T) {
+	h := newHarness(t)
+	const hid, ff, ctx = 256, 512, 80
+	saved := h.g.fgemvBlocks
+	defer func() { h.g.fgemvBlocks = saved }()
+	type setting struct {
+		dt          compute.DType
+		blocks      int // fgemv grid limit: 0 none (two rows per warp), 1 and 3 stride far
+		heads, kvh  int
+		hd          int // 64: the rotation folds into attention; 32: it does not
+		interleaved bool
+		kernels     int // launches of the captured step
+	}
+	var settings []setting
+	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
+		settings = append(settings, setting{dt, saved, 4, 2, 64, false, 5})
+	}
+	for _, blocks := range []int{0, 1, 3} {
+		settings = append(settings, setting{compute.BF16, blocks, 4, 2, 64, false, 5})
+	}
+	settings = append(settings,
+		setting{compute.BF16, saved, 4, 1, 64, true, 5},
+		setting{compute.BF16, saved, 8, 2, 32, false, 6})
+	for _, set := range settings {
+		dt, heads, kvh, hd := set.dt, set.heads, set.kvh, set.hd
+		t.Run(fmt.Sprintf("%s/blocks%d/%dx%d/hd%d/interleaved=%v", dt, set.blocks, heads, kvh, hd, set.interleaved), func(t *testing.T) {
+			h.t = t
+			h.g.fgemvBlocks = set.blocks
+			inv := make([]float32, hd/2)
+			for j := range inv {
+				inv[j] = float32(math.Pow(10000, -2*float64(j)/float64(hd)))
+			}
+			r := &compute.Rope{Dims: hd, InvFreq: inv, Scale: 1, Interleaved: set.interleaved}
+			a := &compute.Attention{Heads: heads, KVHeads: kvh, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
+			inNorm, ffNorm := h.vec(dt, 1, hid), h.vec(dt, 1, hid)
+			wq, wk, wv := h.weight(dt, 0.1, heads*hd, hid), h.weight(dt, 0.1, kvh*hd, hid), h.weight(dt, 0.1, kvh*hd, hid)
+			bq, bk, bv := h.weight(compute.BF16, 0.1, heads*hd), h.weight(compute.BF16, 0.1, kvh*hd), h.weight(compute.BF16, 0.1, kvh*hd)
+			wo := h.weight(dt, 0.1, hid, heads*hd)
+			wg, wu, wd := h.weight(dt, 0.1, ff, hid), h.weight(dt, 0.1, ff, hid), h.weight(dt, 0.1, hid, ff)
+			x := h.act(1, 1, hid)
+			hh, q, k, v := h.zeros(1, hid), h.zeros(1, heads*hd), h.zeros(1, kvh*hd), h.zeros(1, kvh*hd)
+			att, o, g, u := h.zeros(1, heads*hd), h.zeros(1, hid), h.zeros(1, ff), h.zeros(1, ff)
+			cc, gc := h.c.NewKVCache(ctx, kvh*hd, false), h.g.NewKVCache(ctx, kvh*hd, false)
+			pos := h.ints([]int32{0})
+			step := func(b compute.Backend, sel func(pair) *compute.Tensor, cache *compute.KVCache) {
+				T := sel
+				b.RMSNorm(T(hh), T(x), T(inNorm), 1e-5, 0)
+				b.MatMul(T(q), T(hh), T(wq))
+				b.Add(T(q), T(q), T(bq))
+				b.MatMul(T(k), T(hh), T(wk))
+				b.Add(T(k), T(k), T(bk))
+				b.MatMul(T(v), T(hh), T(wv))
+				b.Add(T(v), T(v), T(bv))
+				b.RoPE(T(q), T(pos), heads, r)
+				b.RoPE(T(k), T(pos), kvh, r)
+				b.Attend(T(att), T(q), T(k), T(v), cache, T(pos), a)
+				b.MatMul(T(o), T(att), T(wo))
+				b.Add(T(x), T(x), T(o))
+				b.RMSNorm(T(hh), T(x), T(ffNorm), 1e-5, 0)
+				b.MatMul(T(g), T(hh), T(wg))
+				b.MatMul(T(u), T(hh), T(wu))
+				b.GLU(T(g), T(g), T(u), compute.SiLU)
+				b.MatMul(T(o), T(g), T(wd))
+				b.Add(T(x), T(x), T(o))
+			}
+			cpuT := func(p pair) *compute.Tensor { return p.c }
+			gpuT := func(p pair) *compute.Tensor { return p.g }
+			var graph compute.Graph
+			for p := range 12 {
+				h.c.UploadInts(pos.c, []int32{int32(p)})
+				h.g.UploadInts(pos.g, []int32{int32(p)})
+				step(h.c, cpuT, cc)
+				switch {
+				case p < 6 || !h.g.fuse:
+					step(h.g, gpuT, gc)
+				case graph == nil:
+					var err error
+					graph, err = h.g.Capture(func() { step(h.g, gpuT, gc) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer graph.Close()
+					if n := graph.(*Graph).Kernels(); n != set.kernels {
+						t.Errorf("captured step has %d kernels, want %d", n, set.kernels)
+					} else {
+						t.Logf("captured step: %d kernels", n)
+					}
+					graph.Launch()
+				default:
+					graph.Launch()
+				}
+				tol := 1e-4
+				for _, c := range []struct {
+					name string
+					p    pair
+				}{{"h", hh}, {"q", q}, {"k", k}, {"v", v}, {"attention", att}, {"o", o}, {"g", g}, {"u", u}, {"x", x}} {
+					h.compare(fmt.Sprintf("position %d: %s", p, c.name), c.p, tol)
+				}
+			}
+			h.compare("cache K", pair{cc.K, gc.K}, 1e-4)
+			h.compare("cache V", pair{cc.V, gc.V}, 1e-4)
+		})
+	}
+}
+
+// TestFusionRefused checks operations that must not fuse: an in-place norm,
+// a product written over its own input's source, and an addend that the
+// launch writes.
+func TestFusionRefused(t *testing.T) {
+	h := newHarness(t)
+	w := h.weight(compute.BF16, 0.2, 64, 64)
+	x := h.act(1, 1, 64)
+	y := h.zeros(1, 64)
+	// In-place norm, then a product of it.
+	h.c.RMSNorm(x.c, x.c, nil, 1e-6, 0)
+	h.g.RMSNorm(x.g, x.g, nil, 1e-6, 0)
+	h.c.MatMul(y.c, x.c, w.c)
+	h.g.MatMul(y.g, x.g, w.g)
+	h.compare("in-place norm then matmul", y, 1e-4)
+	// A norm whose product overwrites the norm's input.
+	n := h.zeros(1, 64)
+	h.c.RMSNorm(n.c, x.c, nil, 1e-6, 0)
+	h.g.RMSNorm(n.g, x.g, nil, 1e-6, 0)
+	h.c.MatMul(x.c, n.c, w.c)
+	h.g.MatMul(x.g, n.g, w.g)
+	h.compare("product over the norm's input", x, 1e-4)
+	h.compare("norm", n, 1e-5)
+	// Add whose other operand is the product's input.
+	h.c.MatMul(y.c, x.c, w.c)
+	h.g.MatMul(y.g, x.g, w.g)
+	h.c.Add(x.c, x.c, y.c)
+	h.g.Add(x.g, x.g, y.g)
+	h.compare("residual over the input", x, 1e-4)
+	// Two products of one input, the second written over the first.
+	h.c.MatMul(y.c, x.c, w.c)
+	h.g.MatMul(y.g, x.g, w.g)
+	h.c.MatMul(y.c, x.c, w.c)
+	h.g.MatMul(y.g, x.g, w.g)
+	h.compare("same output twice", y, 1e-4)
+}
+
+// TestTopK compares the GPU's top-k with the CPU's, exactly, on rows with
+// many equal values.
+func TestTopK(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		rows, n, k int
+		levels     float32 // values are rounded to 1/levels (0: not rounded)
+	}{
+		{1, 1000, 1, 0}, {1, 1000, 40, 0}, {3, 5000, 7, 4}, {1, 128256, 1, 8},
+		{1, 128256, 40, 0}, {1, 128256, 256, 16}, {2, 151936, 100, 2}, {1, 300, 256, 1},
+	} {
+		t.Run(fmt.Sprintf("%dx%d/k%d", tc.rows, tc.n, tc.k), func(t *testing.T) {
+			h.t = t
+			v := randVals(h.r, tc.rows*tc.n, 8)
+			if tc.levels > 0 {
+				for i := range v {
+					v[i] = float32(math.Round(float64(v[i]*tc.levels))) / tc.levels
+				}
+			}
+			v[len(v)/3] = float32(math.Copysign(0, -1))
+			x := pair{h.c.Alloc(compute.F32, tc.rows, tc.n), h.g.Alloc(compute.F32, tc.rows, tc.n)}
+			h.c.Upload(x.c, v)
+			h.g.Upload(x.g, v)
+			dst := h.zeros(tc.rows, 2*tc.k)
+			h.c.TopK(dst.c, x.c, tc.k)
+			h.g.TopK(dst.g, x.g, tc.k)
+			h.compare("top k", dst, 0)
+		})
+	}
+}
+
+// TestWeightUpload uploads weights larger than the pinned staging buffers
+// (and small ones, which are copied directly) and reads them back.
+func TestWeightUpload(t *testing.T) {
+	g := openGPU(t)
+	for _, n := range []int{1000, 1<<18 + 5, 3*stageChunk/4 + 12345} {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i%100003) - 7
+		}
+		w, err := g.Weight(compute.F32, []int{n}, encode(compute.F32, v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, n)
+		g.Read(got, w)
+		for i := range v {
+			if got[i] != v[i] {
+				t.Fatalf("%d values: value %d is %g, want %g", n, i, got[i], v[i])
+			}
+		}
+	}
+}
