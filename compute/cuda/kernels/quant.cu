@@ -1,0 +1,580 @@
+// Block-quantized weights (see quant.go for the device layout).
+//
+// A quantized weight is uploaded as up to three regions, each indexed by
+// (row, block): codes (the packed integer codes, 16-byte aligned per block
+// so that lanes read them with 16-byte loads), sc (per-block sub-scales:
+// the 16-byte header of Q4_K, the 16 int8 scales of Q6_K) and d (the
+// block's float16 scale; for MLX the group's scale and bias). Codes of
+// 4-bit MLX packs are reordered at upload into the nibble order of Q4_0
+// (byte j holds element j low and j+16 high within each 32 elements).
+//
+// Decode (qgemv, n ≤ 4 rows of activations): the activations are first
+// quantized to int8 per 32 elements (quantize_q8: scale max|x|/127, codes
+// rounded to nearest even, as the CPU backend does), with one int pair of
+// metadata per block: the scale's bits and the sums of the codes of its
+// two 16-element halves. Each warp then streams one weight row with
+// 16-byte loads and sums code products with dp4a; a type's code offset (8
+// for Q4_0, 32 for Q6_K, Q4_K's mins, MLX's bias) multiplies the sum of the
+// activation codes once per block.
+
+#define QT_Q8_0 0
+#define QT_Q4_0 1
+#define QT_Q4_K 2
+#define QT_Q6_K 3
+#define QT_MLX4 4
+#define QT_Q5_0 5
+#define QT_N 6
+
+#define QGEMV_WARPS 4
+
+__device__ __forceinline__ int dp4a(u32 a, u32 b, int c) {
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// Per-block metadata of quantized activations: the scale's bits, and the
+// sums of the codes of the two 16-element halves (low and high 16 bits).
+struct alignas(8) QMeta {
+    int x, y;
+};
+struct alignas(8) QF2 {
+    float x, y;
+};
+
+__device__ __forceinline__ U4 ld_u4(const void* p) { return *(const U4*)p; }
+
+// Sums of the two 16-element halves of a block's activation codes.
+__device__ __forceinline__ int qsum_lo(int p) { return (int)(short)(p & 0xffff); }
+__device__ __forceinline__ int qsum_hi(int p) { return p >> 16; }
+
+// quantize_q8 quantizes n rows of k activations (k a multiple of 32) into
+// qx: n·k int8 codes, then one QMeta per 32-element block (scale bits,
+// sums of the codes of the halves). One warp per block.
+extern "C" __global__ void quantize_q8(char* qx, const float* x, int n, int k) {
+    i64 blk = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (blk >= (i64)n * (k >> 5)) return;
+    float v = x[blk * 32 + lane];
+    u32 a = __float_as_uint(v) & 0x7fffffffu;
+    for (int o = 16; o > 0; o >>= 1) {
+        u32 b = __shfl_xor_sync(0xffffffffu, a, o);
+        a = b > a ? b : a;
+    }
+    float d = 0.0f;
+    int q = 0;
+    if (a >= 0x7f800000u) {
+        d = __int_as_float(0x7fc00000);
+    } else if (a >= 0x0da24260u) {
+        float amax = __uint_as_float(a);
+        d = __fdiv_rn(amax, 127.0f);
+        float id = __fdiv_rn(127.0f, amax);
+        q = __float2int_rn(__fmul_rn(v, id));
+    }
+    qx[blk * 32 + lane] = (char)q;
+    int s = q;
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    int hi = __shfl_sync(0xffffffffu, s, 16);
+    if (lane == 0) {
+        QMeta* meta = (QMeta*)(qx + (i64)n * k);
+        QMeta mt;
+        mt.x = __float_as_int(d);
+        mt.y = (s & 0xffff) | (hi << 16);
+        meta[blk] = mt;
+    }
+}
+
+// Per-type unit of work of one lane: load issues the loads of unit u of a
+// row, dot multiplies it with one row of quantized activations.
+
+// qnib returns the low (hi = 0) or high nibbles of w as four bytes.
+__device__ __forceinline__ u32 qnib(u32 w, int hi) { return (w >> (4 * hi)) & 0x0f0f0f0fu; }
+
+// mlx_sb reads the scale and bias of group g of MLX scale type sdt.
+__device__ __forceinline__ void mlx_sb(const char* d, i64 g, int sdt, float& s, float& b) {
+    if (sdt == DT_F32) {
+        QF2 v = ((const QF2*)d)[g];
+        s = v.x, b = v.y;
+    } else {
+        u32 v = ((const u32*)d)[g];
+        s = sdt == DT_BF16 ? bf2f((u16)(v & 0xffff)) : h2f((u16)(v & 0xffff));
+        b = sdt == DT_BF16 ? bf2f((u16)(v >> 16)) : h2f((u16)(v >> 16));
+    }
+}
+
+// The units: Q8_0, Q4_0, Q5_0, MLX4: one 32-element block (MLX: 32
+// elements of a group); Q4_K, Q6_K: 64 elements of a super-block (4 units
+// per super-block).
+template <int T>
+struct QUnit;
+
+template <>
+struct QUnit<QT_Q8_0> {
+    enum { UNROLL = 4, EL = 32 };
+    U4 a, b;
+    float d;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        a = ld_stream(codes + bi * 32);
+        b = ld_stream(codes + bi * 32 + 16);
+        d = h2f(((const u16*)dd)[bi]);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        const char* p = qx + (i64)u * 32;
+        U4 x0 = ld_u4(p), x1 = ld_u4(p + 16);
+        int s = dp4a(a.x, x0.x, 0);
+        s = dp4a(a.y, x0.y, s);
+        s = dp4a(a.z, x0.z, s);
+        s = dp4a(a.w, x0.w, s);
+        s = dp4a(b.x, x1.x, s);
+        s = dp4a(b.y, x1.y, s);
+        s = dp4a(b.z, x1.z, s);
+        s = dp4a(b.w, x1.w, s);
+        return d * __int_as_float(meta[u].x) * (float)s;
+    }
+};
+
+// nib_dot sums 32 4-bit codes (low nibbles: elements 0-15, high: 16-31)
+// times the activation codes at p.
+__device__ __forceinline__ int nib_dot(U4 c, const char* p) {
+    U4 x0 = ld_u4(p), x1 = ld_u4(p + 16);
+    int s = dp4a(qnib(c.x, 0), x0.x, 0);
+    s = dp4a(qnib(c.y, 0), x0.y, s);
+    s = dp4a(qnib(c.z, 0), x0.z, s);
+    s = dp4a(qnib(c.w, 0), x0.w, s);
+    s = dp4a(qnib(c.x, 1), x1.x, s);
+    s = dp4a(qnib(c.y, 1), x1.y, s);
+    s = dp4a(qnib(c.z, 1), x1.z, s);
+    s = dp4a(qnib(c.w, 1), x1.w, s);
+    return s;
+}
+
+template <>
+struct QUnit<QT_Q4_0> {
+    enum { UNROLL = 4, EL = 32 };
+    U4 c;
+    float d;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        c = ld_stream(codes + bi * 16);
+        d = h2f(((const u16*)dd)[bi]);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        int s = nib_dot(c, qx + (i64)u * 32);
+        QMeta m = meta[u];
+        return d * __int_as_float(m.x) * (float)(s - 8 * (qsum_lo(m.y) + qsum_hi(m.y)));
+    }
+};
+
+// Q5_0: codes as Q4_0, the fifth bits (bit j of a u32 for element j) in sc.
+template <>
+struct QUnit<QT_Q5_0> {
+    enum { UNROLL = 4, EL = 32 };
+    U4 c;
+    u32 h;
+    float d;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        c = ld_stream(codes + bi * 16);
+        h = ((const u32*)sc)[bi];
+        d = h2f(((const u16*)dd)[bi]);
+    }
+    // hb spreads bits 4j..4j+3 of h over the fifth bit of four bytes.
+    static __device__ __forceinline__ u32 hb(u32 h, int j) {
+        u32 b = (h >> (4 * j)) & 0xfu;
+        return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        const char* p = qx + (i64)u * 32;
+        U4 x0 = ld_u4(p), x1 = ld_u4(p + 16);
+        int s = dp4a(qnib(c.x, 0) | hb(h, 0), x0.x, 0);
+        s = dp4a(qnib(c.y, 0) | hb(h, 1), x0.y, s);
+        s = dp4a(qnib(c.z, 0) | hb(h, 2), x0.z, s);
+        s = dp4a(qnib(c.w, 0) | hb(h, 3), x0.w, s);
+        s = dp4a(qnib(c.x, 1) | hb(h, 4), x1.x, s);
+        s = dp4a(qnib(c.y, 1) | hb(h, 5), x1.y, s);
+        s = dp4a(qnib(c.z, 1) | hb(h, 6), x1.z, s);
+        s = dp4a(qnib(c.w, 1) | hb(h, 7), x1.w, s);
+        QMeta m = meta[u];
+        return d * __int_as_float(m.x) * (float)(s - 16 * (qsum_lo(m.y) + qsum_hi(m.y)));
+    }
+};
+
+template <>
+struct QUnit<QT_MLX4> {
+    enum { UNROLL = 4, EL = 32 };
+    U4 c;
+    float s, b;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        c = ld_stream(codes + bi * 16);
+        // bi = row·units + u; the group of unit u is u·32/group.
+        int per = group >> 5;
+        mlx_sb(dd, (bi - u) / per + u / per, sdt, s, b);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        int q = nib_dot(c, qx + (i64)u * 32);
+        QMeta m = meta[u];
+        float dx = __int_as_float(m.x);
+        return dx * (s * (float)q + b * (float)(qsum_lo(m.y) + qsum_hi(m.y)));
+    }
+};
+
+// byte_at returns byte i (0-11) of the three words w0 w1 w2.
+__device__ __forceinline__ u32 byte_at(u32 w0, u32 w1, u32 w2, int i) {
+    u32 w = i < 4 ? w0 : (i < 8 ? w1 : w2);
+    return (w >> (8 * (i & 3))) & 0xffu;
+}
+
+// k4_scale_min unpacks the 6-bit scale and min of sub-block j of a Q4_K
+// (or Q5_K) super-block, whose 12 scale bytes are in s0 s1 s2.
+__device__ __forceinline__ void k4_scale_min(u32 s0, u32 s1, u32 s2, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = byte_at(s0, s1, s2, j) & 63;
+        m = byte_at(s0, s1, s2, j + 4) & 63;
+    } else {
+        u32 bj4 = byte_at(s0, s1, s2, j + 4);
+        sc = (bj4 & 0xf) | ((byte_at(s0, s1, s2, j - 4) >> 6) << 4);
+        m = (bj4 >> 4) | ((byte_at(s0, s1, s2, j) >> 6) << 4);
+    }
+}
+
+// Q4_K: unit c (0-3) of a super-block covers elements 64c … 64c+63: the 32
+// code bytes qs[32c …], low nibbles sub-block 2c, high nibbles 2c+1.
+template <>
+struct QUnit<QT_Q4_K> {
+    enum { UNROLL = 2, EL = 64 };
+    U4 c0, c1, h;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        // bi = row·units + u, 4 units per super-block.
+        c0 = ld_stream(codes + bi * 32);
+        c1 = ld_stream(codes + bi * 32 + 16);
+        h = ld_u4(sc + (bi >> 2) * 16);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        int c = u & 3;
+        int ba = 2 * u; // activation block of sub-block 2c: (u>>2)·8 + 2c
+        const char* pa = qx + (i64)ba * 32;
+        U4 xa0 = ld_u4(pa), xa1 = ld_u4(pa + 16), xb0 = ld_u4(pa + 32), xb1 = ld_u4(pa + 48);
+        int sa = dp4a(qnib(c0.x, 0), xa0.x, 0);
+        sa = dp4a(qnib(c0.y, 0), xa0.y, sa);
+        sa = dp4a(qnib(c0.z, 0), xa0.z, sa);
+        sa = dp4a(qnib(c0.w, 0), xa0.w, sa);
+        sa = dp4a(qnib(c1.x, 0), xa1.x, sa);
+        sa = dp4a(qnib(c1.y, 0), xa1.y, sa);
+        sa = dp4a(qnib(c1.z, 0), xa1.z, sa);
+        sa = dp4a(qnib(c1.w, 0), xa1.w, sa);
+        int sb = dp4a(qnib(c0.x, 1), xb0.x, 0);
+        sb = dp4a(qnib(c0.y, 1), xb0.y, sb);
+        sb = dp4a(qnib(c0.z, 1), xb0.z, sb);
+        sb = dp4a(qnib(c0.w, 1), xb0.w, sb);
+        sb = dp4a(qnib(c1.x, 1), xb1.x, sb);
+        sb = dp4a(qnib(c1.y, 1), xb1.y, sb);
+        sb = dp4a(qnib(c1.z, 1), xb1.z, sb);
+        sb = dp4a(qnib(c1.w, 1), xb1.w, sb);
+        int sca, ma, scb, mb;
+        k4_scale_min(h.y, h.z, h.w, 2 * c, sca, ma);
+        k4_scale_min(h.y, h.z, h.w, 2 * c + 1, scb, mb);
+        QMeta mta = meta[ba], mtb = meta[ba + 1];
+        float dxa = __int_as_float(mta.x), dxb = __int_as_float(mtb.x);
+        float d = h2f((u16)(h.x & 0xffff)), dmin = h2f((u16)(h.x >> 16));
+        int suma = qsum_lo(mta.y) + qsum_hi(mta.y), sumb = qsum_lo(mtb.y) + qsum_hi(mtb.y);
+        return d * (dxa * (float)(sca * sa) + dxb * (float)(scb * sb)) -
+               dmin * (dxa * (float)(ma * suma) + dxb * (float)(mb * sumb));
+    }
+};
+
+// Q6_K: unit p (0-3) of a super-block is half h = p/2 and l-range i = p%2
+// (l in 16i … 16i+15): elements 128h + 32j + l for j < 4, from
+// ql[64h + l] (j = 0, 2: low, high nibble), ql[64h + 32 + l] (j = 1, 3) and
+// bits 2j of qh[32h + l]; scale 8h + i + 2j.
+template <>
+struct QUnit<QT_Q6_K> {
+    enum { UNROLL = 2, EL = 64 };
+    U4 la, lb, qh, sc;
+    float d;
+    __device__ __forceinline__ void load(const char* codes, const char* scp, const char* dd, i64 bi, int u, int group, int sdt) {
+        i64 sbi = bi >> 2;
+        int p = u & 3, h = p >> 1, i = p & 1;
+        const char* cb = codes + sbi * 192;
+        la = ld_stream(cb + 64 * h + 16 * i);
+        lb = ld_stream(cb + 64 * h + 32 + 16 * i);
+        qh = ld_stream(cb + 128 + 32 * h + 16 * i);
+        sc = ld_u4(scp + sbi * 16);
+        d = h2f(((const u16*)dd)[sbi]);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        int p = u & 3, h = p >> 1, i = p & 1;
+        int b0 = (u >> 2) * 8 + 4 * h; // activation block of j = 0
+        u32 l[4] = {la.x, la.y, la.z, la.w}, m[4] = {lb.x, lb.y, lb.z, lb.w}, hh[4] = {qh.x, qh.y, qh.z, qh.w};
+        u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const char* px = qx + (i64)(b0 + j) * 32 + 16 * i;
+            U4 xv = ld_u4(px);
+            u32 xs[4] = {xv.x, xv.y, xv.z, xv.w};
+            int s = 0;
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                u32 lo = j & 1 ? m[w] : l[w];
+                u32 q = ((lo >> (4 * (j >> 1))) & 0x0f0f0f0fu) | (((hh[w] >> (2 * j)) & 0x03030303u) << 4);
+                s = dp4a(q, xs[w], s);
+            }
+            QMeta mt = meta[b0 + j];
+            int half = i ? qsum_hi(mt.y) : qsum_lo(mt.y);
+            int si = 8 * h + i + 2 * j;
+            int scale = (int)(signed char)((scw[si >> 2] >> (8 * (si & 3))) & 0xff);
+            acc += __int_as_float(mt.x) * (float)(scale * (s - 32 * half));
+        }
+        return d * acc;
+    }
+};
+
+// qgemv_t computes dst[r, row] = x[r]·w[row] for NR rows of quantized
+// activations, one warp per weight row.
+template <int T, int NR>
+__device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) {
+    typedef QUnit<T> Q;
+    int row = blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= m) return;
+    const int nu = k / Q::EL;
+    const QMeta* meta = (const QMeta*)(qx + (i64)NR * k);
+    const int nb = k >> 5;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int u0 = lane; u0 < nu; u0 += 32 * Q::UNROLL) {
+        Q q[Q::UNROLL];
+#pragma unroll
+        for (int j = 0; j < Q::UNROLL; j++) {
+            int u = u0 + 32 * j;
+            if (u < nu) q[j].load(codes, sc, dd, (i64)row * nu + u, u, group, sdt);
+        }
+#pragma unroll
+        for (int j = 0; j < Q::UNROLL; j++) {
+            int u = u0 + 32 * j;
+            if (u >= nu) break;
+#pragma unroll
+            for (int r = 0; r < NR; r++) acc[r] += q[j].dot(qx + (i64)r * k, meta + (i64)r * nb, u, group);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        float s = warp_sum(acc[r]);
+        if (lane == 0) dst[(i64)r * m + row] = s;
+    }
+}
+
+#define QGEMV(name, T, NR)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)                                               \
+        name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) { \
+        qgemv_t<T, NR>(dst, qx, codes, sc, dd, m, k, group, sdt);                                                \
+    }
+#define QGEMV4(tn, T) QGEMV(qgemv_##tn##_1, T, 1) QGEMV(qgemv_##tn##_2, T, 2) QGEMV(qgemv_##tn##_3, T, 3) QGEMV(qgemv_##tn##_4, T, 4)
+QGEMV4(q8_0, QT_Q8_0)
+QGEMV4(q4_0, QT_Q4_0)
+QGEMV4(q4_k, QT_Q4_K)
+QGEMV4(q6_k, QT_Q6_K)
+QGEMV4(mlx4, QT_MLX4)
+QGEMV4(q5_0, QT_Q5_0)
+
+// qgemvf_q4_0 and qgemvf_q8_0 are one-row products on float32 activations
+// (no activation quantization), for comparison with the dp4a kernels.
+extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)
+    qgemvf_q4_0(float* dst, const float* x, const char* codes, const char* dd, int m, int k) {
+    int row = blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= m) return;
+    const int nu = k >> 5;
+    float acc = 0.0f;
+    for (int u0 = lane; u0 < nu; u0 += 32 * 4) {
+        U4 c[4];
+        float d[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int u = u0 + 32 * j;
+            if (u < nu) {
+                c[j] = ld_stream(codes + ((i64)row * nu + u) * 16);
+                d[j] = h2f(((const u16*)dd)[(i64)row * nu + u]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int u = u0 + 32 * j;
+            if (u >= nu) break;
+            const F4* xp = (const F4*)(x + (i64)u * 32);
+            u32 cw[4] = {c[j].x, c[j].y, c[j].z, c[j].w};
+            float s = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                F4 lo = xp[w], hi = xp[4 + w];
+                // 0x4b000000 | q is the float 2^23 + q.
+                s += (__uint_as_float(0x4b000000u | (cw[w] & 0xf)) - 8388616.0f) * lo.x;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 8) & 0xf)) - 8388616.0f) * lo.y;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 16) & 0xf)) - 8388616.0f) * lo.z;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 24) & 0xf)) - 8388616.0f) * lo.w;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 4) & 0xf)) - 8388616.0f) * hi.x;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 12) & 0xf)) - 8388616.0f) * hi.y;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 20) & 0xf)) - 8388616.0f) * hi.z;
+                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 28) & 0xf)) - 8388616.0f) * hi.w;
+            }
+            acc += d[j] * s;
+        }
+    }
+    float s = warp_sum(acc);
+    if (lane == 0) dst[row] = s;
+}
+
+extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)
+    qgemvf_q8_0(float* dst, const float* x, const char* codes, const char* dd, int m, int k) {
+    int row = blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= m) return;
+    const int nu = k >> 4; // 16-byte units, two per block
+    float acc = 0.0f;
+    for (int u0 = lane; u0 < nu; u0 += 32 * 4) {
+        U4 c[4];
+        float d[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int u = u0 + 32 * j;
+            if (u < nu) {
+                c[j] = ld_stream(codes + ((i64)row * nu + u) * 16);
+                d[j] = h2f(((const u16*)dd)[((i64)row * nu + u) >> 1]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int u = u0 + 32 * j;
+            if (u >= nu) break;
+            const F4* xp = (const F4*)(x + (i64)u * 16);
+            u32 cw[4] = {c[j].x, c[j].y, c[j].z, c[j].w};
+            float s = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                F4 a = xp[w];
+                // Bytes biased by 128 into 2^23 + b, less 2^23 + 128.
+                u32 v = cw[w] ^ 0x80808080u;
+                s += (__uint_as_float(0x4b000000u | (v & 0xff)) - 8388736.0f) * a.x;
+                s += (__uint_as_float(0x4b000000u | ((v >> 8) & 0xff)) - 8388736.0f) * a.y;
+                s += (__uint_as_float(0x4b000000u | ((v >> 16) & 0xff)) - 8388736.0f) * a.z;
+                s += (__uint_as_float(0x4b000000u | (v >> 24)) - 8388736.0f) * a.w;
+            }
+            acc += d[j] * s;
+        }
+    }
+    float s = warp_sum(acc);
+    if (lane == 0) dst[row] = s;
+}
+
+// st_out stores v as element i of an f32 (odt 0) or bf16 (odt 2) row.
+__device__ __forceinline__ void st_out(void* dst, int odt, i64 i, float v) {
+    if (odt == DT_F32) {
+        ((float*)dst)[i] = v;
+    } else {
+        u32 b = __float_as_uint(v);
+        u16 h = (v != v) ? (u16)0x7fc0 : (u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+        ((u16*)dst)[i] = h;
+    }
+}
+
+// qdequant widens rows of a quantized weight: dst row r gets weight row
+// ids[r] (ids non-null: an embedding gather) or row0 + r, as float32 or
+// bf16 (odt). Products round as the CPU's dequantization does (no fused
+// multiply-add), so that float32 rows match it bit for bit. One thread per
+// unit.
+extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0, int rows, int qt,
+                                    const char* codes, const char* sc, const char* dd, int k, int group, int sdt) {
+    int el = (qt == QT_Q4_K || qt == QT_Q6_K) ? 64 : 32;
+    int nu = k / el;
+    GRID_STRIDE(i, (i64)rows * nu) {
+        i64 r = i / nu;
+        int u = (int)(i % nu);
+        i64 wr = ids ? (i64)ids[r] : (i64)row0 + r;
+        i64 bi = wr * nu + u;
+        i64 o = r * k + (i64)u * el;
+        switch (qt) {
+        case QT_Q8_0: {
+            const signed char* q = (const signed char*)codes + bi * 32;
+            float d = h2f(((const u16*)dd)[bi]);
+            for (int e = 0; e < 32; e++) st_out(dst, odt, o + e, __fmul_rn((float)q[e], d));
+            break;
+        }
+        case QT_Q4_0:
+        case QT_Q5_0:
+        case QT_MLX4: {
+            const unsigned char* q = (const unsigned char*)codes + bi * 16;
+            float d = 0.0f, s = 0.0f, b = 0.0f;
+            u32 h = 0;
+            if (qt == QT_MLX4) {
+                int per = group >> 5;
+                mlx_sb(dd, wr * (nu / per) + u / per, sdt, s, b);
+            } else {
+                d = h2f(((const u16*)dd)[bi]);
+            }
+            if (qt == QT_Q5_0) h = ((const u32*)sc)[bi];
+            for (int e = 0; e < 32; e++) {
+                int c = (q[e & 15] >> (4 * (e >> 4))) & 15;
+                float v;
+                if (qt == QT_Q4_0) {
+                    v = __fmul_rn((float)(c - 8), d);
+                } else if (qt == QT_Q5_0) {
+                    v = __fmul_rn((float)((c | (((h >> e) & 1) << 4)) - 16), d);
+                } else {
+                    v = __fadd_rn(__fmul_rn(s, (float)c), b);
+                }
+                st_out(dst, odt, o + e, v);
+            }
+            break;
+        }
+        case QT_Q4_K: {
+            int c = u & 3;
+            const unsigned char* q = (const unsigned char*)codes + bi * 32;
+            U4 h = ld_u4(sc + (bi >> 2) * 16);
+            float d = h2f((u16)(h.x & 0xffff)), dmin = h2f((u16)(h.x >> 16));
+            int sca, ma, scb, mb;
+            k4_scale_min(h.y, h.z, h.w, 2 * c, sca, ma);
+            k4_scale_min(h.y, h.z, h.w, 2 * c + 1, scb, mb);
+            float d1 = __fmul_rn(d, (float)sca), m1 = __fmul_rn(dmin, (float)ma);
+            float d2 = __fmul_rn(d, (float)scb), m2 = __fmul_rn(dmin, (float)mb);
+            for (int l = 0; l < 32; l++) {
+                st_out(dst, odt, o + l, __fsub_rn(__fmul_rn(d1, (float)(q[l] & 15)), m1));
+                st_out(dst, odt, o + 32 + l, __fsub_rn(__fmul_rn(d2, (float)(q[l] >> 4)), m2));
+            }
+            break;
+        }
+        case QT_Q6_K: {
+            i64 sbi = bi >> 2;
+            int p = u & 3, hf = p >> 1, ii = p & 1;
+            const unsigned char* cb = (const unsigned char*)codes + sbi * 192;
+            const signed char* scs = (const signed char*)sc + sbi * 16;
+            float d = h2f(((const u16*)dd)[sbi]);
+            // This unit's elements are 128hf + 32j + 16ii + t; o points at
+            // element 64u of the row, so rebase on the super-block.
+            i64 base = r * k + (i64)(u >> 2) * 256 + 128 * hf + 16 * ii;
+            for (int t = 0; t < 16; t++) {
+                int l = 16 * ii + t;
+                u32 qh = cb[128 + 32 * hf + l];
+                u32 la = cb[64 * hf + l], lb = cb[64 * hf + 32 + l];
+                int q0 = (int)((la & 15) | ((qh & 3) << 4)) - 32;
+                int q1 = (int)((lb & 15) | (((qh >> 2) & 3) << 4)) - 32;
+                int q2 = (int)((la >> 4) | (((qh >> 4) & 3) << 4)) - 32;
+                int q3 = (int)((lb >> 4) | (((qh >> 6) & 3) << 4)) - 32;
+                int is = 8 * hf + ii;
+                st_out(dst, odt, base + t, __fmul_rn(__fmul_rn(d, (float)scs[is]), (float)q0));
+                st_out(dst, odt, base + 32 + t, __fmul_rn(__fmul_rn(d, (float)scs[is + 2]), (float)q1));
+                st_out(dst, odt, base + 64 + t, __fmul_rn(__fmul_rn(d, (float)scs[is + 4]), (float)q2));
+                st_out(dst, odt, base + 96 + t, __fmul_rn(__fmul_rn(d, (float)scs[is + 6]), (float)q3));
+            }
+            break;
+        }
+        }
+    }
+}
+
+// qcolumns copies src [n, w] into columns [from, from+w) of dst [n, m].
+extern "C" __global__ void qcolumns(float* dst, const float* src, i64 n, int w, int m, int from) {
+    GRID_STRIDE(i, n * w) {
+        i64 r = i / w;
+        int c = (int)(i % w);
+        dst[r * m + from + c] = src[i];
+    }
+}
