@@ -1,0 +1,404 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"lem/compute"
+	"lem/engine"
+	"lem/internal/archref"
+	"lem/internal/fixtures"
+	"lem/internal/half"
+	"lem/model"
+	"lem/quant"
+	"lem/quant/convert"
+)
+
+// mlxType returns an MLX affine dtype or fails the test.
+func mlxType(tb testing.TB, bits, group int, scale compute.DType) compute.DType {
+	tb.Helper()
+	dt, err := compute.MLXAffine(bits, group, scale)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dt
+}
+
+// quantBlocks returns rows×cols random values stored as dt: quantized by
+// package quant where it can write dt, else (MLX) random codes with random
+// scales and biases.
+func quantBlocks(tb testing.TB, r *rand.Rand, dt compute.DType, rows, cols int) []byte {
+	tb.Helper()
+	rb, err := dt.RowBytes(cols)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]byte, rows*rb)
+	if quant.CanQuantize(dt) {
+		v := randVals(r, rows*cols, 1)
+		// Vary the magnitude between rows and blocks, as real weights do.
+		for i := range v {
+			v[i] *= float32(1 + (i/32)%5)
+		}
+		if err := quant.Quantize(out, v, dt); err != nil {
+			tb.Fatal(err)
+		}
+		return out
+	}
+	bits, _, scale, ok := dt.MLX()
+	if !ok {
+		tb.Fatalf("cannot make %s blocks", dt)
+	}
+	es := scale.Size()
+	bb := dt.BlockBytes()
+	for b := 0; b < len(out)/bb; b++ {
+		blk := out[b*bb : (b+1)*bb]
+		for i := 2 * es; i < bb; i++ {
+			blk[i] = byte(r.Uint32())
+		}
+		s := (r.Float32() + 0.5) / float32(int(1)<<bits)
+		z := -s * float32(int(1)<<(bits-1)) * (0.5 + r.Float32())
+		for i, v := range []float32{s, z} {
+			switch scale {
+			case compute.BF16:
+				binary.LittleEndian.PutUint16(blk[i*es:], half.F32ToBF16(v))
+			case compute.F16:
+				binary.LittleEndian.PutUint16(blk[i*es:], half.F32ToF16(v))
+			default:
+				binary.LittleEndian.PutUint32(blk[i*es:], math.Float32bits(v))
+			}
+		}
+	}
+	return out
+}
+
+// dequantRows decodes a weight with package quant.
+func dequantRows(tb testing.TB, dt compute.DType, rows, cols int, data []byte) []float32 {
+	tb.Helper()
+	w := make([]float32, rows*cols)
+	if err := quant.Dequantize(w, data, dt); err != nil {
+		tb.Fatal(err)
+	}
+	return w
+}
+
+// quantTypes are the types the product and embedding tests cover: those
+// with kernels, and some that are widened to bf16 at load.
+func quantTypes(tb testing.TB) []compute.DType {
+	return []compute.DType{
+		compute.Q8_0, compute.Q4_0, compute.Q5_0, compute.Q4_K, compute.Q6_K,
+		mlxType(tb, 4, 32, compute.BF16), mlxType(tb, 4, 64, compute.F16), mlxType(tb, 4, 128, compute.F32),
+		mlxType(tb, 4, 64, compute.BF16),
+		// Widened to bf16 at load.
+		compute.Q4_1, compute.Q5_K, compute.Q3_K, mlxType(tb, 8, 64, compute.BF16),
+	}
+}
+
+// TestQuantMatMul checks quantized products on the GPU, n = 1…4 (quantized
+// activations, dp4a) and longer (dequantized to bf16, dense product), against
+// a float64 product of the dequantized weights and against the CPU backend.
+// The bound on each output is what the two approximations can cost: codes
+// of activations rounded to multiples of max|x_block|/127 (at most half a
+// step each, over the GPU's 32-element blocks or the CPU's 256-element
+// ones) and weights rounded to bf16 (2⁻⁹ relative): Σᵢ |wᵢ|·(step/2 +
+// |xᵢ|·2⁻⁸), plus 1e-5·Σᵢ|wᵢxᵢ| for float32 summation.
+func TestQuantMatMul(t *testing.T) {
+	h := newHarness(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, dt := range quantTypes(t) {
+		bs := dt.BlockSize()
+		kb := max(256, bs) // the CPU's activation blocks of the k-quants
+		for _, s := range []struct{ m, k int }{{33, 256}, {7, 512}, {129, 1024}, {3, 2304}} {
+			if s.k%bs != 0 {
+				continue
+			}
+			data := quantBlocks(t, r, dt, s.m, s.k)
+			w := dequantRows(t, dt, s.m, s.k, data)
+			wc, err := h.c.Weight(dt, []int{s.m, s.k}, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg, err := h.g.Weight(dt, []int{s.m, s.k}, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range []int{1, 2, 3, 4, 5, 37} {
+				name := fmt.Sprintf("%s/n%d/m%d/k%d", dt, n, s.m, s.k)
+				xv := randVals(h.r, n*s.k, 2)
+				x := pair{h.c.Alloc(compute.F32, n, s.k), h.g.Alloc(compute.F32, n, s.k)}
+				h.c.Upload(x.c, xv)
+				h.g.Upload(x.g, xv)
+				dst := h.zeros(n, s.m)
+				h.c.MatMul(dst.c, x.c, wc)
+				h.g.MatMul(dst.g, x.g, wg)
+				got := make([]float32, n*s.m)
+				h.g.Read(got, dst.g)
+				cpuOut := make([]float32, n*s.m)
+				h.c.Read(cpuOut, dst.c)
+				if err := h.g.Err(); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				worst := 0.0
+				for i := range n {
+					xr := xv[i*s.k : (i+1)*s.k]
+					for j := range s.m {
+						wr := w[j*s.k : (j+1)*s.k]
+						var want, bound, bound256, mag float64
+						for e := range s.k {
+							want += float64(wr[e]) * float64(xr[e])
+							mag += math.Abs(float64(wr[e]) * float64(xr[e]))
+						}
+						for b0 := 0; b0 < s.k; b0 += 32 {
+							bound += blockBound(wr[b0:b0+32], xr[b0:b0+32], amax(xr[b0:b0+32]))
+						}
+						for b0 := 0; b0 < s.k; b0 += kb {
+							e := min(b0+kb, s.k)
+							bound256 += blockBound(wr[b0:e], xr[b0:e], amax(xr[b0:e]))
+						}
+						slack := 1e-5*mag + 1e-6
+						g, c := float64(got[i*s.m+j]), float64(cpuOut[i*s.m+j])
+						if d := math.Abs(g - want); !(d <= bound+slack) {
+							t.Fatalf("%s: out[%d,%d] = %g, want %g ± %.3g (error %.3g)", name, i, j, g, want, bound+slack, d)
+						}
+						if d := math.Abs(g - c); !(d <= bound+bound256+2*slack) {
+							t.Fatalf("%s: out[%d,%d] = %g, cpu %g: differ by %.3g > %.3g", name, i, j, g, c, d, bound+bound256+2*slack)
+						}
+						worst = max(worst, math.Abs(g-want)/(bound+slack))
+					}
+				}
+				t.Logf("%s: largest error %.2f of the bound", name, worst)
+			}
+		}
+	}
+}
+
+func amax(x []float32) float64 {
+	m := 0.0
+	for _, v := range x {
+		m = max(m, math.Abs(float64(v)))
+	}
+	return m
+}
+
+// blockBound is the error bound of one block of a product (see
+// TestQuantMatMul): half an activation step and bf16 rounding per weight.
+func blockBound(w, x []float32, amax float64) float64 {
+	step := amax / 127
+	var s float64
+	for i := range w {
+		s += math.Abs(float64(w[i])) * (step/2*1.0001 + math.Abs(float64(x[i]))/256)
+	}
+	return s
+}
+
+// TestQuantEmbed gathers rows of quantized tables: exactly the CPU's
+// dequantization for the types with kernels, and its bf16 rounding for the
+// types widened at load.
+func TestQuantEmbed(t *testing.T) {
+	h := newHarness(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	ids := h.ints([]int32{3, 0, 36, 3, 17, 36})
+	for _, dt := range quantTypes(t) {
+		cols := 2 * max(256, dt.BlockSize())
+		data := quantBlocks(t, r, dt, 37, cols)
+		c, err := h.c.Weight(dt, []int{37, cols}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := h.g.Weight(dt, []int{37, cols}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := h.zeros(6, cols)
+		h.c.Embed(dst.c, c, ids.c)
+		h.g.Embed(dst.g, g, ids.g)
+		tol := 0.0
+		if _, ok := qsplitOf(dt); !ok {
+			tol = 1.0 / 256
+		}
+		h.compare("embed "+dt.String(), dst, tol)
+	}
+}
+
+// TestQuantWeightErrors checks that malformed quantized weights are errors.
+func TestQuantWeightErrors(t *testing.T) {
+	g := openGPU(t)
+	for _, tc := range []struct {
+		name  string
+		dt    compute.DType
+		shape []int
+		n     int
+	}{
+		{"short", compute.Q4_0, []int{4, 64}, 4*36 - 1},
+		{"long", compute.Q6_K, []int{2, 256}, 2*210 + 1},
+		{"partial block", compute.Q8_0, []int{2, 48}, 2 * 34},
+		{"no shape", compute.Q4_K, nil, 144},
+		{"widened short", compute.Q5_K, []int{3, 256}, 2 * 176},
+	} {
+		if _, err := g.Weight(tc.dt, tc.shape, make([]byte, tc.n)); err == nil {
+			t.Errorf("%s: Weight(%s, %v, %d bytes) succeeded", tc.name, tc.dt, tc.shape, tc.n)
+		}
+	}
+}
+
+// TestQuantConformance converts dense fixtures to GGUF Q8_0, Q4_0 and
+// Q4_K_M and runs each file on the CPU and the GPU. The two backends
+// quantize activations alike (the k-quants over 32 instead of 256 elements
+// on the GPU), so their logits differ by float32 summation order and the
+// occasional activation code that rounds the other way: bound, max |Δlogit|
+// within 2% of the largest |logit| (Q4_K_M: 4%), and teacher-forced greedy
+// top-1 equal on at least 95% of the steps of all fixtures together.
+func TestQuantConformance(t *testing.T) {
+	g := openGPU(t)
+	h := newHarness(t)
+	type tally struct{ agree, steps, exact, runs int }
+	totals := map[string]*tally{}
+	types := []struct {
+		name  string
+		bound float64
+	}{{"q8_0", 0.02}, {"q4_0", 0.02}, {"q4_k_m", 0.04}}
+	for _, ty := range types {
+		totals[ty.name] = &tally{}
+	}
+	for _, name := range archref.Dense {
+		t.Run(name, func(t *testing.T) {
+			dir := fixtures.Dir(t, "archs", name)
+			ref := archref.Load(t, dir)
+			for _, ty := range types {
+				path := filepath.Join(t.TempDir(), name+"."+ty.name+".gguf")
+				if _, err := convert.ToGGUF(dir, path, convert.GGUFOptions{Type: ty.name}); err != nil {
+					t.Fatal(err)
+				}
+				mc, err := model.OpenGGUF(path, h.c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mg, err := model.OpenGGUF(path, g)
+				if err != nil {
+					mc.Close()
+					t.Fatal(err)
+				}
+				seq := append(append([]int32{}, ref.GreedyPrompt...), ref.GreedyIDs...)
+				cl := runRows(t, mc, h.c, seq)
+				gl := runRows(t, mg, g, seq)
+				var worst, scale float64
+				agree := 0
+				for i := range cl {
+					worst = max(worst, archref.MaxDiff(gl[i], cl[i]))
+					for _, v := range cl[i] {
+						scale = max(scale, math.Abs(float64(v)))
+					}
+				}
+				for i := range ref.GreedyIDs {
+					row := len(ref.GreedyPrompt) - 1 + i
+					if argmax(cl[row]) == argmax(gl[row]) {
+						agree++
+					}
+				}
+				cids := greedyIDs(t, mc, h.c, ref.GreedyPrompt, len(ref.GreedyIDs))
+				gids := greedyIDs(t, mg, g, ref.GreedyPrompt, len(ref.GreedyIDs))
+				exact := fmt.Sprint(cids) == fmt.Sprint(gids)
+				tl := totals[ty.name]
+				tl.agree += agree
+				tl.steps += len(ref.GreedyIDs)
+				tl.runs++
+				if exact {
+					tl.exact++
+				}
+				t.Logf("%-11s %-6s max |Δlogit| GPU vs CPU %.2e (%.2f%% of max |logit| %.2f); top-1 %d/%d; greedy ids equal: %v",
+					name, ty.name, worst, 100*worst/scale, scale, agree, len(ref.GreedyIDs), exact)
+				if worst > ty.bound*scale {
+					t.Errorf("%s %s: max |Δlogit| %.3e is %.2f%% of max |logit|, above %.0f%%", name, ty.name, worst, 100*worst/scale, 100*ty.bound)
+				}
+				mc.Close()
+				mg.Close()
+			}
+		})
+	}
+	for _, ty := range types {
+		tl := totals[ty.name]
+		if tl.steps == 0 {
+			continue
+		}
+		t.Logf("%s: GPU top-1 equal to CPU on %d/%d steps; greedy runs identical %d/%d", ty.name, tl.agree, tl.steps, tl.exact, tl.runs)
+		if float64(tl.agree) < 0.95*float64(tl.steps) {
+			t.Errorf("%s: top-1 agreement %d/%d below 95%%", ty.name, tl.agree, tl.steps)
+		}
+	}
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runRows feeds ids at once and returns every row's logits.
+func runRows(t *testing.T, m model.Model, b compute.Backend, ids []int32) [][]float32 {
+	t.Helper()
+	rows, err := engine.NewSession(m, b, 64).AppendAll(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// greedyIDs decodes n tokens greedily after the prompt, one at a time.
+func greedyIDs(t *testing.T, m model.Model, b compute.Backend, prompt []int32, n int) []int32 {
+	t.Helper()
+	s := engine.NewSession(m, b, 64)
+	logits, err := s.Append(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	for range n {
+		id := argmax(logits)
+		ids = append(ids, id)
+		if logits, err = s.Append([]int32{id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// TestQSplit checks on the host that the regions Weight uploads hold every
+// byte of every block once (MLX codes reordered into Q4_0's nibble order).
+func TestQSplit(t *testing.T) {
+	for _, dt := range quantTypes(t) {
+		s, ok := qsplitOf(dt)
+		if !ok {
+			continue
+		}
+		bb := dt.BlockBytes()
+		seen := make([]int, bb)
+		for _, r := range [][2]int{s.codes, s.sc, s.d} {
+			for i := r[0]; i < r[1]; i++ {
+				seen[i]++
+			}
+		}
+		for i, n := range seen {
+			if n != 1 {
+				t.Errorf("%s: byte %d of a block goes to %d regions", dt, i, n)
+			}
+		}
+		if s.codeBytes%16 != 0 {
+			t.Errorf("%s: %d code bytes per block, not a multiple of 16", dt, s.codeBytes)
+		}
+	}
+	src := make([]byte, 32)
+	for i := range src {
+		src[i] = byte(i*37 + 11)
+	}
+	dst := make([]byte, 32)
+	mlxReorder(dst, src)
+	for e := range 64 {
+		c, j := e/32, e%32
+		want := src[e/2] >> (4 * (e % 2)) & 0xf
+		got := dst[16*c+j%16] >> (4 * (j / 16)) & 0xf
+		if got != want {
+			t.Errorf("reordered element %d: %d, want %d", e, got, want)
+		}
+	}
+}
