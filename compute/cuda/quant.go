@@ -15,8 +15,8 @@ import (
 
 // Block-quantized weights on the GPU.
 //
-// Q8_0, Q4_0, Q5_0, Q4_K, Q6_K and MLX affine 4-bit weights (every group
-// size and scale type) stay quantized in device memory; Weight splits each
+// Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K and MLX affine 4-bit weights
+// (every group size and scale type) stay quantized in device memory; Weight splits each
 // block once at upload into up to three regions indexed by (row, block),
 // so that the codes of every block start on a 16-byte boundary and lanes
 // read them with 16-byte loads (kernels/quant.cu):
@@ -24,8 +24,10 @@ import (
 //	type   codes per block           sc per block        d per block
 //	Q8_0   32 int8                   -                   f16 scale
 //	Q4_0   16 bytes of nibbles       -                   f16 scale
+//	Q4_1   16 bytes of nibbles       -                   f16 scale, min
 //	Q5_0   16 bytes of nibbles       u32 of fifth bits   f16 scale
 //	Q4_K   qs[128]                   d, dmin, scales[12] -
+//	Q5_K   qh[32], qs[128]           d, dmin, scales[12] -
 //	Q6_K   ql[128], qh[64]           scales[16]          f16 d
 //	MLX4   group/2 bytes, reordered  -                   scale, bias
 //
@@ -39,10 +41,11 @@ import (
 // buffer, in chunks of rows, and run the dense bf16 MatMul on it. Embed
 // dequantizes the gathered rows.
 //
-// The other block types (Q4_1, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, MXFP4, MLX
-// affine of 2, 3, 5, 6 and 8 bits) are dequantized at load to bf16 on the
-// host and uploaded as BF16 tensors, which costs more device memory than
-// the file; Weight logs each such tensor.
+// Q4_1 runs on the MLX kernels (its d and m are a scale and a bias of
+// 32-element groups). The other block types (Q5_1, Q2_K, Q3_K, IQ4_NL,
+// MXFP4, MLX affine of 2, 3, 5, 6 and 8 bits) are dequantized at load to
+// bf16 on the host and uploaded as BF16 tensors, which costs more device
+// memory than the file; Weight logs each such tensor.
 
 // Kernel type codes, as QT_* in quant.cu.
 const (
@@ -52,10 +55,11 @@ const (
 	qtQ6_K
 	qtMLX4
 	qtQ5_0
+	qtQ5_K
 	numQT
 )
 
-var qtNames = [numQT]string{"q8_0", "q4_0", "q4_k", "q6_k", "mlx4", "q5_0"}
+var qtNames = [numQT]string{"q8_0", "q4_0", "q4_k", "q6_k", "mlx4", "q5_0", "q5_k"}
 
 // quantKernels holds the handles of the quantized-weight kernels.
 type quantKernels struct {
@@ -106,8 +110,14 @@ func qsplitOf(dt compute.DType) (qsplit, bool) {
 		s = qsplit{qt: qtQ4_0, d: [2]int{0, 2}, codes: [2]int{2, 18}}
 	case compute.Q5_0:
 		s = qsplit{qt: qtQ5_0, d: [2]int{0, 2}, sc: [2]int{2, 6}, codes: [2]int{6, 22}}
+	case compute.Q4_1:
+		// d and m as an MLX scale and bias: the MLX kernels with
+		// groups of 32 and f16 scales.
+		s = qsplit{qt: qtMLX4, d: [2]int{0, 4}, codes: [2]int{4, 20}, group: 32, sdt: int(compute.F16)}
 	case compute.Q4_K:
 		s = qsplit{qt: qtQ4_K, sc: [2]int{0, 16}, codes: [2]int{16, 144}}
+	case compute.Q5_K:
+		s = qsplit{qt: qtQ5_K, sc: [2]int{0, 16}, codes: [2]int{16, 176}}
 	case compute.Q6_K:
 		s = qsplit{qt: qtQ6_K, codes: [2]int{0, 192}, sc: [2]int{192, 208}, d: [2]int{208, 210}}
 	default:
@@ -313,7 +323,7 @@ func (b *Backend) dequant(dst uintptr, odt compute.DType, ids uintptr, row0, row
 	q := buf(w).q
 	k := w.Cols()
 	el := 32
-	if q.qt == qtQ4_K || q.qt == qtQ6_K {
+	if q.qt == qtQ4_K || q.qt == qtQ5_K || q.qt == qtQ6_K {
 		el = 64
 	}
 	b.launch(b.k.q.dequant, "qdequant", blocks(rows*k/el), 256).

@@ -23,7 +23,8 @@
 #define QT_Q6_K 3
 #define QT_MLX4 4
 #define QT_Q5_0 5
-#define QT_N 6
+#define QT_Q5_K 6
+#define QT_N 7
 
 #define QGEMV_WARPS 4
 
@@ -280,6 +281,48 @@ struct QUnit<QT_Q4_K> {
     }
 };
 
+// Q5_K: as Q4_K, the codes region holding qh[32] then qs[128]; the fifth
+// bits of unit c's low and high halves are bits 2c and 2c+1 of qh[l].
+template <>
+struct QUnit<QT_Q5_K> {
+    enum { UNROLL = 2, EL = 64 };
+    U4 c0, c1, h0, h1, h;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        const char* cb = codes + (bi >> 2) * 160;
+        int c = u & 3;
+        c0 = ld_stream(cb + 32 + 32 * c);
+        c1 = ld_stream(cb + 48 + 32 * c);
+        h0 = ld_u4(cb);
+        h1 = ld_u4(cb + 16);
+        h = ld_u4(sc + (bi >> 2) * 16);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        int c = u & 3;
+        int ba = 2 * u;
+        const char* pa = qx + (i64)ba * 32;
+        U4 xa0 = ld_u4(pa), xa1 = ld_u4(pa + 16), xb0 = ld_u4(pa + 32), xb1 = ld_u4(pa + 48);
+        u32 lo[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+        u32 hb[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        u32 xa[8] = {xa0.x, xa0.y, xa0.z, xa0.w, xa1.x, xa1.y, xa1.z, xa1.w};
+        u32 xb[8] = {xb0.x, xb0.y, xb0.z, xb0.w, xb1.x, xb1.y, xb1.z, xb1.w};
+        int sa = 0, sb = 0;
+#pragma unroll
+        for (int w = 0; w < 8; w++) {
+            sa = dp4a(qnib(lo[w], 0) | (((hb[w] >> (2 * c)) & 0x01010101u) << 4), xa[w], sa);
+            sb = dp4a(qnib(lo[w], 1) | (((hb[w] >> (2 * c + 1)) & 0x01010101u) << 4), xb[w], sb);
+        }
+        int sca, ma, scb, mb;
+        k4_scale_min(h.y, h.z, h.w, 2 * c, sca, ma);
+        k4_scale_min(h.y, h.z, h.w, 2 * c + 1, scb, mb);
+        QMeta mta = meta[ba], mtb = meta[ba + 1];
+        float dxa = __int_as_float(mta.x), dxb = __int_as_float(mtb.x);
+        float d = h2f((u16)(h.x & 0xffff)), dmin = h2f((u16)(h.x >> 16));
+        int suma = qsum_lo(mta.y) + qsum_hi(mta.y), sumb = qsum_lo(mtb.y) + qsum_hi(mtb.y);
+        return d * (dxa * (float)(sca * sa) + dxb * (float)(scb * sb)) -
+               dmin * (dxa * (float)(ma * suma) + dxb * (float)(mb * sumb));
+    }
+};
+
 // Q6_K: unit p (0-3) of a super-block is half h = p/2 and l-range i = p%2
 // (l in 16i … 16i+15): elements 128h + 32j + l for j < 4, from
 // ql[64h + l] (j = 0, 2: low, high nibble), ql[64h + 32 + l] (j = 1, 3) and
@@ -375,6 +418,7 @@ QGEMV4(q4_k, QT_Q4_K)
 QGEMV4(q6_k, QT_Q6_K)
 QGEMV4(mlx4, QT_MLX4)
 QGEMV4(q5_0, QT_Q5_0)
+QGEMV4(q5_k, QT_Q5_K)
 
 // qgemvf_q4_0 and qgemvf_q8_0 are one-row products on float32 activations
 // (no activation quantization), for comparison with the dp4a kernels.
@@ -483,7 +527,7 @@ __device__ __forceinline__ void st_out(void* dst, int odt, i64 i, float v) {
 // unit.
 extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0, int rows, int qt,
                                     const char* codes, const char* sc, const char* dd, int k, int group, int sdt) {
-    int el = (qt == QT_Q4_K || qt == QT_Q6_K) ? 64 : 32;
+    int el = (qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K) ? 64 : 32;
     int nu = k / el;
     GRID_STRIDE(i, (i64)rows * nu) {
         i64 r = i / nu;
@@ -525,9 +569,15 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
             }
             break;
         }
-        case QT_Q4_K: {
+        case QT_Q4_K:
+        case QT_Q5_K: {
             int c = u & 3;
             const unsigned char* q = (const unsigned char*)codes + bi * 32;
+            const unsigned char* qh = 0;
+            if (qt == QT_Q5_K) {
+                qh = (const unsigned char*)codes + (bi >> 2) * 160;
+                q = qh + 32 + 32 * c;
+            }
             U4 h = ld_u4(sc + (bi >> 2) * 16);
             float d = h2f((u16)(h.x & 0xffff)), dmin = h2f((u16)(h.x >> 16));
             int sca, ma, scb, mb;
@@ -536,8 +586,13 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
             float d1 = __fmul_rn(d, (float)sca), m1 = __fmul_rn(dmin, (float)ma);
             float d2 = __fmul_rn(d, (float)scb), m2 = __fmul_rn(dmin, (float)mb);
             for (int l = 0; l < 32; l++) {
-                st_out(dst, odt, o + l, __fsub_rn(__fmul_rn(d1, (float)(q[l] & 15)), m1));
-                st_out(dst, odt, o + 32 + l, __fsub_rn(__fmul_rn(d2, (float)(q[l] >> 4)), m2));
+                u32 v1 = q[l] & 15, v2 = q[l] >> 4;
+                if (qh) {
+                    v1 |= ((qh[l] >> (2 * c)) & 1) << 4;
+                    v2 |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                }
+                st_out(dst, odt, o + l, __fsub_rn(__fmul_rn(d1, (float)v1), m1));
+                st_out(dst, odt, o + 32 + l, __fsub_rn(__fmul_rn(d2, (float)v2), m2));
             }
             break;
         }
