@@ -188,6 +188,7 @@ func (b *Backend) record(o op) *op {
 		b.submit(false)
 	}
 	b.pending = append(b.pending, o)
+	b.quant.seq++
 	return &b.pending[len(b.pending)-1]
 }
 

@@ -272,6 +272,15 @@ type quantState struct {
 	qx   *buffer // quantized activations
 	deq  *buffer // a chunk of weight rows widened to bf16 (prefill)
 	part *buffer // the product of a chunk (prefill)
+
+	// seq counts recorded operations. The activations quantized last
+	// (from x, n rows of k, into qx) are reused by the next product when
+	// no operation was recorded in between: the products of q, k and v
+	// (gate and up) of one input quantize it once.
+	seq          uint64
+	lastSeq      uint64
+	lastX, qxAt  uintptr
+	lastN, lastK int
 }
 
 // qxScratch returns scratch for n rows of k quantized activations (codes and
@@ -285,10 +294,14 @@ func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 	n, k, m := x.Rows(), x.Cols(), w.Rows()
 	q := buf(w).q
 	if n <= 4 {
+		qs := &b.quant
 		qx := b.qxScratch(n, k)
-		b.launch(b.k.q.quantize, "quantize_q8", (n*k/32+7)/8, 256).ptr(qx).ptr(dptr(x)).i(n).i(k)
+		if qs.seq != qs.lastSeq || qs.lastX != dptr(x) || qs.qxAt != qx || qs.lastN != n || qs.lastK != k {
+			b.launch(b.k.q.quantize, "quantize_q8", (n*k/32+7)/8, 256).ptr(qx).ptr(dptr(x)).i(n).i(k)
+		}
 		b.launch(b.k.q.gemv[q.qt][n-1], "qgemv_"+qtNames[q.qt], (m+3)/4, 128).
 			ptr(dptr(dst)).ptr(qx).ptr(q.codes).ptr(q.sc).ptr(q.d).i(m).i(k).i(q.group).i(q.sdt)
+		qs.lastSeq, qs.lastX, qs.qxAt, qs.lastN, qs.lastK = qs.seq, dptr(x), qx, n, k
 		return
 	}
 	// Prefill: widen chunks of rows to bf16 and use the dense product.

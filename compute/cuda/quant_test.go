@@ -402,3 +402,45 @@ func TestQSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantReuse checks the reuse of quantized activations between
+// products: two weights on one input quantize it once, and an operation
+// that rewrites the input in between makes the next product quantize
+// again.
+func TestQuantReuse(t *testing.T) {
+	h := newHarness(t)
+	r := rand.New(rand.NewPCG(7, 8))
+	const m, k = 45, 512
+	var ws []pair
+	for _, dt := range []compute.DType{compute.Q4_0, compute.Q6_K} {
+		data := quantBlocks(t, r, dt, m, k)
+		c, err := h.c.Weight(dt, []int{m, k}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := h.g.Weight(dt, []int{m, k}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, pair{c, g})
+	}
+	x := h.act(1, 2, k)
+	d1, d2, d3 := h.zeros(2, m), h.zeros(2, m), h.zeros(2, m)
+	for _, b := range []compute.Backend{h.c, h.g} {
+		pick := func(p pair) *compute.Tensor {
+			if b == compute.Backend(h.c) {
+				return p.c
+			}
+			return p.g
+		}
+		b.MatMul(pick(d1), pick(x), pick(ws[0]))
+		b.MatMul(pick(d2), pick(x), pick(ws[1]))
+		b.Scale(pick(x), pick(x), -3)
+		b.MatMul(pick(d3), pick(x), pick(ws[0]))
+	}
+	// Q4_0 quantizes activations alike on both backends; Q6_K over 32
+	// elements on the GPU, 256 on the CPU.
+	h.compare("first product", d1, 1e-4)
+	h.compare("second product on the same input", d2, 0.02)
+	h.compare("product after the input changed", d3, 1e-4)
+}
