@@ -332,15 +332,21 @@ func BenchmarkQuantDecodeStep(b *testing.B) {
 			replay := time.Since(t1) / 100
 
 			// The step's products alone, on weights of the same shapes.
+			// Inputs as the model has them: q, k, v share one, gate and
+			// up another.
 			var ws []*compute.Tensor
 			var xs, ds []*compute.Tensor
-			for _, s := range layerMats {
+			for j, s := range layerMats {
 				w, err := g.Weight(mat, s[:], src.matData[:s[0]*mustRowBytes(mat, s[1])])
 				if err != nil {
 					b.Fatal(err)
 				}
 				ws = append(ws, w)
-				xs = append(xs, g.Alloc(compute.F32, 1, s[1]))
+				if j == 1 || j == 2 || j == 5 {
+					xs = append(xs, xs[j-1])
+				} else {
+					xs = append(xs, g.Alloc(compute.F32, 1, s[1]))
+				}
 				ds = append(ds, g.Alloc(compute.F32, 1, s[0]))
 			}
 			lm, err := g.Weight(emb, []int{v, h}, src.embData)
