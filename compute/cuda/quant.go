@@ -15,8 +15,8 @@ import (
 
 // Block-quantized weights on the GPU.
 //
-// Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K and MLX affine 4-bit weights
-// (every group size and scale type) stay quantized in device memory; Weight splits each
+// Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K and MLX affine 4- and 8-bit
+// weights (every group size and scale type) stay quantized in device memory; Weight splits each
 // block once at upload into up to three regions indexed by (row, block),
 // so that the codes of every block start on a 16-byte boundary and lanes
 // read them with 16-byte loads (kernels/quant.cu):
@@ -30,6 +30,7 @@ import (
 //	Q5_K   qh[32], qs[128]           d, dmin, scales[12] -
 //	Q6_K   ql[128], qh[64]           scales[16]          f16 d
 //	MLX4   group/2 bytes, reordered  -                   scale, bias
+//	MLX8   group bytes               -                   scale, bias
 //
 // Memory stays the file's size. The bytes of each region are the stored
 // bytes, except MLX codes, whose nibbles are reordered per 32 elements into
@@ -43,7 +44,7 @@ import (
 //
 // Q4_1 runs on the MLX kernels (its d and m are a scale and a bias of
 // 32-element groups). The other block types (Q5_1, Q2_K, Q3_K, IQ4_NL,
-// MXFP4, MLX affine of 2, 3, 5, 6 and 8 bits) are dequantized at load to
+// MXFP4, MLX affine of 2, 3, 5 and 6 bits) are dequantized at load to
 // bf16 on the host and uploaded as BF16 tensors, which costs more device
 // memory than the file; Weight logs each such tensor.
 
@@ -56,10 +57,11 @@ const (
 	qtMLX4
 	qtQ5_0
 	qtQ5_K
+	qtMLX8
 	numQT
 )
 
-var qtNames = [numQT]string{"q8_0", "q4_0", "q4_k", "q6_k", "mlx4", "q5_0", "q5_k"}
+var qtNames = [numQT]string{"q8_0", "q4_0", "q4_k", "q6_k", "mlx4", "q5_0", "q5_k", "mlx8"}
 
 // quantKernels holds the handles of the quantized-weight kernels.
 type quantKernels struct {
@@ -122,11 +124,14 @@ func qsplitOf(dt compute.DType) (qsplit, bool) {
 		s = qsplit{qt: qtQ6_K, codes: [2]int{0, 192}, sc: [2]int{192, 208}, d: [2]int{208, 210}}
 	default:
 		bits, group, scale, ok := dt.MLX()
-		if !ok || bits != 4 {
+		if !ok || (bits != 4 && bits != 8) {
 			return s, false
 		}
 		es := scale.Size()
 		s = qsplit{qt: qtMLX4, d: [2]int{0, 2 * es}, codes: [2]int{2 * es, 2*es + group/2}, group: group, sdt: int(scale), mlx: true}
+		if bits == 8 {
+			s.qt, s.codes[1], s.mlx = qtMLX8, 2*es+group, false
+		}
 	}
 	s.codeBytes, s.scB, s.dBytes = s.codes[1]-s.codes[0], s.sc[1]-s.sc[0], s.d[1]-s.d[0]
 	return s, true

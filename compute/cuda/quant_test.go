@@ -92,9 +92,9 @@ func quantTypes(tb testing.TB) []compute.DType {
 	return []compute.DType{
 		compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_0, compute.Q4_K, compute.Q5_K, compute.Q6_K,
 		mlxType(tb, 4, 32, compute.BF16), mlxType(tb, 4, 64, compute.F16), mlxType(tb, 4, 128, compute.F32),
-		mlxType(tb, 4, 64, compute.BF16),
+		mlxType(tb, 4, 64, compute.BF16), mlxType(tb, 8, 64, compute.BF16), mlxType(tb, 8, 32, compute.F32),
 		// Widened to bf16 at load.
-		compute.Q5_1, compute.Q3_K, mlxType(tb, 8, 64, compute.BF16),
+		compute.Q5_1, compute.Q3_K, mlxType(tb, 6, 64, compute.BF16),
 	}
 }
 

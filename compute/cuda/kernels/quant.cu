@@ -24,7 +24,8 @@
 #define QT_MLX4 4
 #define QT_Q5_0 5
 #define QT_Q5_K 6
-#define QT_N 7
+#define QT_MLX8 7
+#define QT_N 8
 
 #define QGEMV_WARPS 4
 
@@ -42,6 +43,13 @@ struct alignas(8) QMeta {
 struct alignas(8) QF2 {
     float x, y;
 };
+
+// dp4a_u multiplies unsigned bytes of a by signed bytes of b.
+__device__ __forceinline__ int dp4a_u(u32 a, u32 b, int c) {
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
 
 __device__ __forceinline__ U4 ld_u4(const void* p) { return *(const U4*)p; }
 
@@ -211,6 +219,35 @@ struct QUnit<QT_MLX4> {
     }
     __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
         int q = nib_dot(c, qx + (i64)u * 32);
+        QMeta m = meta[u];
+        float dx = __int_as_float(m.x);
+        return dx * (s * (float)q + b * (float)(qsum_lo(m.y) + qsum_hi(m.y)));
+    }
+};
+
+// MLX 8-bit: 32 code bytes per unit, in element order.
+template <>
+struct QUnit<QT_MLX8> {
+    enum { UNROLL = 4, EL = 32 };
+    U4 a, c;
+    float s, b;
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+        a = ld_stream(codes + bi * 32);
+        c = ld_stream(codes + bi * 32 + 16);
+        int per = group >> 5;
+        mlx_sb(dd, (bi - u) / per + u / per, sdt, s, b);
+    }
+    __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
+        const char* p = qx + (i64)u * 32;
+        U4 x0 = ld_u4(p), x1 = ld_u4(p + 16);
+        int q = dp4a_u(a.x, x0.x, 0);
+        q = dp4a_u(a.y, x0.y, q);
+        q = dp4a_u(a.z, x0.z, q);
+        q = dp4a_u(a.w, x0.w, q);
+        q = dp4a_u(c.x, x1.x, q);
+        q = dp4a_u(c.y, x1.y, q);
+        q = dp4a_u(c.z, x1.z, q);
+        q = dp4a_u(c.w, x1.w, q);
         QMeta m = meta[u];
         float dx = __int_as_float(m.x);
         return dx * (s * (float)q + b * (float)(qsum_lo(m.y) + qsum_hi(m.y)));
@@ -419,6 +456,7 @@ QGEMV4(q6_k, QT_Q6_K)
 QGEMV4(mlx4, QT_MLX4)
 QGEMV4(q5_0, QT_Q5_0)
 QGEMV4(q5_k, QT_Q5_K)
+QGEMV4(mlx8, QT_MLX8)
 
 // qgemvf_q4_0 and qgemvf_q8_0 are one-row products on float32 activations
 // (no activation quantization), for comparison with the dp4a kernels.
@@ -567,6 +605,14 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
                 }
                 st_out(dst, odt, o + e, v);
             }
+            break;
+        }
+        case QT_MLX8: {
+            const unsigned char* q = (const unsigned char*)codes + bi * 32;
+            float s, b;
+            int per = group >> 5;
+            mlx_sb(dd, wr * (nu / per) + u / per, sdt, s, b);
+            for (int e = 0; e < 32; e++) st_out(dst, odt, o + e, __fadd_rn(__fmul_rn(s, (float)q[e]), b));
             break;
         }
         case QT_Q4_K:
