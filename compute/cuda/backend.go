@@ -44,6 +44,8 @@ type Backend struct {
 	capturing  bool
 	captureErr error
 
+	quant quantState // quantized weights (quant.go)
+
 	free      map[int64][]uintptr // pooled blocks by size class
 	all       []uintptr           // every allocation, for Close
 	allocated int64               // bytes
@@ -55,7 +57,7 @@ type Backend struct {
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
 
-	quant quantState
+	seq uint64 // operations recorded so far
 }
 
 var _ compute.Backend = (*Backend)(nil)
@@ -188,7 +190,7 @@ func (b *Backend) record(o op) *op {
 		b.submit(false)
 	}
 	b.pending = append(b.pending, o)
-	b.quant.seq++
+	b.seq++
 	return &b.pending[len(b.pending)-1]
 }
 

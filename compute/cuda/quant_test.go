@@ -245,95 +245,6 @@ func TestQuantWeightErrors(t *testing.T) {
 	}
 }
 
-// TestQuantConformance converts dense fixtures to GGUF Q8_0, Q4_0 and
-// Q4_K_M and runs each file on the CPU and the GPU. The two backends
-// quantize activations alike (the k-quants over 32 instead of 256 elements
-// on the GPU), so their logits differ by float32 summation order and the
-// occasional activation code that rounds the other way: bound, max |Δlogit|
-// within 2% of the largest |logit| (Q4_K_M: 4%), and teacher-forced greedy
-// top-1 equal on at least 95% of the steps of all fixtures together.
-func TestQuantConformance(t *testing.T) {
-	g := openGPU(t)
-	h := newHarness(t)
-	type tally struct{ agree, steps, exact, runs int }
-	totals := map[string]*tally{}
-	types := []struct {
-		name  string
-		bound float64
-	}{{"q8_0", 0.02}, {"q4_0", 0.02}, {"q4_k_m", 0.04}}
-	for _, ty := range types {
-		totals[ty.name] = &tally{}
-	}
-	for _, name := range archref.Dense {
-		t.Run(name, func(t *testing.T) {
-			dir := fixtures.Dir(t, "archs", name)
-			ref := archref.Load(t, dir)
-			for _, ty := range types {
-				path := filepath.Join(t.TempDir(), name+"."+ty.name+".gguf")
-				if _, err := convert.ToGGUF(dir, path, convert.GGUFOptions{Type: ty.name}); err != nil {
-					t.Fatal(err)
-				}
-				mc, err := model.OpenGGUF(path, h.c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				mg, err := model.OpenGGUF(path, g)
-				if err != nil {
-					mc.Close()
-					t.Fatal(err)
-				}
-				seq := append(append([]int32{}, ref.GreedyPrompt...), ref.GreedyIDs...)
-				cl := runRows(t, mc, h.c, seq)
-				gl := runRows(t, mg, g, seq)
-				var worst, scale float64
-				agree := 0
-				for i := range cl {
-					worst = max(worst, archref.MaxDiff(gl[i], cl[i]))
-					for _, v := range cl[i] {
-						scale = max(scale, math.Abs(float64(v)))
-					}
-				}
-				for i := range ref.GreedyIDs {
-					row := len(ref.GreedyPrompt) - 1 + i
-					if argmax(cl[row]) == argmax(gl[row]) {
-						agree++
-					}
-				}
-				cids := greedyIDs(t, mc, h.c, ref.GreedyPrompt, len(ref.GreedyIDs))
-				gids := greedyIDs(t, mg, g, ref.GreedyPrompt, len(ref.GreedyIDs))
-				exact := fmt.Sprint(cids) == fmt.Sprint(gids)
-				tl := totals[ty.name]
-				tl.agree += agree
-				tl.steps += len(ref.GreedyIDs)
-				tl.runs++
-				if exact {
-					tl.exact++
-				}
-				t.Logf("%-11s %-6s max |Δlogit| GPU vs CPU %.2e (%.2f%% of max |logit| %.2f); top-1 %d/%d; greedy ids equal: %v",
-					name, ty.name, worst, 100*worst/scale, scale, agree, len(ref.GreedyIDs), exact)
-				if worst > ty.bound*scale {
-					t.Errorf("%s %s: max |Δlogit| %.3e is %.2f%% of max |logit|, above %.0f%%", name, ty.name, worst, 100*worst/scale, 100*ty.bound)
-				}
-				mc.Close()
-				mg.Close()
-			}
-		})
-	}
-	for _, ty := range types {
-		tl := totals[ty.name]
-		if tl.steps == 0 {
-			continue
-		}
-		t.Logf("%s: GPU top-1 equal to CPU on %d/%d steps; greedy runs identical %d/%d", ty.name, tl.agree, tl.steps, tl.exact, tl.runs)
-		if float64(tl.agree) < 0.95*float64(tl.steps) {
-			t.Errorf("%s: top-1 agreement %d/%d below 95%%", ty.name, tl.agree, tl.steps)
-		}
-	}
-	if err := g.Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // runRows feeds ids at once and returns every row's logits.
 func runRows(t *testing.T, m model.Model, b compute.Backend, ids []int32) [][]float32 {
 	t.Helper()
@@ -363,8 +274,127 @@ func greedyIDs(t *testing.T, m model.Model, b compute.Backend, prompt []int32, n
 	return ids
 }
 
+// TestQuantConformance converts dense fixtures to GGUF Q8_0, Q4_0 and
+// Q4_K_M and compares the logits of each file on the GPU, prefilled at once
+// (f16-widened weights) and fed token by token (quantized activations), and
+// on the CPU with the Hugging Face reference logits. The bound: on every
+// fixture and type the GPU's max |Δlogit| against the reference is at most
+// 1.5 times the CPU's plus 1% of the largest |logit|; for Q8_0 it is also
+// within 3% of the largest |logit| and the teacher-forced top-1 agrees with
+// the reference greedy run on at least 95% of all fixtures' steps (what
+// quant/convert requires of the CPU).
+func TestQuantConformance(t *testing.T) {
+	g := openGPU(t)
+	h := newHarness(t)
+	type tally struct{ agreeC, agreeG, steps int }
+	totals := map[string]*tally{}
+	types := []string{"q8_0", "q4_0", "q4_k_m"}
+	for _, ty := range types {
+		totals[ty] = &tally{}
+	}
+	for _, name := range archref.Dense {
+		t.Run(name, func(t *testing.T) {
+			dir := fixtures.Dir(t, "archs", name)
+			ref := archref.Load(t, dir)
+			want := ref.Logits
+			var scale float64
+			for _, v := range want {
+				scale = max(scale, math.Abs(float64(v)))
+			}
+			for _, ty := range types {
+				path := filepath.Join(t.TempDir(), name+"."+ty+".gguf")
+				if _, err := convert.ToGGUF(dir, path, convert.GGUFOptions{Type: ty}); err != nil {
+					t.Fatal(err)
+				}
+				mc, err := model.OpenGGUF(path, h.c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mg, err := model.OpenGGUF(path, g)
+				if err != nil {
+					mc.Close()
+					t.Fatal(err)
+				}
+				vocab := mc.Config().VocabSize
+				cl := runRows(t, mc, h.c, ref.InputIDs)
+				gl := runRows(t, mg, g, ref.InputIDs)
+				gs := stepRows(t, mg, g, ref.InputIDs)
+				var eC, eG, eGs, eGC float64
+				for i := range cl {
+					w := want[i*vocab : (i+1)*vocab]
+					eC = max(eC, archref.MaxDiff(cl[i], w))
+					eG = max(eG, archref.MaxDiff(gl[i], w))
+					eGs = max(eGs, archref.MaxDiff(gs[i], w))
+					eGC = max(eGC, archref.MaxDiff(gs[i], cl[i]))
+				}
+				seq := append(append([]int32{}, ref.GreedyPrompt...), ref.GreedyIDs...)
+				fc := runRows(t, mc, h.c, seq)
+				fg := runRows(t, mg, g, seq)
+				agreeC, agreeG := 0, 0
+				for i, id := range ref.GreedyIDs {
+					row := len(ref.GreedyPrompt) - 1 + i
+					if argmax(fc[row]) == id {
+						agreeC++
+					}
+					if argmax(fg[row]) == id {
+						agreeG++
+					}
+				}
+				tl := totals[ty]
+				tl.agreeC += agreeC
+				tl.agreeG += agreeG
+				tl.steps += len(ref.GreedyIDs)
+				t.Logf("%-11s %-6s max |Δlogit| vs reference (max |logit| %.2f): CPU %.2e, GPU prefill %.2e, GPU token by token %.2e (%.2f%%); GPU steps vs CPU %.2e; top-1 CPU %d/%d GPU %d/%d",
+					name, ty, scale, eC, eG, eGs, 100*eGs/scale, eGC, agreeC, len(ref.GreedyIDs), agreeG, len(ref.GreedyIDs))
+				for _, e := range []struct {
+					what string
+					v    float64
+				}{{"prefill", eG}, {"token by token", eGs}} {
+					if e.v > 1.5*eC+0.01*scale {
+						t.Errorf("%s %s: GPU %s max |Δlogit| %.3e above 1.5 × CPU's %.3e + 1%% of %.2f", name, ty, e.what, e.v, eC, scale)
+					}
+					if ty == "q8_0" && e.v > 0.03*scale {
+						t.Errorf("%s %s: GPU %s max |Δlogit| %.3e is %.2f%% of max |logit|, above 3%%", name, ty, e.what, e.v, 100*e.v/scale)
+					}
+				}
+				mc.Close()
+				mg.Close()
+			}
+		})
+	}
+	for _, ty := range types {
+		tl := totals[ty]
+		if tl.steps == 0 {
+			continue
+		}
+		t.Logf("%s: teacher-forced top-1 agreement with the reference: CPU %d/%d, GPU %d/%d", ty, tl.agreeC, tl.steps, tl.agreeG, tl.steps)
+		if ty == "q8_0" && float64(tl.agreeG) < 0.95*float64(tl.steps) {
+			t.Errorf("%s: GPU top-1 agreement %d/%d below 95%%", ty, tl.agreeG, tl.steps)
+		}
+	}
+	if err := g.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stepRows feeds ids one at a time and returns every step's logits.
+func stepRows(t *testing.T, m model.Model, b compute.Backend, ids []int32) [][]float32 {
+	t.Helper()
+	s := engine.NewSession(m, b, 64)
+	var rows [][]float32
+	for _, id := range ids {
+		r, err := s.Append([]int32{id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, append([]float32(nil), r...))
+	}
+	return rows
+}
+
 // TestQSplit checks on the host that the regions Weight uploads hold every
-// byte of every block once (MLX codes reordered into Q4_0's nibble order).
+// byte of every block once, and that each unit's chunks are 16-byte pieces
+// of the code range, every byte of it read by one unit.
 func TestQSplit(t *testing.T) {
 	for _, dt := range quantTypes(t) {
 		s, ok := qsplitOf(dt)
@@ -386,6 +416,25 @@ func TestQSplit(t *testing.T) {
 		if s.codeBytes%16 != 0 {
 			t.Errorf("%s: %d code bytes per block, not a multiple of 16", dt, s.codeBytes)
 		}
+		if s.chunks == nil {
+			continue
+		}
+		read := make([]int, s.codeBytes)
+		for _, u := range s.chunks {
+			if len(u) != len(s.chunks[0]) {
+				t.Errorf("%s: units of %d and %d chunks", dt, len(u), len(s.chunks[0]))
+			}
+			for _, off := range u {
+				for i := off; i < off+16; i++ {
+					read[i]++
+				}
+			}
+		}
+		for i, n := range read {
+			if n != 1 {
+				t.Errorf("%s: code byte %d read by %d units", dt, i, n)
+			}
+		}
 	}
 	src := make([]byte, 32)
 	for i := range src {
@@ -404,43 +453,45 @@ func TestQSplit(t *testing.T) {
 }
 
 // TestQuantReuse checks the reuse of quantized activations between
-// products: two weights on one input quantize it once, and an operation
-// that rewrites the input in between makes the next product quantize
-// again.
+// products: a second weight on the same input reuses its quantization and
+// gives what it gives after another operation forced a new one, and an
+// operation that rewrites the input makes the next product quantize again.
 func TestQuantReuse(t *testing.T) {
 	h := newHarness(t)
+	g := h.g
 	r := rand.New(rand.NewPCG(7, 8))
 	const m, k = 45, 512
-	var ws []pair
+	var ws []*compute.Tensor
 	for _, dt := range []compute.DType{compute.Q4_0, compute.Q6_K} {
-		data := quantBlocks(t, r, dt, m, k)
-		c, err := h.c.Weight(dt, []int{m, k}, data)
+		w, err := g.Weight(dt, []int{m, k}, quantBlocks(t, r, dt, m, k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, err := h.g.Weight(dt, []int{m, k}, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ws = append(ws, pair{c, g})
+		ws = append(ws, w)
 	}
 	x := h.act(1, 2, k)
-	d1, d2, d3 := h.zeros(2, m), h.zeros(2, m), h.zeros(2, m)
-	for _, b := range []compute.Backend{h.c, h.g} {
-		pick := func(p pair) *compute.Tensor {
-			if b == compute.Backend(h.c) {
-				return p.c
-			}
-			return p.g
-		}
-		b.MatMul(pick(d1), pick(x), pick(ws[0]))
-		b.MatMul(pick(d2), pick(x), pick(ws[1]))
-		b.Scale(pick(x), pick(x), -3)
-		b.MatMul(pick(d3), pick(x), pick(ws[0]))
+	other := h.act(1, 2, k)
+	d1, d2, d3, d4 := h.zeros(2, m), h.zeros(2, m), h.zeros(2, m), h.zeros(2, m)
+	g.MatMul(d1.g, x.g, ws[0])
+	g.MatMul(d2.g, x.g, ws[1]) // reuses x's quantization
+	g.Scale(other.g, other.g, 2)
+	g.MatMul(d3.g, x.g, ws[1]) // quantizes x again
+	g.Scale(x.g, x.g, -3)
+	g.MatMul(d4.g, x.g, ws[0]) // must see the new x
+	read := func(p pair) []float32 {
+		v := make([]float32, p.g.Len())
+		g.Read(v, p.g)
+		return v
 	}
-	// Q4_0 quantizes activations alike on both backends; Q6_K over 32
-	// elements on the GPU, 256 on the CPU.
-	h.compare("first product", d1, 1e-4)
-	h.compare("second product on the same input", d2, 0.02)
-	h.compare("product after the input changed", d3, 1e-4)
+	v1, v2, v3, v4 := read(d1), read(d2), read(d3), read(d4)
+	for i := range v1 {
+		if v2[i] != v3[i] {
+			t.Fatalf("reused quantization: out[%d] = %g, with a new one %g", i, v2[i], v3[i])
+		}
+		// Scaling by -3 scales the activation codes' scale exactly when
+		// the codes stay the same, which they do up to ties.
+		if d := math.Abs(float64(v4[i]) + 3*float64(v1[i])); d > 1e-3*(1+math.Abs(float64(v4[i]))) {
+			t.Fatalf("after the input changed: out[%d] = %g, want %g", i, v4[i], -3*v1[i])
+		}
+	}
 }

@@ -53,6 +53,20 @@ __device__ __forceinline__ int dp4a_u(u32 a, u32 b, int c) {
 
 __device__ __forceinline__ U4 ld_u4(const void* p) { return *(const U4*)p; }
 
+// qchunk returns chunk c of unit u of a weight row whose units take C
+// 16-byte chunks each. Weight interleaves the chunks of 32 consecutive
+// units so that the lanes of a warp read consecutive chunks with each load:
+// chunk c of unit u sits at g·C + c·gs + (u - g) of its row, g = u rounded
+// down to 32, gs = min(32, nu - g).
+__device__ __forceinline__ const char* qchunk(const char* codes, i64 row, int nu, int C, int u, int c) {
+    int g = u & ~31;
+    int gs = min(32, nu - g);
+    return codes + ((row * nu + g) * C + c * gs + (u - g)) * 16;
+}
+
+// mlx_shift returns log2(group/32).
+__device__ __forceinline__ int mlx_shift(int group) { return group == 32 ? 0 : (group == 64 ? 1 : 2); }
+
 // Sums of the two 16-element halves of a block's activation codes.
 __device__ __forceinline__ int qsum_lo(int p) { return (int)(short)(p & 0xffff); }
 __device__ __forceinline__ int qsum_hi(int p) { return p >> 16; }
@@ -122,9 +136,10 @@ struct QUnit<QT_Q8_0> {
     enum { UNROLL = 4, EL = 32 };
     U4 a, b;
     float d;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
-        a = ld_stream(codes + bi * 32);
-        b = ld_stream(codes + bi * 32 + 16);
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
+        a = ld_stream(qchunk(codes, row, nu, 2, u, 0));
+        b = ld_stream(qchunk(codes, row, nu, 2, u, 1));
         d = h2f(((const u16*)dd)[bi]);
     }
     __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
@@ -162,7 +177,8 @@ struct QUnit<QT_Q4_0> {
     enum { UNROLL = 4, EL = 32 };
     U4 c;
     float d;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
         c = ld_stream(codes + bi * 16);
         d = h2f(((const u16*)dd)[bi]);
     }
@@ -180,7 +196,8 @@ struct QUnit<QT_Q5_0> {
     U4 c;
     u32 h;
     float d;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
         c = ld_stream(codes + bi * 16);
         h = ((const u32*)sc)[bi];
         d = h2f(((const u16*)dd)[bi]);
@@ -211,11 +228,11 @@ struct QUnit<QT_MLX4> {
     enum { UNROLL = 4, EL = 32 };
     U4 c;
     float s, b;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
         c = ld_stream(codes + bi * 16);
-        // bi = row·units + u; the group of unit u is u·32/group.
-        int per = group >> 5;
-        mlx_sb(dd, (bi - u) / per + u / per, sdt, s, b);
+        int ps = mlx_shift(group);
+        mlx_sb(dd, row * (nu >> ps) + (u >> ps), sdt, s, b);
     }
     __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
         int q = nib_dot(c, qx + (i64)u * 32);
@@ -231,11 +248,11 @@ struct QUnit<QT_MLX8> {
     enum { UNROLL = 4, EL = 32 };
     U4 a, c;
     float s, b;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
-        a = ld_stream(codes + bi * 32);
-        c = ld_stream(codes + bi * 32 + 16);
-        int per = group >> 5;
-        mlx_sb(dd, (bi - u) / per + u / per, sdt, s, b);
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        a = ld_stream(qchunk(codes, row, nu, 2, u, 0));
+        c = ld_stream(qchunk(codes, row, nu, 2, u, 1));
+        int ps = mlx_shift(group);
+        mlx_sb(dd, row * (nu >> ps) + (u >> ps), sdt, s, b);
     }
     __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
         const char* p = qx + (i64)u * 32;
@@ -279,10 +296,10 @@ template <>
 struct QUnit<QT_Q4_K> {
     enum { UNROLL = 2, EL = 64 };
     U4 c0, c1, h;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
-        // bi = row·units + u, 4 units per super-block.
-        c0 = ld_stream(codes + bi * 32);
-        c1 = ld_stream(codes + bi * 32 + 16);
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
+        c0 = ld_stream(qchunk(codes, row, nu, 2, u, 0));
+        c1 = ld_stream(qchunk(codes, row, nu, 2, u, 1));
         h = ld_u4(sc + (bi >> 2) * 16);
     }
     __device__ __forceinline__ float dot(const char* qx, const QMeta* meta, int u, int group) const {
@@ -324,7 +341,8 @@ template <>
 struct QUnit<QT_Q5_K> {
     enum { UNROLL = 2, EL = 64 };
     U4 c0, c1, h0, h1, h;
-    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 bi, int u, int group, int sdt) {
+    __device__ __forceinline__ void load(const char* codes, const char* sc, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
         const char* cb = codes + (bi >> 2) * 160;
         int c = u & 3;
         c0 = ld_stream(cb + 32 + 32 * c);
@@ -363,19 +381,19 @@ struct QUnit<QT_Q5_K> {
 // Q6_K: unit p (0-3) of a super-block is half h = p/2 and l-range i = p%2
 // (l in 16i … 16i+15): elements 128h + 32j + l for j < 4, from
 // ql[64h + l] (j = 0, 2: low, high nibble), ql[64h + 32 + l] (j = 1, 3) and
-// bits 2j of qh[32h + l]; scale 8h + i + 2j.
+// bits 2j of qh[32h + l]; scale 8h + i + 2j. Its three chunks are those
+// 16 bytes of ql, of ql + 32 and of qh.
 template <>
 struct QUnit<QT_Q6_K> {
     enum { UNROLL = 2, EL = 64 };
     U4 la, lb, qh, sc;
     float d;
-    __device__ __forceinline__ void load(const char* codes, const char* scp, const char* dd, i64 bi, int u, int group, int sdt) {
+    __device__ __forceinline__ void load(const char* codes, const char* scp, const char* dd, i64 row, int nu, int u, int group, int sdt) {
+        i64 bi = row * nu + u;
         i64 sbi = bi >> 2;
-        int p = u & 3, h = p >> 1, i = p & 1;
-        const char* cb = codes + sbi * 192;
-        la = ld_stream(cb + 64 * h + 16 * i);
-        lb = ld_stream(cb + 64 * h + 32 + 16 * i);
-        qh = ld_stream(cb + 128 + 32 * h + 16 * i);
+        la = ld_stream(qchunk(codes, row, nu, 3, u, 0));
+        lb = ld_stream(qchunk(codes, row, nu, 3, u, 1));
+        qh = ld_stream(qchunk(codes, row, nu, 3, u, 2));
         sc = ld_u4(scp + sbi * 16);
         d = h2f(((const u16*)dd)[sbi]);
     }
@@ -426,7 +444,7 @@ __device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* 
 #pragma unroll
         for (int j = 0; j < Q::UNROLL; j++) {
             int u = u0 + 32 * j;
-            if (u < nu) q[j].load(codes, sc, dd, (i64)row * nu + u, u, group, sdt);
+            if (u < nu) q[j].load(codes, sc, dd, row, nu, u, group, sdt);
         }
 #pragma unroll
         for (int j = 0; j < Q::UNROLL; j++) {
@@ -547,10 +565,14 @@ extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)
     if (lane == 0) dst[row] = s;
 }
 
-// st_out stores v as element i of an f32 (odt 0) or bf16 (odt 2) row.
+// st_out stores v as element i of an f32, f16 or bf16 row (odt).
 __device__ __forceinline__ void st_out(void* dst, int odt, i64 i, float v) {
     if (odt == DT_F32) {
         ((float*)dst)[i] = v;
+    } else if (odt == DT_F16) {
+        u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        ((u16*)dst)[i] = h;
     } else {
         u32 b = __float_as_uint(v);
         u16 h = (v != v) ? (u16)0x7fc0 : (u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
@@ -559,8 +581,8 @@ __device__ __forceinline__ void st_out(void* dst, int odt, i64 i, float v) {
 }
 
 // qdequant widens rows of a quantized weight: dst row r gets weight row
-// ids[r] (ids non-null: an embedding gather) or row0 + r, as float32 or
-// bf16 (odt). Products round as the CPU's dequantization does (no fused
+// ids[r] (ids non-null: an embedding gather) or row0 + r, as float32, f16
+// or bf16 (odt). Products round as the CPU's dequantization does (no fused
 // multiply-add), so that float32 rows match it bit for bit. One thread per
 // unit.
 extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0, int rows, int qt,
@@ -573,22 +595,28 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
         i64 wr = ids ? (i64)ids[r] : (i64)row0 + r;
         i64 bi = wr * nu + u;
         i64 o = r * k + (i64)u * el;
+        int C = (qt == QT_Q8_0 || qt == QT_Q4_K || qt == QT_MLX8) ? 2 : (qt == QT_Q6_K ? 3 : 1);
+        const unsigned char* ch0 = (const unsigned char*)qchunk(codes, wr, nu, C, u, 0);
+        const unsigned char* ch1 = (const unsigned char*)qchunk(codes, wr, nu, C, u, C > 1 ? 1 : 0);
+        const unsigned char* ch2 = (const unsigned char*)qchunk(codes, wr, nu, C, u, C > 2 ? 2 : 0);
         switch (qt) {
         case QT_Q8_0: {
-            const signed char* q = (const signed char*)codes + bi * 32;
             float d = h2f(((const u16*)dd)[bi]);
-            for (int e = 0; e < 32; e++) st_out(dst, odt, o + e, __fmul_rn((float)q[e], d));
+            for (int e = 0; e < 32; e++) {
+                signed char q = (signed char)(e < 16 ? ch0[e] : ch1[e - 16]);
+                st_out(dst, odt, o + e, __fmul_rn((float)q, d));
+            }
             break;
         }
         case QT_Q4_0:
         case QT_Q5_0:
         case QT_MLX4: {
-            const unsigned char* q = (const unsigned char*)codes + bi * 16;
+            const unsigned char* q = ch0;
             float d = 0.0f, s = 0.0f, b = 0.0f;
             u32 h = 0;
             if (qt == QT_MLX4) {
-                int per = group >> 5;
-                mlx_sb(dd, wr * (nu / per) + u / per, sdt, s, b);
+                int ps = mlx_shift(group);
+                mlx_sb(dd, wr * (nu >> ps) + (u >> ps), sdt, s, b);
             } else {
                 d = h2f(((const u16*)dd)[bi]);
             }
@@ -599,7 +627,7 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
                 if (qt == QT_Q4_0) {
                     v = __fmul_rn((float)(c - 8), d);
                 } else if (qt == QT_Q5_0) {
-                    v = __fmul_rn((float)((c | (((h >> e) & 1) << 4)) - 16), d);
+                    v = __fmul_rn((float)((c | (int)(((h >> e) & 1) << 4)) - 16), d);
                 } else {
                     v = __fadd_rn(__fmul_rn(s, (float)c), b);
                 }
@@ -608,21 +636,22 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
             break;
         }
         case QT_MLX8: {
-            const unsigned char* q = (const unsigned char*)codes + bi * 32;
             float s, b;
-            int per = group >> 5;
-            mlx_sb(dd, wr * (nu / per) + u / per, sdt, s, b);
-            for (int e = 0; e < 32; e++) st_out(dst, odt, o + e, __fadd_rn(__fmul_rn(s, (float)q[e]), b));
+            int ps = mlx_shift(group);
+            mlx_sb(dd, wr * (nu >> ps) + (u >> ps), sdt, s, b);
+            for (int e = 0; e < 32; e++) st_out(dst, odt, o + e, __fadd_rn(__fmul_rn(s, (float)(e < 16 ? ch0[e] : ch1[e - 16])), b));
             break;
         }
         case QT_Q4_K:
         case QT_Q5_K: {
             int c = u & 3;
-            const unsigned char* q = (const unsigned char*)codes + bi * 32;
             const unsigned char* qh = 0;
+            const unsigned char* q0 = ch0;
+            const unsigned char* q1 = ch1;
             if (qt == QT_Q5_K) {
                 qh = (const unsigned char*)codes + (bi >> 2) * 160;
-                q = qh + 32 + 32 * c;
+                q0 = qh + 32 + 32 * c;
+                q1 = q0 + 16;
             }
             U4 h = ld_u4(sc + (bi >> 2) * 16);
             float d = h2f((u16)(h.x & 0xffff)), dmin = h2f((u16)(h.x >> 16));
@@ -632,7 +661,8 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
             float d1 = __fmul_rn(d, (float)sca), m1 = __fmul_rn(dmin, (float)ma);
             float d2 = __fmul_rn(d, (float)scb), m2 = __fmul_rn(dmin, (float)mb);
             for (int l = 0; l < 32; l++) {
-                u32 v1 = q[l] & 15, v2 = q[l] >> 4;
+                u32 ql = l < 16 ? q0[l] : q1[l - 16];
+                u32 v1 = ql & 15, v2 = ql >> 4;
                 if (qh) {
                     v1 |= ((qh[l] >> (2 * c)) & 1) << 4;
                     v2 |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
@@ -645,16 +675,14 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
         case QT_Q6_K: {
             i64 sbi = bi >> 2;
             int p = u & 3, hf = p >> 1, ii = p & 1;
-            const unsigned char* cb = (const unsigned char*)codes + sbi * 192;
             const signed char* scs = (const signed char*)sc + sbi * 16;
             float d = h2f(((const u16*)dd)[sbi]);
             // This unit's elements are 128hf + 32j + 16ii + t; o points at
             // element 64u of the row, so rebase on the super-block.
             i64 base = r * k + (i64)(u >> 2) * 256 + 128 * hf + 16 * ii;
             for (int t = 0; t < 16; t++) {
-                int l = 16 * ii + t;
-                u32 qh = cb[128 + 32 * hf + l];
-                u32 la = cb[64 * hf + l], lb = cb[64 * hf + 32 + l];
+                u32 qh = ch2[t];
+                u32 la = ch0[t], lb = ch1[t];
                 int q0 = (int)((la & 15) | ((qh & 3) << 4)) - 32;
                 int q1 = (int)((lb & 15) | (((qh >> 2) & 3) << 4)) - 32;
                 int q2 = (int)((la >> 4) | (((qh >> 4) & 3) << 4)) - 32;
