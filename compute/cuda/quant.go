@@ -67,7 +67,7 @@ var qtNames = [numQT]string{"q8_0", "q4_0", "q4_k", "q6_k", "mlx4", "q5_0", "q5_
 type quantKernels struct {
 	quantize, dequant, columns uintptr
 	gemv                       [numQT][4]uintptr
-	gemvfQ4_0, gemvfQ8_0       uintptr
+	gemv2                      [numQT]uintptr // two weight rows per warp, n = 1
 }
 
 // add lists the kernels in a kernel table.
@@ -75,12 +75,11 @@ func (k *quantKernels) add(t map[string]*uintptr) {
 	t["quantize_q8"] = &k.quantize
 	t["qdequant"] = &k.dequant
 	t["qcolumns"] = &k.columns
-	t["qgemvf_q4_0"] = &k.gemvfQ4_0
-	t["qgemvf_q8_0"] = &k.gemvfQ8_0
 	for q, name := range qtNames {
 		for r := range 4 {
 			t[fmt.Sprintf("qgemv_%s_%d", name, r+1)] = &k.gemv[q][r]
 		}
+		t["qgemv2_"+name+"_1"] = &k.gemv2[q]
 	}
 }
 
@@ -325,14 +324,15 @@ type quantState struct {
 	deq  *buffer // a chunk of weight rows widened to f16 (prefill)
 	part *buffer // the product of a chunk (prefill)
 
-	// seq counts recorded operations. The activations quantized last
-	// (from x, n rows of k, into qx) are reused by the next product when
-	// no operation was recorded in between: the products of q, k and v
-	// (gate and up) of one input quantize it once.
-	seq          uint64
+	// The activations quantized last (from x, n rows of k, into qx) are
+	// reused by the next product when no operation was recorded in
+	// between (Backend.seq): the products of q, k and v (gate and up) of
+	// one input quantize it once.
 	lastSeq      uint64
 	lastX, qxAt  uintptr
 	lastN, lastK int
+
+	oneRow bool // one weight row per warp also for n = 1 (benchmarks)
 }
 
 // qxScratch returns scratch for n rows of k quantized activations (codes and
@@ -344,15 +344,13 @@ func (b *Backend) qxScratch(n, k int) uintptr {
 // qMatMul computes dst = x · wᵀ for a quantized weight.
 func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 	n, k, m := x.Rows(), x.Cols(), w.Rows()
-	q := buf(w).q
 	if n <= 4 {
 		qs := &b.quant
 		qx := b.qxScratch(n, k)
 		if b.seq != qs.lastSeq || qs.lastX != dptr(x) || qs.qxAt != qx || qs.lastN != n || qs.lastK != k {
 			b.launch(b.k.q.quantize, "quantize_q8", (n*k/32+7)/8, 256).ptr(qx).ptr(dptr(x)).i(n).i(k)
 		}
-		b.launch(b.k.q.gemv[q.qt][n-1], "qgemv_"+qtNames[q.qt], (m+3)/4, 128).
-			ptr(dptr(dst)).ptr(qx).ptr(q.codes).ptr(q.sc).ptr(q.d).i(m).i(k).i(q.group).i(q.sdt)
+		b.qgemv(dst, qx, w, n, qs.rowsPerWarp(n))
 		qs.lastSeq, qs.lastX, qs.qxAt, qs.lastN, qs.lastK = b.seq, dptr(x), qx, n, k
 		return
 	}
@@ -382,6 +380,28 @@ func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 		b.launch(b.k.q.columns, "qcolumns", blocks(n*cr), 256).
 			ptr(dptr(dst)).ptr(part).i64(n).i(cr).i(m).i(r0)
 	}
+}
+
+// qgemv launches the product of n rows of quantized activations at qx
+// with a quantized weight, rpw weight rows per warp (1, or 2 for n = 1).
+func (b *Backend) qgemv(dst *compute.Tensor, qx uintptr, w *compute.Tensor, n, rpw int) {
+	m, k := w.Rows(), w.Cols()
+	q := buf(w).q
+	fn := b.k.q.gemv[q.qt][n-1]
+	if rpw == 2 {
+		fn = b.k.q.gemv2[q.qt]
+	}
+	b.launch(fn, "qgemv_"+qtNames[q.qt], (m+4*rpw-1)/(4*rpw), 128).
+		ptr(dptr(dst)).ptr(qx).ptr(q.codes).ptr(q.sc).ptr(q.d).i(m).i(k).i(q.group).i(q.sdt)
+}
+
+// rowsPerWarp returns the weight rows per warp of a product with n
+// activation rows.
+func (qs *quantState) rowsPerWarp(n int) int {
+	if n == 1 && !qs.oneRow {
+		return 2
+	}
+	return 1
 }
 
 // dequant widens rows of a quantized weight into dst (F32 or BF16): rows

@@ -98,9 +98,9 @@ func timeGraph(tb testing.TB, g *Backend, fn func(), reps int) time.Duration {
 
 // BenchmarkQuantGEMV measures decode products (n = 1) on quantized weights
 // of llama-3.1-8b and llama-3.2-1b shapes, from CUDA graphs of 20
-// products: "dp4a" is what MatMul runs (activation quantization and the
-// dp4a kernel), "kernel" the dp4a kernel alone, "f32act" a kernel on
-// float32 activations (Q4_0 and Q8_0 only). It reports GB/s of weight bytes
+// products: "matmul" is what MatMul runs (activation quantization and the
+// dp4a kernel), "kernel1" and "kernel2" the dp4a kernel alone with one and
+// two weight rows per warp. It reports GB/s of weight bytes
 // (the file's size) and the fraction of the copy bandwidth measured in the
 // same process; bf16 GEMV on the same shape is the dense baseline.
 func BenchmarkQuantGEMV(b *testing.B) {
@@ -129,34 +129,21 @@ func BenchmarkQuantGEMV(b *testing.B) {
 			x := g.Alloc(compute.F32, 1, s.k)
 			g.Upload(x, randVals(rand.New(rand.NewPCG(1, 1)), s.k, 1))
 			dst := g.Alloc(compute.F32, 1, s.m)
-			modes := []string{"dp4a", "kernel"}
-			switch dt {
-			case compute.BF16:
+			modes := []string{"matmul", "kernel1", "kernel2"}
+			if dt == compute.BF16 {
 				modes = []string{"dense"}
-			case compute.Q4_0, compute.Q8_0:
-				modes = append(modes, "f32act")
 			}
 			for _, mode := range modes {
 				b.Run(name+"/"+mode, func(b *testing.B) {
 					fn := func() { g.MatMul(dst, x, w) }
-					if mode == "kernel" {
-						q := buf(w).q
+					if mode == "kernel1" || mode == "kernel2" {
 						qx := g.qxScratch(1, s.k)
 						g.MatMul(dst, x, w) // quantizes x into qx once
-						fn = func() {
-							g.launch(g.k.q.gemv[q.qt][0], "qgemv", (s.m+3)/4, 128).
-								ptr(dptr(dst)).ptr(qx).ptr(q.codes).ptr(q.sc).ptr(q.d).i(s.m).i(s.k).i(q.group).i(q.sdt)
+						rpw := 1
+						if mode == "kernel2" {
+							rpw = 2
 						}
-					}
-					if mode == "f32act" {
-						q := buf(w).q
-						fnk := g.k.q.gemvfQ4_0
-						if dt == compute.Q8_0 {
-							fnk = g.k.q.gemvfQ8_0
-						}
-						fn = func() {
-							g.launch(fnk, "qgemvf", (s.m+3)/4, 128).ptr(dptr(dst)).ptr(dptr(x)).ptr(q.codes).ptr(q.d).i(s.m).i(s.k)
-						}
+						fn = func() { g.qgemv(dst, qx, w, 1, rpw) }
 					}
 					var per time.Duration
 					for range b.N {
@@ -240,7 +227,7 @@ func BenchmarkQuantDecodeStep(b *testing.B) {
 	h, f, v := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
 	q, kv := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
 	layerMats := [][2]int{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
-	for _, mat := range []compute.DType{compute.Q4_0, compute.Q8_0} {
+	for _, mat := range []compute.DType{compute.Q4_0, compute.Q8_0, compute.Q4_K} {
 		b.Run(mat.String(), func(b *testing.B) {
 			shapes := map[string][]int{"model.embed_tokens.weight": {v, h}, "model.norm.weight": {h}}
 			emb := compute.Q6_K

@@ -126,8 +126,16 @@ func TestQuantMatMul(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, n := range []int{1, 2, 3, 4, 5, 37} {
+			for _, c := range []struct {
+				n      int
+				oneRow bool
+			}{{1, false}, {1, true}, {2, false}, {3, false}, {4, false}, {5, false}, {37, false}} {
+				n := c.n
+				h.g.quant.oneRow = c.oneRow
 				name := fmt.Sprintf("%s/n%d/m%d/k%d", dt, n, s.m, s.k)
+				if c.oneRow {
+					name += "/one-row-per-warp"
+				}
 				xv := randVals(h.r, n*s.k, 2)
 				x := pair{h.c.Alloc(compute.F32, n, s.k), h.g.Alloc(compute.F32, n, s.k)}
 				h.c.Upload(x.c, xv)
@@ -172,6 +180,7 @@ func TestQuantMatMul(t *testing.T) {
 				}
 				t.Logf("%s: largest error %.2f of the bound", name, worst)
 			}
+			h.g.quant.oneRow = false
 		}
 	}
 }

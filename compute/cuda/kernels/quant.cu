@@ -426,47 +426,60 @@ struct QUnit<QT_Q6_K> {
 };
 
 // qgemv_t computes dst[r, row] = x[r]·w[row] for NR rows of quantized
-// activations, one warp per weight row.
-template <int T, int NR>
+// activations; each warp takes RPW weight rows, whose loads it issues
+// together.
+template <int T, int NR, int RPW>
 __device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) {
     typedef QUnit<T> Q;
-    int row = blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5);
+    int row0 = (blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5)) * RPW;
     int lane = threadIdx.x & 31;
-    if (row >= m) return;
+    if (row0 >= m) return;
     const int nu = k / Q::EL;
     const QMeta* meta = (const QMeta*)(qx + (i64)NR * k);
     const int nb = k >> 5;
-    float acc[NR];
+    float acc[RPW][NR];
 #pragma unroll
-    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int w = 0; w < RPW; w++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) acc[w][r] = 0.0f;
     for (int u0 = lane; u0 < nu; u0 += 32 * Q::UNROLL) {
-        Q q[Q::UNROLL];
+        Q q[RPW][Q::UNROLL];
 #pragma unroll
-        for (int j = 0; j < Q::UNROLL; j++) {
-            int u = u0 + 32 * j;
-            if (u < nu) q[j].load(codes, sc, dd, row, nu, u, group, sdt);
-        }
+        for (int w = 0; w < RPW; w++)
+#pragma unroll
+            for (int j = 0; j < Q::UNROLL; j++) {
+                int u = u0 + 32 * j;
+                if (u < nu && row0 + w < m) q[w][j].load(codes, sc, dd, row0 + w, nu, u, group, sdt);
+            }
 #pragma unroll
         for (int j = 0; j < Q::UNROLL; j++) {
             int u = u0 + 32 * j;
             if (u >= nu) break;
 #pragma unroll
-            for (int r = 0; r < NR; r++) acc[r] += q[j].dot(qx + (i64)r * k, meta + (i64)r * nb, u, group);
+            for (int w = 0; w < RPW; w++)
+#pragma unroll
+                for (int r = 0; r < NR; r++) acc[w][r] += q[w][j].dot(qx + (i64)r * k, meta + (i64)r * nb, u, group);
         }
     }
 #pragma unroll
-    for (int r = 0; r < NR; r++) {
-        float s = warp_sum(acc[r]);
-        if (lane == 0) dst[(i64)r * m + row] = s;
-    }
+    for (int w = 0; w < RPW; w++)
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+            float s = warp_sum(acc[w][r]);
+            if (lane == 0 && row0 + w < m) dst[(i64)r * m + row0 + w] = s;
+        }
 }
 
-#define QGEMV(name, T, NR)                                                                                       \
+#define QGEMV(name, T, NR, RPW)                                                                                  \
     extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)                                               \
         name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) { \
-        qgemv_t<T, NR>(dst, qx, codes, sc, dd, m, k, group, sdt);                                                \
+        qgemv_t<T, NR, RPW>(dst, qx, codes, sc, dd, m, k, group, sdt);                                           \
     }
-#define QGEMV4(tn, T) QGEMV(qgemv_##tn##_1, T, 1) QGEMV(qgemv_##tn##_2, T, 2) QGEMV(qgemv_##tn##_3, T, 3) QGEMV(qgemv_##tn##_4, T, 4)
+// Per type: one weight row per warp for 1-4 activation rows, and two
+// weight rows per warp for one activation row.
+#define QGEMV4(tn, T)                                                                                           \
+    QGEMV(qgemv_##tn##_1, T, 1, 1) QGEMV(qgemv_##tn##_2, T, 2, 1) QGEMV(qgemv_##tn##_3, T, 3, 1)                \
+        QGEMV(qgemv_##tn##_4, T, 4, 1) QGEMV(qgemv2_##tn##_1, T, 1, 2)
 QGEMV4(q8_0, QT_Q8_0)
 QGEMV4(q4_0, QT_Q4_0)
 QGEMV4(q4_k, QT_Q4_K)
@@ -475,95 +488,6 @@ QGEMV4(mlx4, QT_MLX4)
 QGEMV4(q5_0, QT_Q5_0)
 QGEMV4(q5_k, QT_Q5_K)
 QGEMV4(mlx8, QT_MLX8)
-
-// qgemvf_q4_0 and qgemvf_q8_0 are one-row products on float32 activations
-// (no activation quantization), for comparison with the dp4a kernels.
-extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)
-    qgemvf_q4_0(float* dst, const float* x, const char* codes, const char* dd, int m, int k) {
-    int row = blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= m) return;
-    const int nu = k >> 5;
-    float acc = 0.0f;
-    for (int u0 = lane; u0 < nu; u0 += 32 * 4) {
-        U4 c[4];
-        float d[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int u = u0 + 32 * j;
-            if (u < nu) {
-                c[j] = ld_stream(codes + ((i64)row * nu + u) * 16);
-                d[j] = h2f(((const u16*)dd)[(i64)row * nu + u]);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int u = u0 + 32 * j;
-            if (u >= nu) break;
-            const F4* xp = (const F4*)(x + (i64)u * 32);
-            u32 cw[4] = {c[j].x, c[j].y, c[j].z, c[j].w};
-            float s = 0.0f;
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                F4 lo = xp[w], hi = xp[4 + w];
-                // 0x4b000000 | q is the float 2^23 + q.
-                s += (__uint_as_float(0x4b000000u | (cw[w] & 0xf)) - 8388616.0f) * lo.x;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 8) & 0xf)) - 8388616.0f) * lo.y;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 16) & 0xf)) - 8388616.0f) * lo.z;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 24) & 0xf)) - 8388616.0f) * lo.w;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 4) & 0xf)) - 8388616.0f) * hi.x;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 12) & 0xf)) - 8388616.0f) * hi.y;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 20) & 0xf)) - 8388616.0f) * hi.z;
-                s += (__uint_as_float(0x4b000000u | ((cw[w] >> 28) & 0xf)) - 8388616.0f) * hi.w;
-            }
-            acc += d[j] * s;
-        }
-    }
-    float s = warp_sum(acc);
-    if (lane == 0) dst[row] = s;
-}
-
-extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)
-    qgemvf_q8_0(float* dst, const float* x, const char* codes, const char* dd, int m, int k) {
-    int row = blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= m) return;
-    const int nu = k >> 4; // 16-byte units, two per block
-    float acc = 0.0f;
-    for (int u0 = lane; u0 < nu; u0 += 32 * 4) {
-        U4 c[4];
-        float d[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int u = u0 + 32 * j;
-            if (u < nu) {
-                c[j] = ld_stream(codes + ((i64)row * nu + u) * 16);
-                d[j] = h2f(((const u16*)dd)[((i64)row * nu + u) >> 1]);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int u = u0 + 32 * j;
-            if (u >= nu) break;
-            const F4* xp = (const F4*)(x + (i64)u * 16);
-            u32 cw[4] = {c[j].x, c[j].y, c[j].z, c[j].w};
-            float s = 0.0f;
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                F4 a = xp[w];
-                // Bytes biased by 128 into 2^23 + b, less 2^23 + 128.
-                u32 v = cw[w] ^ 0x80808080u;
-                s += (__uint_as_float(0x4b000000u | (v & 0xff)) - 8388736.0f) * a.x;
-                s += (__uint_as_float(0x4b000000u | ((v >> 8) & 0xff)) - 8388736.0f) * a.y;
-                s += (__uint_as_float(0x4b000000u | ((v >> 16) & 0xff)) - 8388736.0f) * a.z;
-                s += (__uint_as_float(0x4b000000u | (v >> 24)) - 8388736.0f) * a.w;
-            }
-            acc += d[j] * s;
-        }
-    }
-    float s = warp_sum(acc);
-    if (lane == 0) dst[row] = s;
-}
 
 // st_out stores v as element i of an f32, f16 or bf16 row (odt).
 __device__ __forceinline__ void st_out(void* dst, int odt, i64 i, float v) {
