@@ -371,3 +371,53 @@ func mustRowBytes(dt compute.DType, cols int) int {
 	}
 	return rb
 }
+
+// BenchmarkQuantPrefill measures a prefill product (512 rows of
+// activations) on a 14336×4096 weight: quantized weights widen to f16 in
+// chunks and run the dense product, against the dense product on bf16 and
+// f16 weights in the same run; "widen" is the widening alone.
+func BenchmarkQuantPrefill(b *testing.B) {
+	g := openGPU(b)
+	const m, k, n = 14336, 4096, 512
+	x := g.Alloc(compute.F32, n, k)
+	g.Upload(x, randVals(rand.New(rand.NewPCG(2, 2)), n*k, 1))
+	dst := g.Alloc(compute.F32, n, m)
+	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {
+		var data []byte
+		switch dt {
+		case compute.BF16:
+			data = randomBF16(m*k, 0.02)
+		case compute.F16:
+			data = make([]byte, 2*m*k)
+			for i := 0; i < len(data); i += 2 {
+				binary.LittleEndian.PutUint16(data[i:], half.F32ToF16(float32(i%97)/5000))
+			}
+		default:
+			data = randomBlocks(dt, m, k)
+		}
+		w, err := g.Weight(dt, []int{m, k}, data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(dt.String(), func(b *testing.B) {
+			var per time.Duration
+			for range b.N {
+				per = timeGraph(b, g, func() { g.MatMul(dst, x, w) }, 3)
+			}
+			b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/op")
+			b.ReportMetric(2*float64(m)*float64(k)*float64(n)/per.Seconds()/1e12, "TFLOP/s")
+		})
+		if buf(w).q != nil {
+			b.Run(dt.String()+"/widen", func(b *testing.B) {
+				tmp := g.scratch(&g.quant.deq, m*k*2)
+				var per time.Duration
+				for range b.N {
+					per = timeGraph(b, g, func() { g.dequant(tmp, compute.F16, 0, 0, m, w) }, 3)
+				}
+				b.ReportMetric(float64(per.Nanoseconds())/1e3, "us/op")
+				b.ReportMetric(float64(len(data)+2*m*k)/per.Seconds()/1e9, "GB/s")
+			})
+		}
+		freeWeight(g, w)
+	}
+}

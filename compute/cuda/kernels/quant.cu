@@ -489,26 +489,43 @@ QGEMV4(q5_0, QT_Q5_0)
 QGEMV4(q5_k, QT_Q5_K)
 QGEMV4(mlx8, QT_MLX8)
 
-// st_out stores v as element i of an f32, f16 or bf16 row (odt).
-__device__ __forceinline__ void st_out(void* dst, int odt, i64 i, float v) {
-    if (odt == DT_F32) {
-        ((float*)dst)[i] = v;
-    } else if (odt == DT_F16) {
+// cvt_out converts v to the bits of an f16 (odt DT_F16) or bf16 value.
+__device__ __forceinline__ u32 cvt_out(float v, int odt) {
+    if (odt == DT_F16) {
         u16 h;
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-        ((u16*)dst)[i] = h;
-    } else {
-        u32 b = __float_as_uint(v);
-        u16 h = (v != v) ? (u16)0x7fc0 : (u16)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-        ((u16*)dst)[i] = h;
+        return h;
     }
+    u32 b = __float_as_uint(v);
+    return (v != v) ? 0x7fc0u : (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+}
+
+// st8 stores v[0…7] as elements i … i+7 (i a multiple of 8) of an f32, f16
+// or bf16 row, with 16-byte stores.
+__device__ __forceinline__ void st8(void* dst, int odt, i64 i, const float* v) {
+    if (odt == DT_F32) {
+        F4* p = (F4*)((float*)dst + i);
+        F4 a, b;
+        a.x = v[0], a.y = v[1], a.z = v[2], a.w = v[3];
+        b.x = v[4], b.y = v[5], b.z = v[6], b.w = v[7];
+        p[0] = a;
+        p[1] = b;
+        return;
+    }
+    U4 u;
+    u.x = cvt_out(v[0], odt) | cvt_out(v[1], odt) << 16;
+    u.y = cvt_out(v[2], odt) | cvt_out(v[3], odt) << 16;
+    u.z = cvt_out(v[4], odt) | cvt_out(v[5], odt) << 16;
+    u.w = cvt_out(v[6], odt) | cvt_out(v[7], odt) << 16;
+    *(U4*)((u16*)dst + i) = u;
 }
 
 // qdequant widens rows of a quantized weight: dst row r gets weight row
 // ids[r] (ids non-null: an embedding gather) or row0 + r, as float32, f16
 // or bf16 (odt). Products round as the CPU's dequantization does (no fused
 // multiply-add), so that float32 rows match it bit for bit. One thread per
-// unit.
+// unit; a unit's values are stored as runs of 16 (Q6_K: the four runs its
+// elements form) with 16-byte stores.
 extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0, int rows, int qt,
                                     const char* codes, const char* sc, const char* dd, int k, int group, int sdt) {
     int el = (qt == QT_Q4_K || qt == QT_Q5_K || qt == QT_Q6_K) ? 64 : 32;
@@ -518,24 +535,32 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
         int u = (int)(i % nu);
         i64 wr = ids ? (i64)ids[r] : (i64)row0 + r;
         i64 bi = wr * nu + u;
-        i64 o = r * k + (i64)u * el;
         int C = (qt == QT_Q8_0 || qt == QT_Q4_K || qt == QT_MLX8) ? 2 : (qt == QT_Q6_K ? 3 : 1);
         const unsigned char* ch0 = (const unsigned char*)qchunk(codes, wr, nu, C, u, 0);
         const unsigned char* ch1 = (const unsigned char*)qchunk(codes, wr, nu, C, u, C > 1 ? 1 : 0);
         const unsigned char* ch2 = (const unsigned char*)qchunk(codes, wr, nu, C, u, C > 2 ? 2 : 0);
+        float v[64];
+        // Run j of 16 values starts at o + j·step.
+        i64 o = r * k + (i64)u * el;
+        int step = 16;
         switch (qt) {
         case QT_Q8_0: {
             float d = h2f(((const u16*)dd)[bi]);
-            for (int e = 0; e < 32; e++) {
-                signed char q = (signed char)(e < 16 ? ch0[e] : ch1[e - 16]);
-                st_out(dst, odt, o + e, __fmul_rn((float)q, d));
-            }
+#pragma unroll
+            for (int e = 0; e < 32; e++) v[e] = __fmul_rn((float)(signed char)(e < 16 ? ch0[e] : ch1[e - 16]), d);
+            break;
+        }
+        case QT_MLX8: {
+            float s, b;
+            int ps = mlx_shift(group);
+            mlx_sb(dd, wr * (nu >> ps) + (u >> ps), sdt, s, b);
+#pragma unroll
+            for (int e = 0; e < 32; e++) v[e] = __fadd_rn(__fmul_rn(s, (float)(e < 16 ? ch0[e] : ch1[e - 16])), b);
             break;
         }
         case QT_Q4_0:
         case QT_Q5_0:
         case QT_MLX4: {
-            const unsigned char* q = ch0;
             float d = 0.0f, s = 0.0f, b = 0.0f;
             u32 h = 0;
             if (qt == QT_MLX4) {
@@ -545,25 +570,17 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
                 d = h2f(((const u16*)dd)[bi]);
             }
             if (qt == QT_Q5_0) h = ((const u32*)sc)[bi];
+#pragma unroll
             for (int e = 0; e < 32; e++) {
-                int c = (q[e & 15] >> (4 * (e >> 4))) & 15;
-                float v;
+                int c = (ch0[e & 15] >> (4 * (e >> 4))) & 15;
                 if (qt == QT_Q4_0) {
-                    v = __fmul_rn((float)(c - 8), d);
+                    v[e] = __fmul_rn((float)(c - 8), d);
                 } else if (qt == QT_Q5_0) {
-                    v = __fmul_rn((float)((c | (int)(((h >> e) & 1) << 4)) - 16), d);
+                    v[e] = __fmul_rn((float)((c | (int)(((h >> e) & 1) << 4)) - 16), d);
                 } else {
-                    v = __fadd_rn(__fmul_rn(s, (float)c), b);
+                    v[e] = __fadd_rn(__fmul_rn(s, (float)c), b);
                 }
-                st_out(dst, odt, o + e, v);
             }
-            break;
-        }
-        case QT_MLX8: {
-            float s, b;
-            int ps = mlx_shift(group);
-            mlx_sb(dd, wr * (nu >> ps) + (u >> ps), sdt, s, b);
-            for (int e = 0; e < 32; e++) st_out(dst, odt, o + e, __fadd_rn(__fmul_rn(s, (float)(e < 16 ? ch0[e] : ch1[e - 16])), b));
             break;
         }
         case QT_Q4_K:
@@ -584,6 +601,7 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
             k4_scale_min(h.y, h.z, h.w, 2 * c + 1, scb, mb);
             float d1 = __fmul_rn(d, (float)sca), m1 = __fmul_rn(dmin, (float)ma);
             float d2 = __fmul_rn(d, (float)scb), m2 = __fmul_rn(dmin, (float)mb);
+#pragma unroll
             for (int l = 0; l < 32; l++) {
                 u32 ql = l < 16 ? q0[l] : q1[l - 16];
                 u32 v1 = ql & 15, v2 = ql >> 4;
@@ -591,8 +609,8 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
                     v1 |= ((qh[l] >> (2 * c)) & 1) << 4;
                     v2 |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
                 }
-                st_out(dst, odt, o + l, __fsub_rn(__fmul_rn(d1, (float)v1), m1));
-                st_out(dst, odt, o + 32 + l, __fsub_rn(__fmul_rn(d2, (float)v2), m2));
+                v[l] = __fsub_rn(__fmul_rn(d1, (float)v1), m1);
+                v[32 + l] = __fsub_rn(__fmul_rn(d2, (float)v2), m2);
             }
             break;
         }
@@ -601,24 +619,30 @@ extern "C" __global__ void qdequant(void* dst, int odt, const int* ids, int row0
             int p = u & 3, hf = p >> 1, ii = p & 1;
             const signed char* scs = (const signed char*)sc + sbi * 16;
             float d = h2f(((const u16*)dd)[sbi]);
-            // This unit's elements are 128hf + 32j + 16ii + t; o points at
-            // element 64u of the row, so rebase on the super-block.
-            i64 base = r * k + (i64)(u >> 2) * 256 + 128 * hf + 16 * ii;
+            // The unit's elements are 128hf + 32j + 16ii + t of its
+            // super-block: four runs of 16, 32 apart.
+            o = r * k + (i64)(u >> 2) * 256 + 128 * hf + 16 * ii;
+            step = 32;
+            int is = 8 * hf + ii;
+            float d0 = __fmul_rn(d, (float)scs[is]), d1 = __fmul_rn(d, (float)scs[is + 2]);
+            float d2 = __fmul_rn(d, (float)scs[is + 4]), d3 = __fmul_rn(d, (float)scs[is + 6]);
+#pragma unroll
             for (int t = 0; t < 16; t++) {
                 u32 qh = ch2[t];
                 u32 la = ch0[t], lb = ch1[t];
-                int q0 = (int)((la & 15) | ((qh & 3) << 4)) - 32;
-                int q1 = (int)((lb & 15) | (((qh >> 2) & 3) << 4)) - 32;
-                int q2 = (int)((la >> 4) | (((qh >> 4) & 3) << 4)) - 32;
-                int q3 = (int)((lb >> 4) | (((qh >> 6) & 3) << 4)) - 32;
-                int is = 8 * hf + ii;
-                st_out(dst, odt, base + t, __fmul_rn(__fmul_rn(d, (float)scs[is]), (float)q0));
-                st_out(dst, odt, base + 32 + t, __fmul_rn(__fmul_rn(d, (float)scs[is + 2]), (float)q1));
-                st_out(dst, odt, base + 64 + t, __fmul_rn(__fmul_rn(d, (float)scs[is + 4]), (float)q2));
-                st_out(dst, odt, base + 96 + t, __fmul_rn(__fmul_rn(d, (float)scs[is + 6]), (float)q3));
+                v[t] = __fmul_rn(d0, (float)((int)((la & 15) | ((qh & 3) << 4)) - 32));
+                v[16 + t] = __fmul_rn(d1, (float)((int)((lb & 15) | (((qh >> 2) & 3) << 4)) - 32));
+                v[32 + t] = __fmul_rn(d2, (float)((int)((la >> 4) | (((qh >> 4) & 3) << 4)) - 32));
+                v[48 + t] = __fmul_rn(d3, (float)((int)((lb >> 4) | (((qh >> 6) & 3) << 4)) - 32));
             }
             break;
         }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (16 * j >= el) break;
+            st8(dst, odt, o + (i64)j * step, v + 16 * j);
+            st8(dst, odt, o + (i64)j * step + 8, v + 16 * j + 8);
         }
     }
 }
