@@ -16,10 +16,10 @@ import (
 // Block-quantized weights on the GPU.
 //
 // Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K and MLX affine 4- and 8-bit
-// weights (every group size and scale type) stay quantized in device memory; Weight splits each
-// block once at upload into up to three regions indexed by (row, block),
-// so that the codes of every block start on a 16-byte boundary and lanes
-// read them with 16-byte loads (kernels/quant.cu):
+// weights (every group size and scale type) stay quantized in device
+// memory. Weight splits each block once at upload into up to three regions
+// indexed by (row, block), so that codes sit in 16-byte chunks that lanes
+// read with 16-byte loads (kernels/quant.cu):
 //
 //	type   codes per block           sc per block        d per block
 //	Q8_0   32 int8                   -                   f16 scale
@@ -33,8 +33,10 @@ import (
 //	MLX8   group bytes               -                   scale, bias
 //
 // Memory stays the file's size. The bytes of each region are the stored
-// bytes, except MLX codes, whose nibbles are reordered per 32 elements into
-// Q4_0's order (byte j: element j low, element j+16 high).
+// bytes, except that the chunks of a row's codes are interleaved so that
+// the lanes of a warp read consecutive chunks (see qsplit), and MLX 4-bit
+// codes are reordered per 32 elements into Q4_0's nibble order (byte j:
+// element j low, element j+16 high).
 //
 // Decode products (n ≤ 4) quantize the activations to int8 per 32
 // elements once per call and read the packed weights with dp4a (qgemv_*).
@@ -333,6 +335,7 @@ type quantState struct {
 	lastN, lastK int
 
 	oneRow bool // one weight row per warp also for n = 1 (benchmarks)
+	chunk  int  // elements of a prefill chunk, when not the default (tests)
 }
 
 // qxScratch returns scratch for n rows of k quantized activations (codes and
@@ -357,10 +360,13 @@ func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 	// Prefill: widen chunks of rows to f16 and use the dense product. f16
 	// rather than bf16: its 11 bits hold a code times a block scale about
 	// 8 times more closely, and weights stay far below its range.
-	const chunkElems = 32 << 20
+	chunkElems := 32 << 20
+	if b.quant.chunk > 0 {
+		chunkElems = b.quant.chunk
+	}
 	rows := m
-	if m*k > 2*chunkElems {
-		rows = max(64, chunkElems/k/64*64)
+	if m*k > 2*chunkElems || n*m > 2*chunkElems {
+		rows = max(64, min(chunkElems/k, chunkElems/n)/64*64)
 	}
 	tmp := b.scratch(&b.quant.deq, rows*k*2)
 	var part uintptr
@@ -404,7 +410,7 @@ func (qs *quantState) rowsPerWarp(n int) int {
 	return 1
 }
 
-// dequant widens rows of a quantized weight into dst (F32 or BF16): rows
+// dequant widens rows of a quantized weight into dst (F32, F16 or BF16): rows
 // ids[0…rows) when ids is set, else rows row0 … row0+rows-1.
 func (b *Backend) dequant(dst uintptr, odt compute.DType, ids uintptr, row0, rows int, w *compute.Tensor) {
 	q := buf(w).q

@@ -127,14 +127,21 @@ func TestQuantMatMul(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range []struct {
-				n      int
-				oneRow bool
-			}{{1, false}, {1, true}, {2, false}, {3, false}, {4, false}, {5, false}, {37, false}} {
+				n              int
+				oneRow, chunks bool
+			}{{1, false, false}, {1, true, false}, {2, false, false}, {3, false, false}, {4, false, false},
+				{5, false, false}, {37, false, false}, {37, false, true}} {
 				n := c.n
 				h.g.quant.oneRow = c.oneRow
+				h.g.quant.chunk = 0
 				name := fmt.Sprintf("%s/n%d/m%d/k%d", dt, n, s.m, s.k)
 				if c.oneRow {
 					name += "/one-row-per-warp"
+				}
+				if c.chunks {
+					// Chunks of 64 rows.
+					h.g.quant.chunk = 64 * s.k
+					name += "/chunked"
 				}
 				xv := randVals(h.r, n*s.k, 2)
 				x := pair{h.c.Alloc(compute.F32, n, s.k), h.g.Alloc(compute.F32, n, s.k)}
@@ -180,7 +187,7 @@ func TestQuantMatMul(t *testing.T) {
 				}
 				t.Logf("%s: largest error %.2f of the bound", name, worst)
 			}
-			h.g.quant.oneRow = false
+			h.g.quant.oneRow, h.g.quant.chunk = false, 0
 		}
 	}
 }
