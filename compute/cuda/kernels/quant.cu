@@ -475,19 +475,48 @@ __device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* 
         name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) { \
         qgemv_t<T, NR, RPW>(dst, qx, codes, sc, dd, m, k, group, sdt);                                           \
     }
-// Per type: one weight row per warp for 1-4 activation rows, and two
-// weight rows per warp for one activation row.
-#define QGEMV4(tn, T)                                                                                           \
-    QGEMV(qgemv_##tn##_1, T, 1, 1) QGEMV(qgemv_##tn##_2, T, 2, 1) QGEMV(qgemv_##tn##_3, T, 3, 1)                \
-        QGEMV(qgemv_##tn##_4, T, 4, 1) QGEMV(qgemv2_##tn##_1, T, 1, 2)
-QGEMV4(q8_0, QT_Q8_0)
-QGEMV4(q4_0, QT_Q4_0)
-QGEMV4(q4_k, QT_Q4_K)
-QGEMV4(q6_k, QT_Q6_K)
-QGEMV4(mlx4, QT_MLX4)
-QGEMV4(q5_0, QT_Q5_0)
-QGEMV4(q5_k, QT_Q5_K)
-QGEMV4(mlx8, QT_MLX8)
+// Per type: one weight row per warp for 1-4 activation rows (qgemv_T_N),
+// and two weight rows per warp for one activation row (qgemv2_T_1).
+QGEMV(qgemv_q8_0_1, QT_Q8_0, 1, 1)
+QGEMV(qgemv_q8_0_2, QT_Q8_0, 2, 1)
+QGEMV(qgemv_q8_0_3, QT_Q8_0, 3, 1)
+QGEMV(qgemv_q8_0_4, QT_Q8_0, 4, 1)
+QGEMV(qgemv2_q8_0_1, QT_Q8_0, 1, 2)
+QGEMV(qgemv_q4_0_1, QT_Q4_0, 1, 1)
+QGEMV(qgemv_q4_0_2, QT_Q4_0, 2, 1)
+QGEMV(qgemv_q4_0_3, QT_Q4_0, 3, 1)
+QGEMV(qgemv_q4_0_4, QT_Q4_0, 4, 1)
+QGEMV(qgemv2_q4_0_1, QT_Q4_0, 1, 2)
+QGEMV(qgemv_q4_k_1, QT_Q4_K, 1, 1)
+QGEMV(qgemv_q4_k_2, QT_Q4_K, 2, 1)
+QGEMV(qgemv_q4_k_3, QT_Q4_K, 3, 1)
+QGEMV(qgemv_q4_k_4, QT_Q4_K, 4, 1)
+QGEMV(qgemv2_q4_k_1, QT_Q4_K, 1, 2)
+QGEMV(qgemv_q6_k_1, QT_Q6_K, 1, 1)
+QGEMV(qgemv_q6_k_2, QT_Q6_K, 2, 1)
+QGEMV(qgemv_q6_k_3, QT_Q6_K, 3, 1)
+QGEMV(qgemv_q6_k_4, QT_Q6_K, 4, 1)
+QGEMV(qgemv2_q6_k_1, QT_Q6_K, 1, 2)
+QGEMV(qgemv_mlx4_1, QT_MLX4, 1, 1)
+QGEMV(qgemv_mlx4_2, QT_MLX4, 2, 1)
+QGEMV(qgemv_mlx4_3, QT_MLX4, 3, 1)
+QGEMV(qgemv_mlx4_4, QT_MLX4, 4, 1)
+QGEMV(qgemv2_mlx4_1, QT_MLX4, 1, 2)
+QGEMV(qgemv_q5_0_1, QT_Q5_0, 1, 1)
+QGEMV(qgemv_q5_0_2, QT_Q5_0, 2, 1)
+QGEMV(qgemv_q5_0_3, QT_Q5_0, 3, 1)
+QGEMV(qgemv_q5_0_4, QT_Q5_0, 4, 1)
+QGEMV(qgemv2_q5_0_1, QT_Q5_0, 1, 2)
+QGEMV(qgemv_q5_k_1, QT_Q5_K, 1, 1)
+QGEMV(qgemv_q5_k_2, QT_Q5_K, 2, 1)
+QGEMV(qgemv_q5_k_3, QT_Q5_K, 3, 1)
+QGEMV(qgemv_q5_k_4, QT_Q5_K, 4, 1)
+QGEMV(qgemv2_q5_k_1, QT_Q5_K, 1, 2)
+QGEMV(qgemv_mlx8_1, QT_MLX8, 1, 1)
+QGEMV(qgemv_mlx8_2, QT_MLX8, 2, 1)
+QGEMV(qgemv_mlx8_3, QT_MLX8, 3, 1)
+QGEMV(qgemv_mlx8_4, QT_MLX8, 4, 1)
+QGEMV(qgemv2_mlx8_1, QT_MLX8, 1, 2)
 
 // cvt_out converts v to the bits of an f16 (odt DT_F16) or bf16 value.
 __device__ __forceinline__ u32 cvt_out(float v, int odt) {
