@@ -190,13 +190,27 @@ func (b *Backend) quantWeight(dtype compute.DType, shape []int, data []byte) (*c
 	if !ok {
 		return b.widenWeight(dtype, shape, data)
 	}
+	host, scOff, dOff := repack(s, dtype, rows, cols, data)
+	bf, err := b.upWeight(host)
+	if err != nil {
+		return nil, fmt.Errorf("weight of shape %v %s: %w", shape, dtype, err)
+	}
+	bf.q = &qlayout{qt: s.qt, codes: bf.ptr, sc: bf.ptr + uintptr(scOff), d: bf.ptr + uintptr(dOff), group: s.group, sdt: s.sdt}
+	t.Buf = bf
+	return t, nil
+}
+
+// repack lays out rows×cols values of dtype (data, in the stored block
+// layout) in the device regions of split s: the codes, then at scOff the
+// sc bytes, at dOff the d bytes.
+func repack(s qsplit, dtype compute.DType, rows, cols int, data []byte) (host []byte, scOff, dOff int) {
 	nbRow := cols / dtype.BlockSize()
 	nblk := rows * nbRow
 	bb := dtype.BlockBytes()
-	scOff := align256(nblk * s.codeBytes)
-	dOff := scOff + align256(nblk*s.scB)
+	scOff = align256(nblk * s.codeBytes)
+	dOff = scOff + align256(nblk*s.scB)
 	total := dOff + nblk*s.dBytes
-	host := make([]byte, total)
+	host = make([]byte, total)
 	parallel(rows, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			for bi := r * nbRow; bi < (r+1)*nbRow; bi++ {
@@ -227,13 +241,7 @@ func (b *Backend) quantWeight(dtype compute.DType, shape []int, data []byte) (*c
 			}
 		}
 	})
-	bf, err := b.upWeight(host)
-	if err != nil {
-		return nil, fmt.Errorf("weight of shape %v %s: %w", shape, dtype, err)
-	}
-	bf.q = &qlayout{qt: s.qt, codes: bf.ptr, sc: bf.ptr + uintptr(scOff), d: bf.ptr + uintptr(dOff), group: s.group, sdt: s.sdt}
-	t.Buf = bf
-	return t, nil
+	return host, scOff, dOff
 }
 
 // mlxReorder stores the 4-bit codes of MLX groups (element e in nibble e%2

@@ -511,3 +511,138 @@ func TestQuantReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestRepackLayout decodes repacked weights on the host the way qdequant
+// reads them (qchunk's addressing, each type's unit) and checks the values
+// against package quant, so that the layout Weight writes and the one the
+// kernels read agree without a GPU.
+func TestRepackLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, dt := range quantTypes(t) {
+		s, ok := qsplitOf(dt)
+		if !ok {
+			continue
+		}
+		const rows = 5
+		cols := 3 * max(256, dt.BlockSize())
+		if dt.BlockSize() == 32 {
+			cols = 32 * 37 // more than 32 units: a full and a partial group
+		}
+		data := quantBlocks(t, r, dt, rows, cols)
+		want := dequantRows(t, dt, rows, cols, data)
+		host, scOff, dOff := repack(s, dt, rows, cols, data)
+		el := 32
+		if s.qt == qtQ4_K || s.qt == qtQ5_K || s.qt == qtQ6_K {
+			el = 64
+		}
+		nu := cols / el
+		nc := 1
+		if s.chunks != nil {
+			nc = len(s.chunks[0])
+		}
+		chunk := func(row, u, c int) []byte {
+			g := u &^ 31
+			gs := min(32, nu-g)
+			return host[((row*nu+g)*nc+c*gs+u-g)*16:][:16]
+		}
+		f16at := func(off int) float32 { return half.F16ToF32(binary.LittleEndian.Uint16(host[off:])) }
+		got := make([]float32, rows*cols)
+		for row := range rows {
+			for u := range nu {
+				bi := row*nu + u
+				out := got[row*cols+u*el:]
+				switch s.qt {
+				case qtQ8_0:
+					d := f16at(dOff + 2*bi)
+					for e := range 32 {
+						out[e] = float32(int8(chunk(row, u, e/16)[e%16])) * d
+					}
+				case qtQ4_0, qtQ5_0, qtMLX4:
+					c0 := chunk(row, u, 0)
+					for e := range 32 {
+						c := int(c0[e%16]>>(4*(e/16))) & 15
+						switch s.qt {
+						case qtQ4_0:
+							out[e] = float32(c-8) * f16at(dOff+2*bi)
+						case qtQ5_0:
+							h := binary.LittleEndian.Uint32(host[scOff+4*bi:])
+							out[e] = float32(c|int(h>>e&1)<<4-16) * f16at(dOff+2*bi)
+						default:
+							sc, b := mlxAt(host, dOff, s, row*(nu*32/s.group)+u*32/s.group)
+							out[e] = float32(sc*float32(c)) + b
+						}
+					}
+				case qtMLX8:
+					sc, b := mlxAt(host, dOff, s, row*(nu*32/s.group)+u*32/s.group)
+					for e := range 32 {
+						out[e] = float32(sc*float32(chunk(row, u, e/16)[e%16])) + b
+					}
+				case qtQ4_K, qtQ5_K:
+					c := u % 4
+					hd := host[scOff+16*(bi/4):][:16]
+					d, dmin := half.F16ToF32(binary.LittleEndian.Uint16(hd)), half.F16ToF32(binary.LittleEndian.Uint16(hd[2:]))
+					sca, ma := scaleMin(2*c, hd[4:])
+					scb, mb := scaleMin(2*c+1, hd[4:])
+					var ql, qh []byte
+					if s.qt == qtQ5_K {
+						blk := host[(bi/4)*160:][:160]
+						qh, ql = blk[:32], blk[32+32*c:][:32]
+					} else {
+						ql = append(append([]byte{}, chunk(row, u, 0)...), chunk(row, u, 1)...)
+					}
+					for l := range 32 {
+						v1, v2 := int(ql[l]&15), int(ql[l]>>4)
+						if qh != nil {
+							v1 |= int(qh[l]>>(2*c)&1) << 4
+							v2 |= int(qh[l]>>(2*c+1)&1) << 4
+						}
+						out[l] = float32(float32(d*float32(sca))*float32(v1)) - float32(dmin*float32(ma))
+						out[32+l] = float32(float32(d*float32(scb))*float32(v2)) - float32(dmin*float32(mb))
+					}
+				case qtQ6_K:
+					p, sb := u%4, u/4
+					hf, ii := p/2, p%2
+					scs := host[scOff+16*(bi/4):][:16]
+					d := f16at(dOff + 2*(bi/4))
+					la, lb, qh := chunk(row, u, 0), chunk(row, u, 1), chunk(row, u, 2)
+					base := got[row*cols+sb*256+128*hf+16*ii:]
+					for tt := range 16 {
+						q := [4]int{int(la[tt]&15 | (qh[tt]&3)<<4), int(lb[tt]&15 | (qh[tt]>>2&3)<<4),
+							int(la[tt]>>4 | (qh[tt]>>4&3)<<4), int(lb[tt]>>4 | (qh[tt]>>6&3)<<4)}
+						for j := range 4 {
+							base[32*j+tt] = float32(d*float32(int8(scs[8*hf+ii+2*j]))) * float32(q[j]-32)
+						}
+					}
+				}
+			}
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%s: element %d (row %d, col %d) decodes as %g from the device layout, want %g", dt, i, i/cols, i%cols, got[i], want[i])
+			}
+		}
+	}
+}
+
+// mlxAt reads the scale and bias of group g from the d region.
+func mlxAt(host []byte, dOff int, s qsplit, g int) (float32, float32) {
+	switch compute.DType(s.sdt) {
+	case compute.F32:
+		b := host[dOff+8*g:]
+		return math.Float32frombits(binary.LittleEndian.Uint32(b)), math.Float32frombits(binary.LittleEndian.Uint32(b[4:]))
+	case compute.F16:
+		b := host[dOff+4*g:]
+		return half.F16ToF32(binary.LittleEndian.Uint16(b)), half.F16ToF32(binary.LittleEndian.Uint16(b[2:]))
+	}
+	b := host[dOff+4*g:]
+	return half.BF16ToF32(binary.LittleEndian.Uint16(b)), half.BF16ToF32(binary.LittleEndian.Uint16(b[2:]))
+}
+
+// scaleMin unpacks the 6-bit scale and min of sub-block j of a Q4_K or
+// Q5_K super-block's 12 scale bytes.
+func scaleMin(j int, s []byte) (int, int) {
+	if j < 4 {
+		return int(s[j] & 63), int(s[j+4] & 63)
+	}
+	return int(s[j+4]&0xF | (s[j-4]>>6)<<4), int(s[j+4]>>4 | (s[j]>>6)<<4)
+}
