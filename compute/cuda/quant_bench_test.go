@@ -209,9 +209,9 @@ func (s *quantSource) Lookup(name string) (model.Stored, bool) {
 }
 
 // BenchmarkQuantDecodeStep measures decode steps of a llama-3.2-1b-shaped
-// model with quantized weights as `lem quant --gguf q4_0` (and q8_0) writes
-// them: matrices in Q4_0 (Q8_0), the tied embedding and output projection
-// in Q6_K, replayed from a CUDA graph at context position ~512. It also
+// model with quantized weights as `lem quant --gguf q4_0` writes them
+// (and q8_0, and all matrices Q4_K as a stand-in for q4_k_m): matrices in
+// Q4_0 (Q8_0, Q4_K), the tied embedding and output projection in Q6_K, replayed from a CUDA graph at context position ~512. It also
 // times a graph of the step's matrix products alone (with their activation
 // quantization) to give the products' share of the step.
 func BenchmarkQuantDecodeStep(b *testing.B) {
