@@ -22,9 +22,10 @@ import (
 
 // buffer is the Buf of a CUDA tensor.
 type buffer struct {
-	ptr   uintptr // device address
-	size  int64   // bytes allocated; 0 for views
-	class int64   // pool size class; 0 when not pooled (weights, views)
+	ptr   uintptr  // device address
+	size  int64    // bytes allocated; 0 for views
+	class int64    // pool size class; 0 when not pooled (weights, views)
+	q     *qlayout // regions of a block-quantized weight (quant.go)
 }
 
 // Backend is a CUDA device implementing compute.Backend. Like every
@@ -42,6 +43,8 @@ type Backend struct {
 
 	capturing  bool
 	captureErr error
+
+	quant quantState // quantized weights (quant.go)
 
 	free      map[int64][]uintptr // pooled blocks by size class
 	all       []uintptr           // every allocation, for Close
@@ -302,12 +305,12 @@ func (b *Backend) rawAlloc(size int64, pooled bool) (*buffer, error) {
 // in its stored dtype.
 func (b *Backend) Weight(dtype compute.DType, shape []int, data []byte) (*compute.Tensor, error) {
 	t := &compute.Tensor{DType: dtype, Shape: append([]int(nil), shape...)}
-	switch dtype {
-	case compute.F32, compute.BF16, compute.F16:
+	switch {
+	case dtype == compute.F32 || dtype == compute.BF16 || dtype == compute.F16:
+	case dtype.Quantized():
+		return b.quantWeight(dtype, shape, data)
 	default:
-		// Block-quantized weights (GGUF types, MLX affine packs) have
-		// no CUDA kernels yet.
-		return nil, fmt.Errorf("weight dtype %s not supported on CUDA (run quantized models on the CPU)", dtype)
+		return nil, fmt.Errorf("weight dtype %s not supported on CUDA", dtype)
 	}
 	if want := t.Len() * dtype.Size(); len(data) != want {
 		return nil, fmt.Errorf("weight of shape %v %s: have %d bytes, want %d", shape, dtype, len(data), want)

@@ -52,6 +52,7 @@ type kernels struct {
 	tc    tcKernels    // tensor-core prefill matmul kernels (gemm.go)
 	flash flashKernels // flash attention kernels (flash.go)
 	dec   decodeKernels
+	q     quantKernels // quant.go
 }
 
 // kernelTable lists every kernel with where its handle goes.
@@ -69,6 +70,7 @@ func (k *kernels) table() map[string]*uintptr {
 	k.tc.add(t)
 	k.flash.add(t)
 	k.dec.add(t)
+	k.q.add(t)
 	for d, dn := range []string{"f32", "f16", "bf16"} {
 		for r := range 4 {
 			t["gemv_"+dn+"_"+string(rune('1'+r))] = &k.gemv[d][r]

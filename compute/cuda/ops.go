@@ -23,6 +23,10 @@ func (b *Backend) Embed(dst, table, ids *compute.Tensor) {
 	if n == 0 {
 		return
 	}
+	if table.DType.Quantized() {
+		b.qEmbed(dst, table, ids)
+		return
+	}
 	b.launch(b.k.embed, "embed", n, threads(cols, 256)).
 		ptr(dptr(dst)).ptr(dptr(table)).i(int(table.DType)).ptr(dptr(ids)).i(cols)
 }
@@ -34,6 +38,10 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 		panic(fmt.Sprintf("matmul: x has %d columns, w has %d", k, w.Cols()))
 	}
 	if n == 0 || m == 0 {
+		return
+	}
+	if w.DType.Quantized() {
+		b.qMatMul(dst, x, w)
 		return
 	}
 	dt := int(w.DType)
