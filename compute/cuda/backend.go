@@ -53,6 +53,8 @@ type Backend struct {
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
+
+	prefill prefillState // chunked recurrences and grouped experts (prefill.go)
 }
 
 var _ compute.Backend = (*Backend)(nil)

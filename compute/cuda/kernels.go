@@ -48,6 +48,7 @@ type kernels struct {
 	convOut, convState, ssmScan, deltaRule uintptr
 	moeRoute, moeGateUp, moeDown           uintptr
 	axpyRows, matchRMS, gaussianTopK       uintptr
+	chunked                                chunkedKernels
 }
 
 // kernelTable lists every kernel with where its handle goes.
@@ -62,6 +63,7 @@ func (k *kernels) table() map[string]*uintptr {
 		"moe_route": &k.moeRoute, "moe_gateup": &k.moeGateUp, "moe_down": &k.moeDown,
 		"axpy_rows": &k.axpyRows, "match_rms": &k.matchRMS, "gaussian_topk": &k.gaussianTopK,
 	}
+	k.chunked.add(t)
 	for d, dn := range []string{"f32", "f16", "bf16"} {
 		for r := range 4 {
 			t["gemv_"+dn+"_"+string(rune('1'+r))] = &k.gemv[d][r]
