@@ -276,6 +276,11 @@ func TestApplyExperts(t *testing.T) {
 		{"gemma fused gelu", compute.BF16, 32, 8, 4, 0, 0, 2, true, false, compute.GELUTanh, 0, 0, []int{2}},
 		{"odd sizes f32", compute.F32, 37, 13, 5, 7, 1, 2, false, true, compute.SiLU, 0, 0, []int{1, 4}},
 		{"f16", compute.F16, 72, 20, 4, 0, 0, 4, false, false, compute.SiLU, 0, 0, []int{1, 3}},
+		// Grouped prefill: several tiles of 32 pairs per expert, widths
+		// off the tile of 64 columns, rows off the vector loads.
+		{"grouped many rows", compute.BF16, 136, 72, 5, 0, 0, 2, false, false, compute.SiLU, 0, 0, []int{150, 1, 33}},
+		{"grouped odd bf16", compute.BF16, 44, 20, 6, 30, 1, 3, true, true, compute.SiLU, 7, 1.702, []int{41}},
+		{"grouped shared f32", compute.F32, 96, 40, 9, 100, 2, 4, false, true, compute.GELUTanh, 0, 0, []int{67}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t

@@ -6,16 +6,20 @@ package cuda
 // grouped by expert (kernels/moe_group.cu). A single row (decode) keeps the
 // recurrent step and the per-row expert kernels.
 
+import "lem/compute"
+
 // chunkedKernels holds the handles of the prefill kernels.
 type chunkedKernels struct {
-	drPrep, drChunk uintptr
-	ssmCB, ssmChunk uintptr
+	drPrep, drChunk                            uintptr
+	ssmCB, ssmChunk                            uintptr
+	moeGroup, moeGGateUp, moeGDown, moeCombine uintptr
 }
 
 // add lists the kernels in t with where their handles go.
 func (k *chunkedKernels) add(t map[string]*uintptr) {
 	t["dr_prep"], t["dr_chunk"] = &k.drPrep, &k.drChunk
 	t["ssm_cb"], t["ssm_chunk"] = &k.ssmCB, &k.ssmChunk
+	t["moe_group"], t["moe_ggateup"], t["moe_gdown"], t["moe_combine"] = &k.moeGroup, &k.moeGGateUp, &k.moeGDown, &k.moeCombine
 }
 
 // prefillState is the backend's scratch for the prefill kernels.
@@ -26,6 +30,9 @@ type prefillState struct {
 
 	delta *buffer // dr_prep's per-(head, chunk) matrices
 	cb    *buffer // ssm_cb's C·Bᵀ blocks
+
+	group  *buffer // moe_group's sort: counts, order, tiles
+	act, y *buffer // grouped experts' activations and outputs, by sorted pair
 }
 
 // Chunk lengths of the chunked kernels (DRC and SSQ in the sources).
@@ -41,4 +48,46 @@ const (
 func deltaBlock(dk, dv int) int {
 	n := 3*deltaChunk*dk + deltaChunk*dv + deltaChunk*deltaChunk + 1
 	return (n + 3) &^ 3
+}
+
+// Grouped experts (kernels/moe_group.cu).
+const (
+	groupTile  = 32   // (row, slot) pairs per tile (MGM)
+	maxGrouped = 2048 // most experts moe_group sorts (MG_MAXEXP)
+)
+
+// groupTiles returns the most tiles moe_group can list for pairs (row,
+// slot) pairs over ne experts.
+func groupTiles(pairs, ne int) int { return pairs/groupTile + min(ne, pairs) + 1 }
+
+// groupable reports whether moe_group handles pairs pairs over ne experts:
+// it sorts at most maxGrouped experts, and the tiles index a grid's second
+// dimension (at most 65535).
+func groupable(pairs, ne int) bool { return ne <= maxGrouped && groupTiles(pairs, ne) <= 65535 }
+
+// groupedExperts is ApplyExperts for several rows: moe_group sorts the
+// (row, slot) pairs by expert and lists tiles of up to groupTile pairs of
+// one expert; moe_ggateup and moe_gdown run each tile as a matrix product
+// against its expert's weights, so that an expert's weights are read once
+// per tile rather than once per pair; moe_combine sums each row's slots
+// with their routing weights. The counts stay on the device: the grids
+// cover the most tiles any routing can give.
+func (b *Backend) groupedExperts(dst, x, ids, weights *compute.Tensor, f *compute.ExpertFFN, t *expertTable, stride int) {
+	n, hid, slots := x.Rows(), x.Cols(), ids.Cols()
+	ne, pairs := len(f.Experts), n*slots
+	tiles := groupTiles(pairs, ne)
+	st := &b.prefill
+	g := b.scratch(&st.group, 4*(2+ne+2*pairs+2*tiles))
+	act := b.scratch(&st.act, 4*pairs*stride)
+	y := b.scratch(&st.y, 4*pairs*hid)
+	b.launch(b.k.chunked.moeGroup, "moe_group", 1, 1024).ptr(g).ptr(dptr(ids)).i(pairs).i(ne)
+	b.record(op{fn: b.k.chunked.moeGGateUp, name: "moe_ggateup",
+		grid: [3]uint32{uint32((t.maxInter + 63) / 64), uint32(tiles), 1}, block: [3]uint32{128, 1, 1}}).
+		ptr(act).ptr(dptr(x)).ptr(g).ptr(t.dev.ptr).i(ne).i(pairs).i(slots).
+		i(hid).i(stride).i(int(f.Act)).f(f.Limit).f(f.Alpha)
+	b.record(op{fn: b.k.chunked.moeGDown, name: "moe_gdown",
+		grid: [3]uint32{uint32((hid + 63) / 64), uint32(tiles), 1}, block: [3]uint32{128, 1, 1}}).
+		ptr(y).ptr(act).ptr(g).ptr(t.dev.ptr).i(ne).i(pairs).i(hid).i(stride)
+	b.launch(b.k.chunked.moeCombine, "moe_combine", blocks(n*hid), 256).
+		ptr(dptr(dst)).ptr(y).ptr(g).ptr(dptr(weights)).i(n).i(slots).i(hid).i(ne).i(pairs)
 }

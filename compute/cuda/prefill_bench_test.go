@@ -42,7 +42,7 @@ func (s *geometrySource) Lookup(name string) (model.Stored, bool) {
 
 // synthModel loads `lem synth --like like` (cut to layers layers when
 // positive) onto b with random bf16 weights.
-func synthModel(b *Backend, like string, layers int) (model.Model, model.WeightReads, error) {
+func synthModel(b compute.Backend, like string, layers int) (model.Model, model.WeightReads, error) {
 	g, err := synth.Like(like)
 	if err != nil {
 		return nil, model.WeightReads{}, err
