@@ -116,9 +116,9 @@ __device__ __forceinline__ void mg_load8(const void* w, i64 r, int kmax, int k, 
 template <int DT, bool TWO>
 __device__ __forceinline__ void mg_tile(const float* x, i64 xs, const int* xrow, int rows, const void* w0, const void* w1,
                                         int m, int k, int c0, float acc0[4][4], float acc1[4][4]) {
-    __shared__ float As[MGK][MGM + 4];
-    __shared__ float B0[MGK][MGN + 4];
-    __shared__ float B1[TWO ? MGK : 1][MGN + 4];
+    __shared__ __align__(16) float As[MGK][MGM + 4];
+    __shared__ __align__(16) float B0[MGK][MGN + 4];
+    __shared__ __align__(16) float B1[TWO ? MGK : 1][MGN + 4];
     int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     bool vec = k % 8 == 0 && (((unsigned long long)w0 | (unsigned long long)(TWO ? w1 : w0)) & 15) == 0;
 #pragma unroll
@@ -155,14 +155,10 @@ __device__ __forceinline__ void mg_tile(const float* x, i64 xs, const int* xrow,
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < MGK; kk++) {
-            float a[4], b0[4], b1[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty * 4 + i];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                b0[j] = B0[kk][tx * 4 + j];
-                if (TWO) b1[j] = B1[kk][tx * 4 + j];
-            }
+            F4 av = *(const F4*)&As[kk][ty * 4], bv0 = *(const F4*)&B0[kk][tx * 4];
+            F4 bv1 = TWO ? *(const F4*)&B1[kk][tx * 4] : bv0;
+            float a[4] = {av.x, av.y, av.z, av.w}, b0[4] = {bv0.x, bv0.y, bv0.z, bv0.w};
+            float b1[4] = {bv1.x, bv1.y, bv1.z, bv1.w};
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
