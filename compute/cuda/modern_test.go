@@ -137,6 +137,7 @@ func TestDeltaRule(t *testing.T) {
 		{"chunked odd", 2, 4, 20, 37, []int{97, 1, 33, 31, 2}, true},
 		{"chunked qwen3.5 head", 2, 4, 128, 128, []int{200, 1, 64}, false},
 		{"chunked key dim 256", 1, 2, 256, 40, []int{70, 1}, false},
+		{"chunked key dim 13", 1, 2, 13, 5, []int{40, 1, 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t

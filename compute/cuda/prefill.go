@@ -6,19 +6,23 @@ package cuda
 // grouped by expert (kernels/moe_group.cu). A single row (decode) keeps the
 // recurrent step and the per-row expert kernels.
 
-import "lem/compute"
+import (
+	"fmt"
+
+	"lem/compute"
+)
 
 // chunkedKernels holds the handles of the prefill kernels.
 type chunkedKernels struct {
-	drPrep, drChunk                            uintptr
-	ssmCB, ssmChunk                            uintptr
+	drPrep, drChunk, drCarry                   uintptr
+	ssmCB, ssmChunk, ssmCarry                  uintptr
 	moeGroup, moeGGateUp, moeGDown, moeCombine uintptr
 }
 
 // add lists the kernels in t with where their handles go.
 func (k *chunkedKernels) add(t map[string]*uintptr) {
-	t["dr_prep"], t["dr_chunk"] = &k.drPrep, &k.drChunk
-	t["ssm_cb"], t["ssm_chunk"] = &k.ssmCB, &k.ssmChunk
+	t["dr_prep"], t["dr_chunk"], t["dr_carry"] = &k.drPrep, &k.drChunk, &k.drCarry
+	t["ssm_cb"], t["ssm_chunk"], t["ssm_carry"] = &k.ssmCB, &k.ssmChunk, &k.ssmCarry
 	t["moe_group"], t["moe_ggateup"], t["moe_gdown"], t["moe_combine"] = &k.moeGroup, &k.moeGGateUp, &k.moeGDown, &k.moeCombine
 }
 
@@ -27,6 +31,12 @@ type prefillState struct {
 	// sequential sends every call through the per-row kernels, as before
 	// the chunked forms existed: benchmarks compare the two in one run.
 	sequential bool
+	// unstaged carries the chunked recurrences with the kernels that read
+	// each chunk's matrices from global memory (dr_chunk, ssm_chunk)
+	// rather than staging them in shared memory, to compare the two.
+	unstaged bool
+	// shared is the dynamic shared memory each kernel has been allowed.
+	shared map[uintptr]int
 
 	delta *buffer // dr_prep's per-(head, chunk) matrices
 	cb    *buffer // ssm_cb's C·Bᵀ blocks
@@ -90,4 +100,35 @@ func (b *Backend) groupedExperts(dst, x, ids, weights *compute.Tensor, f *comput
 		ptr(y).ptr(act).ptr(g).ptr(t.dev.ptr).i(ne).i(pairs).i(hid).i(stride)
 	b.launch(b.k.chunked.moeCombine, "moe_combine", blocks(n*hid), 256).
 		ptr(dptr(dst)).ptr(y).ptr(g).ptr(dptr(weights)).i(n).i(slots).i(hid).i(ne).i(pairs)
+}
+
+// funcAttrMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const funcAttrMaxDynamicShared = 8
+
+// allowShared lets kernel fn use up to bytes of dynamic shared memory
+// (beyond the default 48 KiB), once per kernel. It reports false, with the
+// error kept for the next synchronisation, when the driver refuses.
+func (b *Backend) allowShared(fn uintptr, bytes int) bool {
+	st := &b.prefill
+	if st.shared[fn] >= bytes {
+		return true
+	}
+	if b.capturing {
+		b.captureErr = fmt.Errorf("cuda: shared memory of a prefill kernel first set during graph capture")
+		return false
+	}
+	err := b.do(func(w *owner) error {
+		return w.check("cuFuncSetAttribute", call(w.d.cuFuncSetAttribute, fn, funcAttrMaxDynamicShared, uintptr(bytes)))
+	})
+	if err != nil {
+		if b.err == nil {
+			b.err = fmt.Errorf("cuda: %d bytes of shared memory for a prefill kernel: %w", bytes, err)
+		}
+		return false
+	}
+	if st.shared == nil {
+		st.shared = map[uintptr]int{}
+	}
+	st.shared[fn] = bytes
+	return true
 }

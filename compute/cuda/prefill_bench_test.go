@@ -283,10 +283,11 @@ func BenchmarkModernOps(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { g.prefill.sequential = false }()
+	defer func() { g.prefill.unstaged = false }()
 	modes := []struct {
-		name string
-		seq  bool
-	}{{"sequential", true}, {"chunked", false}}
+		name          string
+		seq, unstaged bool
+	}{{"sequential", true, false}, {"chunked-unstaged", false, true}, {"chunked", false, false}}
 
 	dr := &compute.DeltaRule{KeyHeads: 16, ValueHeads: 16, KeyDim: 128, ValueDim: 128, Scale: 1 / math.Sqrt2 / 8, NormEps: 1e-6}
 	dr.ALog, dr.DtBias = gpuRandom(g, 1, 1, dr.ValueHeads), gpuRandom(g, 2, 1, dr.ValueHeads)
@@ -318,16 +319,35 @@ func BenchmarkModernOps(b *testing.B) {
 				label += "-" + md.name
 			}
 			b.Run("DeltaRule/qwen3.5-0.8b/"+label, func(b *testing.B) {
-				g.prefill.sequential = md.seq
+				g.prefill.sequential, g.prefill.unstaged = md.seq, md.unstaged
 				s := timeOps(b, g, func() { g.DeltaRule(out, qkv, a, bt, drState, dr) })
 				b.ReportMetric(float64(n)/s, "rows/s")
 			})
 			b.Run("SSMScan/mamba2-1.3b/"+label, func(b *testing.B) {
-				g.prefill.sequential = md.seq
+				g.prefill.sequential, g.prefill.unstaged = md.seq, md.unstaged
 				s := timeOps(b, g, func() { g.SSMScan(y, x, dt, bm, cm, ssmState, ssm) })
 				b.ReportMetric(float64(n)/s, "rows/s")
 			})
 		}
+		if n == 1 {
+			continue
+		}
+		// The two kernels of each chunked form on their own.
+		g.prefill.sequential, g.prefill.unstaged = false, false
+		b.Run("DeltaRule/qwen3.5-0.8b/n512-prep", func(b *testing.B) {
+			timeOps(b, g, func() { g.deltaPrep(qkv, a, bt, dr) })
+		})
+		scr := g.deltaPrep(qkv, a, bt, dr)
+		b.Run("DeltaRule/qwen3.5-0.8b/n512-carry", func(b *testing.B) {
+			timeOps(b, g, func() { g.deltaCarry(out, drState, scr, n, dr) })
+		})
+		b.Run("SSMScan/mamba2-1.3b/n512-cb", func(b *testing.B) {
+			timeOps(b, g, func() { g.ssmCB(bm, cm, ssm) })
+		})
+		cb := g.ssmCB(bm, cm, ssm)
+		b.Run("SSMScan/mamba2-1.3b/n512-carry", func(b *testing.B) {
+			timeOps(b, g, func() { g.ssmCarry(y, x, dt, bm, cm, ssmState, cb, ssm) })
+		})
 	}
 
 	// Experts of qwen3-30b-a3b's shape: routing and the expert MLPs.
@@ -357,7 +377,7 @@ func BenchmarkModernOps(b *testing.B) {
 		dst := g.Alloc(compute.F32, n, hid)
 		g.Route(ids, wts, logits, nil, routing)
 		for _, md := range modes {
-			if n == 1 && !md.seq {
+			if n == 1 && !md.seq || md.unstaged {
 				continue
 			}
 			label := fmt.Sprintf("n%d", n)

@@ -33,7 +33,7 @@ func closeTo(got, want []float32) (float64, int) {
 func TestChunkedMatchesSequential(t *testing.T) {
 	h := newHarness(t)
 	g := h.g
-	defer func() { g.prefill.sequential = false }()
+	defer func() { g.prefill.sequential, g.prefill.unstaged = false, false }()
 	for _, n := range []int{2, 31, 32, 33, 95, 257} {
 		t.Run(fmt.Sprintf("delta rule %d rows", n), func(t *testing.T) {
 			r := &compute.DeltaRule{KeyHeads: 2, ValueHeads: 6, KeyDim: 64, ValueDim: 48,
@@ -43,20 +43,22 @@ func TestChunkedMatchesSequential(t *testing.T) {
 			init := randVals(h.r, r.ValueHeads*r.ValueDim*r.KeyDim, 0.3)
 			qkv := h.act(1, n, r.Width())
 			a, b := h.act(3, n, r.ValueHeads), h.act(3, n, r.ValueHeads)
-			var outs, states [2][]float32
-			for i, seq := range []bool{true, false} {
-				g.prefill.sequential = seq
+			var outs, states [3][]float32
+			for i, mode := range []int{0, 1, 2} { // sequential, unstaged, staged
+				g.prefill.sequential, g.prefill.unstaged = mode == 0, mode == 1
 				state := g.Alloc(compute.F32, r.ValueHeads, r.ValueDim, r.KeyDim)
 				g.Upload(state, init)
 				dst := g.Alloc(compute.F32, n, r.ValueHeads*r.ValueDim)
 				g.DeltaRule(dst, qkv.g, a.g, b.g, state, r)
 				outs[i], states[i] = g.readAll(dst), g.readAll(state)
 			}
-			if d, at := closeTo(outs[1], outs[0]); d > 2e-5 {
-				t.Errorf("output: relative difference %.3g at %d", d, at)
-			}
-			if d, at := closeTo(states[1], states[0]); d > 2e-5 {
-				t.Errorf("state: relative difference %.3g at %d", d, at)
+			for i, name := range []string{"unstaged", "staged"} {
+				if d, at := closeTo(outs[i+1], outs[0]); d > 2e-5 {
+					t.Errorf("%s output: relative difference %.3g at %d", name, d, at)
+				}
+				if d, at := closeTo(states[i+1], states[0]); d > 2e-5 {
+					t.Errorf("%s state: relative difference %.3g at %d", name, d, at)
+				}
 			}
 		})
 		t.Run(fmt.Sprintf("ssm %d rows", n), func(t *testing.T) {
@@ -67,20 +69,22 @@ func TestChunkedMatchesSequential(t *testing.T) {
 			init := randVals(h.r, heads*hd*ns, 0.5)
 			x, dt := h.act(1, n, heads*hd), h.act(3, n, heads)
 			bm, cm := h.act(1, n, groups*ns), h.act(1, n, groups*ns)
-			var outs, states [2][]float32
-			for i, seq := range []bool{true, false} {
-				g.prefill.sequential = seq
+			var outs, states [3][]float32
+			for i, mode := range []int{0, 1, 2} { // sequential, unstaged, staged
+				g.prefill.sequential, g.prefill.unstaged = mode == 0, mode == 1
 				state := g.Alloc(compute.F32, heads, hd*ns)
 				g.Upload(state, init)
 				y := g.Alloc(compute.F32, n, heads*hd)
 				g.SSMScan(y, x.g, dt.g, bm.g, cm.g, state, p)
 				outs[i], states[i] = g.readAll(y), g.readAll(state)
 			}
-			if d, at := closeTo(outs[1], outs[0]); d > 2e-5 {
-				t.Errorf("y: relative difference %.3g at %d", d, at)
-			}
-			if d, at := closeTo(states[1], states[0]); d > 2e-5 {
-				t.Errorf("state: relative difference %.3g at %d", d, at)
+			for i, name := range []string{"unstaged", "staged"} {
+				if d, at := closeTo(outs[i+1], outs[0]); d > 2e-5 {
+					t.Errorf("%s y: relative difference %.3g at %d", name, d, at)
+				}
+				if d, at := closeTo(states[i+1], states[0]); d > 2e-5 {
+					t.Errorf("%s state: relative difference %.3g at %d", name, d, at)
+				}
 			}
 		})
 	}

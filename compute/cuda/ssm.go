@@ -16,8 +16,9 @@ const maxStateSize = 256
 // SSMScan implements compute.SSMScanner. A single row (decode) takes the
 // recurrent step: one warp per (head, channel) keeps the channel's state in
 // registers. Longer inputs take the chunked (SSD) form: ssm_cb computes
-// C_t·B_s within every (chunk, group) at once, then ssm_chunk carries the
-// state through the chunks, one block per (head, 16 channels).
+// C_t·B_s within every (chunk, group) at once, then ssm_carry carries the
+// state through the chunks, one block per (head, 16 channels) holding
+// their state in shared memory.
 func (b *Backend) SSMScan(y, x, dt, bm, cm, state *compute.Tensor, p *compute.SSM) {
 	hp, gn := p.Heads*p.HeadDim, p.Groups*p.StateSize
 	n := x.Rows()
@@ -33,16 +34,8 @@ func (b *Backend) SSMScan(y, x, dt, bm, cm, state *compute.Tensor, p *compute.SS
 		return
 	}
 	if n > 1 && !b.prefill.sequential {
-		chunks := (n + ssmChunk - 1) / ssmChunk
-		cb := b.scratch(&b.prefill.cb, 4*p.Groups*chunks*ssmChunk*ssmChunk)
-		b.record(op{fn: b.k.chunked.ssmCB, name: "ssm_cb",
-			grid: [3]uint32{uint32(chunks), uint32(p.Groups), 1}, block: [3]uint32{256, 1, 1}}).
-			ptr(cb).ptr(dptr(bm)).ptr(dptr(cm)).i(n).i(p.Groups).i(p.StateSize).i(chunks)
-		b.record(op{fn: b.k.chunked.ssmChunk, name: "ssm_chunk",
-			grid: [3]uint32{uint32((p.HeadDim + 15) / 16), uint32(p.Heads), 1}, block: [3]uint32{256, 1, 1}}).
-			ptr(dptr(y)).ptr(dptr(x)).ptr(dptr(dt)).ptr(dptr(bm)).ptr(dptr(cm)).ptr(dptr(state)).ptr(cb).
-			ptr(dptr(p.A)).i(int(p.A.DType)).ptr(dptr(p.D)).i(int(p.D.DType)).ptr(dptr(p.DTBias)).i(int(p.DTBias.DType)).
-			i(n).i(p.Heads).i(p.HeadDim).i(p.Groups).i(p.StateSize).f(p.DTMin).f(p.DTMax)
+		cb := b.ssmCB(bm, cm, p)
+		b.ssmCarry(y, x, dt, bm, cm, state, cb, p)
 		return
 	}
 	b.launch(b.k.ssmScan, "ssm_scan", (hp+3)/4, 128).
@@ -50,3 +43,35 @@ func (b *Backend) SSMScan(y, x, dt, bm, cm, state *compute.Tensor, p *compute.SS
 		ptr(dptr(p.A)).i(int(p.A.DType)).ptr(dptr(p.D)).i(int(p.D.DType)).ptr(dptr(p.DTBias)).i(int(p.DTBias.DType)).
 		i(n).i(p.Heads).i(p.HeadDim).i(p.Groups).i(p.StateSize).f(p.DTMin).f(p.DTMax)
 }
+
+// ssmCB records ssm_cb over the rows of bm and cm and returns its output.
+func (b *Backend) ssmCB(bm, cm *compute.Tensor, p *compute.SSM) uintptr {
+	n := bm.Rows()
+	chunks := (n + ssmChunk - 1) / ssmChunk
+	cb := b.scratch(&b.prefill.cb, 4*p.Groups*chunks*ssmChunk*ssmChunk)
+	b.record(op{fn: b.k.chunked.ssmCB, name: "ssm_cb",
+		grid: [3]uint32{uint32(chunks), uint32(p.Groups), 1}, block: [3]uint32{256, 1, 1}}).
+		ptr(cb).ptr(dptr(bm)).ptr(dptr(cm)).i(n).i(p.Groups).i(p.StateSize).i(chunks)
+	return cb
+}
+
+// ssmCarry records the pass of the state through the chunks, with cb from
+// ssmCB.
+func (b *Backend) ssmCarry(y, x, dt, bm, cm, state *compute.Tensor, cb uintptr, p *compute.SSM) {
+	o := op{fn: b.k.chunked.ssmCarry, name: "ssm_carry",
+		grid: [3]uint32{uint32((p.HeadDim + 15) / 16), uint32(p.Heads), 1}, block: [3]uint32{256, 1, 1},
+		shared: uint32(ssmCarryShared(p.StateSize))}
+	if b.prefill.unstaged {
+		o.fn, o.name, o.shared = b.k.chunked.ssmChunk, "ssm_chunk", 0
+	} else if !b.allowShared(o.fn, ssmCarryShared(maxStateSize)) {
+		return
+	}
+	b.record(o).ptr(dptr(y)).ptr(dptr(x)).ptr(dptr(dt)).ptr(dptr(bm)).ptr(dptr(cm)).ptr(dptr(state)).ptr(cb).
+		ptr(dptr(p.A)).i(int(p.A.DType)).ptr(dptr(p.D)).i(int(p.D.DType)).ptr(dptr(p.DTBias)).i(int(p.DTBias.DType)).
+		i(x.Rows()).i(p.Heads).i(p.HeadDim).i(p.Groups).i(p.StateSize).f(p.DTMin).f(p.DTMax)
+}
+
+// ssmCarryShared returns the dynamic shared memory of ssm_carry for state
+// size ns: 16 channels of state, then B and C of a chunk, rows of ns4+4
+// floats.
+func ssmCarryShared(ns int) int { return 4 * (16 + 2*ssmChunk) * ((ns+3)&^3 + 4) }

@@ -214,3 +214,118 @@ extern "C" __global__ void __launch_bounds__(256)
         if (y0 + yy < dv) st[(i64)(y0 + yy) * dk + x] = S[yy][x];
     }
 }
+
+// dr_stage copies rows × cols floats (row-major, cols apart) from global
+// memory into shared memory rows sd floats apart, zero-padding each row to
+// cols4 (cols rounded up to 4), with 16-byte loads when cols is a multiple
+// of 4.
+__device__ __forceinline__ void dr_stage(float* dst, const float* src, int rows, int cols, int cols4, int sd) {
+    int q = cols4 >> 2;
+    if ((cols & 3) == 0) {
+        for (int e = threadIdx.x; e < rows * q; e += blockDim.x) {
+            int i = e / q, x = (e - i * q) << 2;
+            *(F4*)(dst + i * sd + x) = *(const F4*)(src + (i64)i * cols + x);
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < rows * cols4; e += blockDim.x) {
+        int i = e / cols4, x = e - i * cols4;
+        dst[i * sd + x] = x < cols ? src[(i64)i * cols + x] : 0.0f;
+    }
+}
+
+// dr_carry is dr_chunk with each chunk's matrices staged in shared memory
+// (dynamic, drCarryShared bytes: W, e^G⊙Q, e^(G_last)−G⊙K and the state
+// tile DRTY rows of dk4+4 floats, then the masked QKᵀ, Û and P) and the
+// products blocked in registers over four key dimensions and two rows.
+extern "C" __global__ void __launch_bounds__(256)
+    dr_carry(float* dst, float* state, const float* scr, int n, int vh, int dk, int dv, int nchunks, long long per) {
+    extern __shared__ __align__(16) float sm[];
+    int dk4 = (dk + 3) & ~3, sd = dk4 + 4;
+    float *Ws = sm, *Qs = Ws + DRC * sd, *Ks = Qs + DRC * sd, *S = Ks + DRC * sd;
+    float *As = S + DRTY * sd, *us = As + DRC * DRC, *ps = us + DRC * DRTY;
+    int y0 = blockIdx.x * DRTY, h = blockIdx.y, tid = threadIdx.x;
+    float* st = state + (i64)h * dv * dk;
+    for (int e = tid; e < DRTY * dk4; e += 256) {
+        int yy = e / dk4, x = e - yy * dk4;
+        S[yy * sd + x] = y0 + yy < dv && x < dk ? st[(i64)(y0 + yy) * dk + x] : 0.0f;
+    }
+    int yy = tid & 15, ig = tid >> 4; // steps 1 and 2: rows ig and ig+16, column yy
+    int y = y0 + yy;
+    for (int c = 0; c < nchunks; c++) {
+        const float* blk = dr_block((float*)scr, h, c, nchunks, per);
+        const float *W = blk, *Qd = blk + DRC * dk, *Kt = blk + 2 * DRC * dk, *U = blk + 3 * DRC * dk;
+        const float* A = U + DRC * dv;
+        int t0 = c * DRC, rows = min(DRC, n - t0);
+        dr_stage(Ws, W, DRC, dk, dk4, sd);
+        dr_stage(Qs, Qd, DRC, dk, dk4, sd);
+        dr_stage(Ks, Kt, DRC, dk, dk4, sd);
+        for (int e = tid; e < DRC * DRC; e += 256) As[e] = A[e];
+        float u0 = 0.0f, u1 = 0.0f;
+        if (y < dv) {
+            u0 = U[(i64)ig * dv + y];
+            u1 = U[(i64)(ig + 16) * dv + y];
+        }
+        float dl = A[DRC * DRC];
+        __syncthreads();
+        // Û = U − W·S and P = (e^G⊙Q)·S.
+        {
+            float aw0 = 0.0f, aw1 = 0.0f, aq0 = 0.0f, aq1 = 0.0f;
+            const float *s = S + yy * sd, *w0 = Ws + ig * sd, *w1 = w0 + 16 * sd, *q0 = Qs + ig * sd, *q1 = q0 + 16 * sd;
+#pragma unroll 4
+            for (int x = 0; x < dk4; x += 4) {
+                F4 sv = *(const F4*)(s + x), a = *(const F4*)(w0 + x), b = *(const F4*)(w1 + x);
+                F4 p = *(const F4*)(q0 + x), q = *(const F4*)(q1 + x);
+                aw0 += a.x * sv.x + a.y * sv.y + a.z * sv.z + a.w * sv.w;
+                aw1 += b.x * sv.x + b.y * sv.y + b.z * sv.z + b.w * sv.w;
+                aq0 += p.x * sv.x + p.y * sv.y + p.z * sv.z + p.w * sv.w;
+                aq1 += q.x * sv.x + q.y * sv.y + q.z * sv.z + q.w * sv.w;
+            }
+            us[ig * DRTY + yy] = y < dv ? u0 - aw0 : 0.0f;
+            us[(ig + 16) * DRTY + yy] = y < dv ? u1 - aw1 : 0.0f;
+            ps[ig * DRTY + yy] = aq0;
+            ps[(ig + 16) * DRTY + yy] = aq1;
+        }
+        __syncthreads();
+        // Outputs: P + (QKᵀ⊙D)·Û.
+        if (y < dv) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                int i = ig + 16 * half;
+                if (i < rows) {
+                    const float* ar = As + i * DRC;
+                    float o = ps[i * DRTY + yy];
+                    for (int j = 0; j <= i; j++) o += ar[j] * us[j * DRTY + yy];
+                    dst[((i64)(t0 + i) * vh + h) * dv + y] = o;
+                }
+            }
+        }
+        // The state: Sᵀ ← e^(G_last)·Sᵀ + Ûᵀ·(e^(G_last−G)⊙K), eight rows
+        // of Sᵀ per thread.
+        for (int e = tid; e < (DRTY / 8) * dk; e += 256) {
+            int yg = e / dk, x = e - yg * dk;
+            float acc[8];
+#pragma unroll
+            for (int r = 0; r < 8; r++) acc[r] = dl * S[(yg * 8 + r) * sd + x];
+            for (int j = 0; j < rows; j++) {
+                float kt = Ks[j * sd + x];
+                F4 a = *(const F4*)(us + j * DRTY + yg * 8), b = *(const F4*)(us + j * DRTY + yg * 8 + 4);
+                acc[0] += a.x * kt;
+                acc[1] += a.y * kt;
+                acc[2] += a.z * kt;
+                acc[3] += a.w * kt;
+                acc[4] += b.x * kt;
+                acc[5] += b.y * kt;
+                acc[6] += b.z * kt;
+                acc[7] += b.w * kt;
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++) S[(yg * 8 + r) * sd + x] = acc[r];
+        }
+        __syncthreads();
+    }
+    for (int e = tid; e < DRTY * dk; e += 256) {
+        int r = e / dk, x = e - r * dk;
+        if (y0 + r < dv) st[(i64)(y0 + r) * dk + x] = S[r * sd + x];
+    }
+}
