@@ -17,6 +17,7 @@ type chunkedKernels struct {
 	drPrep, drChunk, drCarry                   uintptr
 	ssmCB, ssmChunk, ssmCarry                  uintptr
 	moeGroup, moeGGateUp, moeGDown, moeCombine uintptr
+	moeMGateUp, moeMGDown                      uintptr
 }
 
 // add lists the kernels in t with where their handles go.
@@ -24,6 +25,7 @@ func (k *chunkedKernels) add(t map[string]*uintptr) {
 	t["dr_prep"], t["dr_chunk"], t["dr_carry"] = &k.drPrep, &k.drChunk, &k.drCarry
 	t["ssm_cb"], t["ssm_chunk"], t["ssm_carry"] = &k.ssmCB, &k.ssmChunk, &k.ssmCarry
 	t["moe_group"], t["moe_ggateup"], t["moe_gdown"], t["moe_combine"] = &k.moeGroup, &k.moeGGateUp, &k.moeGDown, &k.moeCombine
+	t["moe_mgateup"], t["moe_mgdown"] = &k.moeMGateUp, &k.moeMGDown
 }
 
 // prefillState is the backend's scratch for the prefill kernels.
@@ -35,6 +37,9 @@ type prefillState struct {
 	// each chunk's matrices from global memory (dr_chunk, ssm_chunk)
 	// rather than staging them in shared memory, to compare the two.
 	unstaged bool
+	// simtExperts keeps grouped experts with bf16 weights on the SIMT
+	// kernels rather than the tensor cores, to compare the two.
+	simtExperts bool
 	// shared is the dynamic shared memory each kernel has been allowed.
 	shared map[uintptr]int
 
@@ -91,11 +96,15 @@ func (b *Backend) groupedExperts(dst, x, ids, weights *compute.Tensor, f *comput
 	act := b.scratch(&st.act, 4*pairs*stride)
 	y := b.scratch(&st.y, 4*pairs*hid)
 	b.launch(b.k.chunked.moeGroup, "moe_group", 1, 1024).ptr(g).ptr(dptr(ids)).i(pairs).i(ne)
-	b.record(op{fn: b.k.chunked.moeGGateUp, name: "moe_ggateup",
+	gateUp, down := b.k.chunked.moeGGateUp, b.k.chunked.moeGDown
+	if !st.simtExperts && tensorCoreExperts(t.host, hid) {
+		gateUp, down = b.k.chunked.moeMGateUp, b.k.chunked.moeMGDown
+	}
+	b.record(op{fn: gateUp, name: "moe_ggateup",
 		grid: [3]uint32{uint32((t.maxInter + 63) / 64), uint32(tiles), 1}, block: [3]uint32{128, 1, 1}}).
 		ptr(act).ptr(dptr(x)).ptr(g).ptr(t.dev.ptr).i(ne).i(pairs).i(slots).
 		i(hid).i(stride).i(int(f.Act)).f(f.Limit).f(f.Alpha)
-	b.record(op{fn: b.k.chunked.moeGDown, name: "moe_gdown",
+	b.record(op{fn: down, name: "moe_gdown",
 		grid: [3]uint32{uint32((hid + 63) / 64), uint32(tiles), 1}, block: [3]uint32{128, 1, 1}}).
 		ptr(y).ptr(act).ptr(g).ptr(t.dev.ptr).i(ne).i(pairs).i(hid).i(stride)
 	b.launch(b.k.chunked.moeCombine, "moe_combine", blocks(n*hid), 256).
@@ -130,5 +139,22 @@ func (b *Backend) allowShared(fn uintptr, bytes int) bool {
 		st.shared = map[uintptr]int{}
 	}
 	st.shared[fn] = bytes
+	return true
+}
+
+// tensorCoreExperts reports whether the experts of a table (moeDesc words
+// each) suit moe_mgateup and moe_mgdown: every weight bf16 with 16-byte
+// aligned rows of a multiple of 8 values (hid and each intermediate size).
+func tensorCoreExperts(desc []uint64, hid int) bool {
+	if hid%8 != 0 || len(desc) == 0 {
+		return false
+	}
+	for e := 0; e+moeDesc <= len(desc); e += moeDesc {
+		d := desc[e : e+moeDesc]
+		w, dw := compute.DType(d[7]&255), compute.DType(d[7]>>8&255)
+		if w != compute.BF16 || dw != compute.BF16 || d[6]%8 != 0 || (d[0]|d[1]|d[2])%16 != 0 {
+			return false
+		}
+	}
 	return true
 }

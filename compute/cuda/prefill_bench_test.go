@@ -174,10 +174,14 @@ func BenchmarkSynthModels(b *testing.B) {
 				return st, time.Since(t).Seconds()
 			}
 			var st model.State
-			for _, mode := range []string{"sequential", "chunked"} {
+			modes := []string{"sequential", "chunked"}
+			if reads.Experts > 0 {
+				modes = []string{"sequential", "chunked-simt", "chunked"}
+			}
+			for _, mode := range modes {
 				b.Run("pp512-"+mode, func(b *testing.B) {
-					g.prefill.sequential = mode == "sequential"
-					defer func() { g.prefill.sequential = false }()
+					g.prefill.sequential, g.prefill.simtExperts = mode == "sequential", mode == "chunked-simt"
+					defer func() { g.prefill.sequential, g.prefill.simtExperts = false, false }()
 					prefill() // warm up: scratch, expert tables
 					var rates []float64
 					for range reps {
@@ -395,7 +399,18 @@ func BenchmarkModernOps(b *testing.B) {
 					rate := float64(topK*3*inter*hid*2) / s
 					b.ReportMetric(rate/1e9, "GB/s")
 					b.ReportMetric(rate/bw, "of-copy-bw")
+				} else {
+					b.ReportMetric(float64(n*topK*3*inter*hid*2)/s/1e12, "TFLOP/s")
 				}
+			})
+		}
+		if n > 1 {
+			b.Run("ApplyExperts/qwen3-30b-a3b/n512-chunked-simt", func(b *testing.B) {
+				g.prefill.sequential, g.prefill.simtExperts = false, true
+				defer func() { g.prefill.simtExperts = false }()
+				s := timeOps(b, g, func() { g.ApplyExperts(dst, x, ids, wts, ffn) })
+				b.ReportMetric(float64(n)/s, "rows/s")
+				b.ReportMetric(float64(n*topK*3*inter*hid*2)/s/1e12, "TFLOP/s")
 			})
 		}
 	}

@@ -95,24 +95,55 @@ func TestChunkedMatchesSequential(t *testing.T) {
 func TestGroupedMatchesPerPair(t *testing.T) {
 	h := newHarness(t)
 	g := h.g
-	defer func() { g.prefill.sequential = false }()
+	defer func() { g.prefill.sequential, g.prefill.simtExperts = false, false }()
 	const hid, inter, routed, k = 256, 96, 16, 4
 	set := h.experts(compute.BF16, hid, inter, routed, 64, 1, false, false)
+	if !tensorCoreExperts(g.expertTable(&set.g, hid).host, hid) {
+		t.Fatal("the test's experts do not take the tensor-core kernels")
+	}
 	set.g.Act = compute.SiLU
 	r := &compute.Routing{Experts: routed, TopK: k, Normalize: true, Shared: 1}
 	for _, n := range []int{2, 31, 200} {
 		x, logits := h.act(1, n, hid), h.act(3, n, routed)
 		ids, wts := g.Alloc(compute.I32, n, r.Slots()), g.Alloc(compute.F32, n, r.Slots())
 		g.Route(ids, wts, logits.g, nil, r)
-		var outs [2][]float32
-		for i, seq := range []bool{true, false} {
-			g.prefill.sequential = seq
+		var outs [3][]float32
+		for i := range outs { // per pair, grouped on the SIMT cores, on the tensor cores
+			g.prefill.sequential, g.prefill.simtExperts = i == 0, i == 1
 			dst := g.Alloc(compute.F32, n, hid)
 			g.ApplyExperts(dst, x.g, ids, wts, &set.g)
 			outs[i] = g.readAll(dst)
 		}
 		if d, at := closeTo(outs[1], outs[0]); d > 1e-5 {
-			t.Errorf("%d rows: relative difference %.3g at %d", n, d, at)
+			t.Errorf("%d rows, SIMT: relative difference %.3g at %d", n, d, at)
+		}
+		if d, at := closeTo(outs[2], outs[0]); d > 5e-5 {
+			t.Errorf("%d rows, tensor cores: relative difference %.3g at %d", n, d, at)
+		}
+	}
+}
+
+func TestTensorCoreExperts(t *testing.T) {
+	const hid = 64
+	bf := uint64(compute.BF16) | uint64(compute.BF16)<<8
+	ok := []uint64{0x1000, 0x2000, 0x3000, 0, 0, 0, 24, bf}
+	for _, tc := range []struct {
+		name string
+		desc []uint64
+		hid  int
+		want bool
+	}{
+		{"bf16", ok, hid, true},
+		{"two experts", append(append([]uint64{}, ok...), ok...), hid, true},
+		{"hidden off 8", ok, 60, false},
+		{"inter off 8", []uint64{0x1000, 0x2000, 0x3000, 0, 0, 0, 20, bf}, hid, false},
+		{"f16 gate", []uint64{0x1000, 0x2000, 0x3000, 0, 0, 0, 24, uint64(compute.F16) | uint64(compute.BF16)<<8}, hid, false},
+		{"f32 down", []uint64{0x1000, 0x2000, 0x3000, 0, 0, 0, 24, uint64(compute.BF16) | uint64(compute.F32)<<8}, hid, false},
+		{"unaligned up", []uint64{0x1000, 0x2008, 0x3000, 0, 0, 0, 24, bf}, hid, false},
+		{"none", nil, hid, false},
+	} {
+		if got := tensorCoreExperts(tc.desc, tc.hid); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
