@@ -74,7 +74,7 @@ func (b *Backend) deltaCarry(dst, state *compute.Tensor, scr uintptr, n int, r *
 	per := deltaBlock(dk, dv)
 	o := op{fn: b.k.chunked.drCarry, name: "dr_carry",
 		grid: [3]uint32{uint32((dv + 15) / 16), uint32(vh), 1}, block: [3]uint32{256, 1, 1}, shared: uint32(drCarryShared(dk))}
-	if b.prefill.unstaged {
+	if !b.prefill.staged {
 		o.fn, o.name, o.shared = b.k.chunked.drChunk, "dr_chunk", 0
 	} else if !b.allowShared(o.fn, drCarryShared(maxKeyDim)) {
 		return

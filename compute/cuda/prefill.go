@@ -33,13 +33,15 @@ type prefillState struct {
 	// sequential sends every call through the per-row kernels, as before
 	// the chunked forms existed: benchmarks compare the two in one run.
 	sequential bool
-	// unstaged carries the chunked recurrences with the kernels that read
-	// each chunk's matrices from global memory (dr_chunk, ssm_chunk)
-	// rather than staging them in shared memory, to compare the two.
-	unstaged bool
-	// simtExperts keeps grouped experts with bf16 weights on the SIMT
-	// kernels rather than the tensor cores, to compare the two.
-	simtExperts bool
+	// staged carries the chunked recurrences with dr_carry and ssm_carry,
+	// which stage each chunk's matrices in shared memory, rather than
+	// dr_chunk and ssm_chunk, which read them from global memory. Off by
+	// default until measured on a device.
+	staged bool
+	// tensorCores runs grouped experts with bf16 weights on the tensor
+	// cores (moe_mgateup, moe_mgdown) rather than the SIMT kernels. Off by
+	// default until measured on a device.
+	tensorCores bool
 	// shared is the dynamic shared memory each kernel has been allowed.
 	shared map[uintptr]int
 
@@ -97,7 +99,7 @@ func (b *Backend) groupedExperts(dst, x, ids, weights *compute.Tensor, f *comput
 	y := b.scratch(&st.y, 4*pairs*hid)
 	b.launch(b.k.chunked.moeGroup, "moe_group", 1, 1024).ptr(g).ptr(dptr(ids)).i(pairs).i(ne)
 	gateUp, down := b.k.chunked.moeGGateUp, b.k.chunked.moeGDown
-	if !st.simtExperts && tensorCoreExperts(t.host, hid) {
+	if st.tensorCores && tensorCoreExperts(t.host, hid) {
 		gateUp, down = b.k.chunked.moeMGateUp, b.k.chunked.moeMGDown
 	}
 	b.record(op{fn: gateUp, name: "moe_ggateup",

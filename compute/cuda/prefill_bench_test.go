@@ -174,14 +174,13 @@ func BenchmarkSynthModels(b *testing.B) {
 				return st, time.Since(t).Seconds()
 			}
 			var st model.State
-			modes := []string{"sequential", "chunked"}
-			if reads.Experts > 0 {
-				modes = []string{"sequential", "chunked-simt", "chunked"}
-			}
-			for _, mode := range modes {
+			// chunked: the default kernels; fast: the staged carries and
+			// the tensor-core experts as well.
+			for _, mode := range []string{"sequential", "chunked", "fast"} {
 				b.Run("pp512-"+mode, func(b *testing.B) {
-					g.prefill.sequential, g.prefill.simtExperts = mode == "sequential", mode == "chunked-simt"
-					defer func() { g.prefill.sequential, g.prefill.simtExperts = false, false }()
+					ps := &g.prefill
+					ps.sequential, ps.staged, ps.tensorCores = mode == "sequential", mode == "fast", mode == "fast"
+					defer func() { ps.sequential, ps.staged, ps.tensorCores = false, false, false }()
 					prefill() // warm up: scratch, expert tables
 					var rates []float64
 					for range reps {
@@ -287,11 +286,11 @@ func BenchmarkModernOps(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { g.prefill.sequential = false }()
-	defer func() { g.prefill.unstaged = false }()
+	defer func() { g.prefill.staged = false }()
 	modes := []struct {
-		name          string
-		seq, unstaged bool
-	}{{"sequential", true, false}, {"chunked-unstaged", false, true}, {"chunked", false, false}}
+		name        string
+		seq, staged bool
+	}{{"sequential", true, false}, {"chunked", false, false}, {"chunked-staged", false, true}}
 
 	dr := &compute.DeltaRule{KeyHeads: 16, ValueHeads: 16, KeyDim: 128, ValueDim: 128, Scale: 1 / math.Sqrt2 / 8, NormEps: 1e-6}
 	dr.ALog, dr.DtBias = gpuRandom(g, 1, 1, dr.ValueHeads), gpuRandom(g, 2, 1, dr.ValueHeads)
@@ -323,12 +322,12 @@ func BenchmarkModernOps(b *testing.B) {
 				label += "-" + md.name
 			}
 			b.Run("DeltaRule/qwen3.5-0.8b/"+label, func(b *testing.B) {
-				g.prefill.sequential, g.prefill.unstaged = md.seq, md.unstaged
+				g.prefill.sequential, g.prefill.staged = md.seq, md.staged
 				s := timeOps(b, g, func() { g.DeltaRule(out, qkv, a, bt, drState, dr) })
 				b.ReportMetric(float64(n)/s, "rows/s")
 			})
 			b.Run("SSMScan/mamba2-1.3b/"+label, func(b *testing.B) {
-				g.prefill.sequential, g.prefill.unstaged = md.seq, md.unstaged
+				g.prefill.sequential, g.prefill.staged = md.seq, md.staged
 				s := timeOps(b, g, func() { g.SSMScan(y, x, dt, bm, cm, ssmState, ssm) })
 				b.ReportMetric(float64(n)/s, "rows/s")
 			})
@@ -336,22 +335,27 @@ func BenchmarkModernOps(b *testing.B) {
 		if n == 1 {
 			continue
 		}
-		// The two kernels of each chunked form on their own.
-		g.prefill.sequential, g.prefill.unstaged = false, false
+		// The kernels of each chunked form on their own.
+		g.prefill.sequential = false
 		b.Run("DeltaRule/qwen3.5-0.8b/n512-prep", func(b *testing.B) {
 			timeOps(b, g, func() { g.deltaPrep(qkv, a, bt, dr) })
 		})
 		scr := g.deltaPrep(qkv, a, bt, dr)
-		b.Run("DeltaRule/qwen3.5-0.8b/n512-carry", func(b *testing.B) {
-			timeOps(b, g, func() { g.deltaCarry(out, drState, scr, n, dr) })
-		})
+		cb := g.ssmCB(bm, cm, ssm)
 		b.Run("SSMScan/mamba2-1.3b/n512-cb", func(b *testing.B) {
 			timeOps(b, g, func() { g.ssmCB(bm, cm, ssm) })
 		})
-		cb := g.ssmCB(bm, cm, ssm)
-		b.Run("SSMScan/mamba2-1.3b/n512-carry", func(b *testing.B) {
-			timeOps(b, g, func() { g.ssmCarry(y, x, dt, bm, cm, ssmState, cb, ssm) })
-		})
+		for _, staged := range []bool{false, true} {
+			g.prefill.staged = staged
+			label := map[bool]string{false: "carry", true: "carry-staged"}[staged]
+			b.Run("DeltaRule/qwen3.5-0.8b/n512-"+label, func(b *testing.B) {
+				timeOps(b, g, func() { g.deltaCarry(out, drState, scr, n, dr) })
+			})
+			b.Run("SSMScan/mamba2-1.3b/n512-"+label, func(b *testing.B) {
+				timeOps(b, g, func() { g.ssmCarry(y, x, dt, bm, cm, ssmState, cb, ssm) })
+			})
+		}
+		g.prefill.staged = false
 	}
 
 	// Experts of qwen3-30b-a3b's shape: routing and the expert MLPs.
@@ -381,7 +385,7 @@ func BenchmarkModernOps(b *testing.B) {
 		dst := g.Alloc(compute.F32, n, hid)
 		g.Route(ids, wts, logits, nil, routing)
 		for _, md := range modes {
-			if n == 1 && !md.seq || md.unstaged {
+			if n == 1 && !md.seq || md.staged {
 				continue
 			}
 			label := fmt.Sprintf("n%d", n)
@@ -405,9 +409,9 @@ func BenchmarkModernOps(b *testing.B) {
 			})
 		}
 		if n > 1 {
-			b.Run("ApplyExperts/qwen3-30b-a3b/n512-chunked-simt", func(b *testing.B) {
-				g.prefill.sequential, g.prefill.simtExperts = false, true
-				defer func() { g.prefill.simtExperts = false }()
+			b.Run("ApplyExperts/qwen3-30b-a3b/n512-chunked-tensorcores", func(b *testing.B) {
+				g.prefill.sequential, g.prefill.tensorCores = false, true
+				defer func() { g.prefill.tensorCores = false }()
 				s := timeOps(b, g, func() { g.ApplyExperts(dst, x, ids, wts, ffn) })
 				b.ReportMetric(float64(n)/s, "rows/s")
 				b.ReportMetric(float64(n*topK*3*inter*hid*2)/s/1e12, "TFLOP/s")

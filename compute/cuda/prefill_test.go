@@ -33,7 +33,7 @@ func closeTo(got, want []float32) (float64, int) {
 func TestChunkedMatchesSequential(t *testing.T) {
 	h := newHarness(t)
 	g := h.g
-	defer func() { g.prefill.sequential, g.prefill.unstaged = false, false }()
+	defer func() { g.prefill.sequential, g.prefill.staged = false, false }()
 	for _, n := range []int{2, 31, 32, 33, 95, 257} {
 		t.Run(fmt.Sprintf("delta rule %d rows", n), func(t *testing.T) {
 			r := &compute.DeltaRule{KeyHeads: 2, ValueHeads: 6, KeyDim: 64, ValueDim: 48,
@@ -44,15 +44,15 @@ func TestChunkedMatchesSequential(t *testing.T) {
 			qkv := h.act(1, n, r.Width())
 			a, b := h.act(3, n, r.ValueHeads), h.act(3, n, r.ValueHeads)
 			var outs, states [3][]float32
-			for i, mode := range []int{0, 1, 2} { // sequential, unstaged, staged
-				g.prefill.sequential, g.prefill.unstaged = mode == 0, mode == 1
+			for i, mode := range []int{0, 1, 2} { // sequential, global, staged
+				g.prefill.sequential, g.prefill.staged = mode == 0, mode == 2
 				state := g.Alloc(compute.F32, r.ValueHeads, r.ValueDim, r.KeyDim)
 				g.Upload(state, init)
 				dst := g.Alloc(compute.F32, n, r.ValueHeads*r.ValueDim)
 				g.DeltaRule(dst, qkv.g, a.g, b.g, state, r)
 				outs[i], states[i] = g.readAll(dst), g.readAll(state)
 			}
-			for i, name := range []string{"unstaged", "staged"} {
+			for i, name := range []string{"chunked", "staged"} {
 				if d, at := closeTo(outs[i+1], outs[0]); d > 2e-5 {
 					t.Errorf("%s output: relative difference %.3g at %d", name, d, at)
 				}
@@ -70,15 +70,15 @@ func TestChunkedMatchesSequential(t *testing.T) {
 			x, dt := h.act(1, n, heads*hd), h.act(3, n, heads)
 			bm, cm := h.act(1, n, groups*ns), h.act(1, n, groups*ns)
 			var outs, states [3][]float32
-			for i, mode := range []int{0, 1, 2} { // sequential, unstaged, staged
-				g.prefill.sequential, g.prefill.unstaged = mode == 0, mode == 1
+			for i, mode := range []int{0, 1, 2} { // sequential, global, staged
+				g.prefill.sequential, g.prefill.staged = mode == 0, mode == 2
 				state := g.Alloc(compute.F32, heads, hd*ns)
 				g.Upload(state, init)
 				y := g.Alloc(compute.F32, n, heads*hd)
 				g.SSMScan(y, x.g, dt.g, bm.g, cm.g, state, p)
 				outs[i], states[i] = g.readAll(y), g.readAll(state)
 			}
-			for i, name := range []string{"unstaged", "staged"} {
+			for i, name := range []string{"chunked", "staged"} {
 				if d, at := closeTo(outs[i+1], outs[0]); d > 2e-5 {
 					t.Errorf("%s y: relative difference %.3g at %d", name, d, at)
 				}
@@ -95,7 +95,7 @@ func TestChunkedMatchesSequential(t *testing.T) {
 func TestGroupedMatchesPerPair(t *testing.T) {
 	h := newHarness(t)
 	g := h.g
-	defer func() { g.prefill.sequential, g.prefill.simtExperts = false, false }()
+	defer func() { g.prefill.sequential, g.prefill.tensorCores = false, false }()
 	const hid, inter, routed, k = 256, 96, 16, 4
 	set := h.experts(compute.BF16, hid, inter, routed, 64, 1, false, false)
 	if !tensorCoreExperts(g.expertTable(&set.g, hid).host, hid) {
@@ -109,7 +109,7 @@ func TestGroupedMatchesPerPair(t *testing.T) {
 		g.Route(ids, wts, logits.g, nil, r)
 		var outs [3][]float32
 		for i := range outs { // per pair, grouped on the SIMT cores, on the tensor cores
-			g.prefill.sequential, g.prefill.simtExperts = i == 0, i == 1
+			g.prefill.sequential, g.prefill.tensorCores = i == 0, i == 2
 			dst := g.Alloc(compute.F32, n, hid)
 			g.ApplyExperts(dst, x.g, ids, wts, &set.g)
 			outs[i] = g.readAll(dst)

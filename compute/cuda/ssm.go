@@ -61,7 +61,7 @@ func (b *Backend) ssmCarry(y, x, dt, bm, cm, state *compute.Tensor, cb uintptr, 
 	o := op{fn: b.k.chunked.ssmCarry, name: "ssm_carry",
 		grid: [3]uint32{uint32((p.HeadDim + 15) / 16), uint32(p.Heads), 1}, block: [3]uint32{256, 1, 1},
 		shared: uint32(ssmCarryShared(p.StateSize))}
-	if b.prefill.unstaged {
+	if !b.prefill.staged {
 		o.fn, o.name, o.shared = b.k.chunked.ssmChunk, "ssm_chunk", 0
 	} else if !b.allowShared(o.fn, ssmCarryShared(maxStateSize)) {
 		return

@@ -27,7 +27,7 @@ __device__ __forceinline__ float* dr_block(float* scr, int h, int c, int nchunks
 }
 
 // dr_prep: grid (nchunks, vh), 256 threads. Inputs as delta_rule's.
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(256)
     dr_prep(float* scr, const float* qkv, const float* a, const float* b, const void* alog, int aldt,
             const void* dtb, int dbdt, int n, int kh, int vh, int dk, int dv, float scale, float eps,
             int tiled, int nchunks, long long per) {
