@@ -65,8 +65,9 @@ type Backend struct {
 	moeDesc []uint64                            // descriptors being checked against a table
 	moeAct  *buffer                             // gated activations of (row, slot) pairs
 
-	gemm  gemmState  // prefill matmuls on the tensor cores (gemm.go)
-	flash flashState // prefill attention on the tensor cores (flash.go)
+	gemm    gemmState    // prefill matmuls on the tensor cores (gemm.go)
+	flash   flashState   // prefill attention on the tensor cores (flash.go)
+	prefill prefillState // chunked recurrences and grouped experts (prefill.go)
 }
 
 var _ compute.Backend = (*Backend)(nil)

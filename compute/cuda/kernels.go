@@ -49,10 +49,11 @@ type kernels struct {
 	moeRoute, moeGateUp, moeDown           uintptr
 	axpyRows, matchRMS, gaussianTopK       uintptr
 
-	tc    tcKernels    // tensor-core prefill matmul kernels (gemm.go)
-	flash flashKernels // flash attention kernels (flash.go)
-	dec   decodeKernels
-	q     quantKernels // quant.go
+	tc      tcKernels    // tensor-core prefill matmul kernels (gemm.go)
+	flash   flashKernels // flash attention kernels (flash.go)
+	dec     decodeKernels
+	q       quantKernels // quant.go
+	chunked chunkedKernels
 }
 
 // kernelTable lists every kernel with where its handle goes.
@@ -71,6 +72,7 @@ func (k *kernels) table() map[string]*uintptr {
 	k.flash.add(t)
 	k.dec.add(t)
 	k.q.add(t)
+	k.chunked.add(t)
 	for d, dn := range []string{"f32", "f16", "bf16"} {
 		for r := range 4 {
 			t["gemv_"+dn+"_"+string(rune('1'+r))] = &k.gemv[d][r]

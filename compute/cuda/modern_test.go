@@ -91,6 +91,11 @@ func TestSSMScan(t *testing.T) {
 		{"clamped", 2, 8, 2, 8, 0.01, 0.5, []int{9, 1}},
 		{"large state", 2, 64, 2, 128, 0, float32(math.Inf(1)), []int{100, 1, 1}},
 		{"state 256", 2, 4, 1, 256, 0, float32(math.Inf(1)), []int{3, 1}},
+		// Chunked prefill: lengths off the chunk of 32, several chunks
+		// per call, the state carried from one call into the next.
+		{"chunked odd", 3, 20, 3, 24, 0, float32(math.Inf(1)), []int{97, 1, 33, 31, 2}},
+		{"chunked mamba2 head", 4, 64, 1, 128, 0, float32(math.Inf(1)), []int{200, 1, 64}},
+		{"chunked state 256", 2, 17, 2, 256, 0.001, 0.3, []int{45, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t
@@ -127,6 +132,12 @@ func TestDeltaRule(t *testing.T) {
 		{"odd sizes", 1, 3, 20, 7, []int{1, 65, 1}, false},
 		{"qwen3.5 head", 1, 2, 128, 128, []int{64, 1, 1}, false},
 		{"key dim 256", 1, 1, 256, 9, []int{3, 1}, false},
+		// Chunked prefill: lengths off the chunk of 32, several chunks
+		// per call, the state carried from one call into the next.
+		{"chunked odd", 2, 4, 20, 37, []int{97, 1, 33, 31, 2}, true},
+		{"chunked qwen3.5 head", 2, 4, 128, 128, []int{200, 1, 64}, false},
+		{"chunked key dim 256", 1, 2, 256, 40, []int{70, 1}, false},
+		{"chunked key dim 13", 1, 2, 13, 5, []int{40, 1, 3}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t
@@ -266,6 +277,11 @@ func TestApplyExperts(t *testing.T) {
 		{"gemma fused gelu", compute.BF16, 32, 8, 4, 0, 0, 2, true, false, compute.GELUTanh, 0, 0, []int{2}},
 		{"odd sizes f32", compute.F32, 37, 13, 5, 7, 1, 2, false, true, compute.SiLU, 0, 0, []int{1, 4}},
 		{"f16", compute.F16, 72, 20, 4, 0, 0, 4, false, false, compute.SiLU, 0, 0, []int{1, 3}},
+		// Grouped prefill: several tiles of 32 pairs per expert, widths
+		// off the tile of 64 columns, rows off the vector loads.
+		{"grouped many rows", compute.BF16, 136, 72, 5, 0, 0, 2, false, false, compute.SiLU, 0, 0, []int{150, 1, 33}},
+		{"grouped odd bf16", compute.BF16, 44, 20, 6, 30, 1, 3, true, true, compute.SiLU, 7, 1.702, []int{41}},
+		{"grouped shared f32", compute.F32, 96, 40, 9, 100, 2, 4, false, true, compute.GELUTanh, 0, 0, []int{67}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t

@@ -157,12 +157,13 @@ func (b *Backend) Route(ids, weights, logits, shared *compute.Tensor, r *compute
 		i(ne).i(k).i(r.Shared).i(int(r.Order)).i(norm).ptr(dptr(r.ExpertScale)).i(dtypeOf(r.ExpertScale))
 }
 
-// ApplyExperts implements compute.Experts. A first kernel computes the
-// gated activations of every (row, slot) pair, one warp per intermediate
-// unit, reading the pair's expert id from the device; a second applies the
-// down projections and sums the slots of each row with their weights. Only
-// the picked experts' weights are read. Each (row, slot) pair reads its
-// expert's weights on its own: prefill does not group rows by expert.
+// ApplyExperts implements compute.Experts. For a single row (decode) a
+// first kernel computes the gated activations of every slot, one warp per
+// intermediate unit, reading the slot's expert id from the device; a second
+// applies the down projections and sums the slots with their weights. Only
+// the picked experts' weights are read. Several rows (prefill) are grouped
+// by expert on the device first (see groupedExperts), so that each expert
+// runs as one matrix product over all its rows.
 func (b *Backend) ApplyExperts(dst, x, ids, weights *compute.Tensor, f *compute.ExpertFFN) {
 	n, hid, slots := x.Rows(), x.Cols(), ids.Cols()
 	if dst.Rows() != n || dst.Cols() != hid || ids.Rows() != n || weights.Len() != ids.Len() {
@@ -176,6 +177,10 @@ func (b *Backend) ApplyExperts(dst, x, ids, weights *compute.Tensor, f *compute.
 		return
 	}
 	stride := (t.maxInter + 3) &^ 3
+	if n > 1 && !b.prefill.sequential && groupable(n*slots, len(f.Experts)) {
+		b.groupedExperts(dst, x, ids, weights, f, t, stride)
+		return
+	}
 	act := b.scratch(&b.moeAct, n*slots*stride*4)
 	lim := f.Limit
 	b.record(op{fn: b.k.moeGateUp, name: "moe_gateup",
