@@ -73,7 +73,7 @@ var llamaCppTypes = []struct {
 // minForcedAgreement bounds, for every file type, the share of steps where
 // lem's top-1 token is llama.cpp's when both follow llama.cpp's greedy run
 // (observed with the Feb 2025 snapshot on an AVX2 machine: 100% for F32,
-// 91% for BF16, whose activations llama.cpp rounds to bf16, 97–98% for
+// 91% for BF16, whose activations llama.cpp rounds to bf16, 96–98% for
 // Q8_0, Q4_0 and Q4_K_M).
 const minForcedAgreement = 0.85
 
