@@ -17,6 +17,14 @@ package compute
 // Experts is implemented by backends that run mixture-of-experts blocks. It
 // is optional: model loaders check for it and fail with an error naming it
 // when a backend lacks it.
+// ExpertChecker is implemented by backends whose Experts support only some
+// expert sets (weight types, shapes). A model loader calls CheckExperts
+// once the experts of a layer are loaded, so that an unsupported set is an
+// error at load time rather than a failure at the first token.
+type ExpertChecker interface {
+	CheckExperts(f *ExpertFFN, hidden int) error
+}
+
 type Experts interface {
 	// Route picks experts for each row of logits [n, r.Experts]. It writes
 	// the picked experts' indices to ids [n, r.Slots()] (I32) and their

@@ -13,6 +13,19 @@ import (
 // during prefill; it bounds the scratch memory of a session.
 const DefaultChunk = 256
 
+// prefillChunker is implemented by backends that prefer another prefill
+// chunk than DefaultChunk (the CUDA backend: its tensor cores want long
+// chunks).
+type prefillChunker interface{ PrefillChunk() int }
+
+// chunkFor returns the prefill chunk a session on b starts with.
+func chunkFor(b compute.Backend) int {
+	if c, ok := b.(prefillChunker); ok && c.PrefillChunk() > 0 {
+		return c.PrefillChunk()
+	}
+	return DefaultChunk
+}
+
 // Session holds the state of one sequence: its tokens and the model's
 // per-sequence state (KV caches). It is not safe for concurrent use.
 type Session struct {
@@ -42,7 +55,7 @@ type Session struct {
 func NewSession(m model.Model, b compute.Backend, ctx int) *Session {
 	vocab := m.Config().VocabSize
 	return &Session{
-		m: m, b: b, st: m.NewState(ctx), chunk: DefaultChunk, vocab: vocab,
+		m: m, b: b, st: m.NewState(ctx), chunk: chunkFor(b), vocab: vocab,
 		ids: map[int]*compute.Tensor{}, pos: map[int]*compute.Tensor{},
 		logits: b.Alloc(compute.F32, 1, vocab),
 		host:   make([]float32, vocab),

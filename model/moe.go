@@ -187,6 +187,12 @@ func (l *loader) moe(p string, spec *moeSpec) *moeBlock {
 	if l.err != nil {
 		return nil
 	}
+	if c, ok := l.b.(compute.ExpertChecker); ok {
+		if err := c.CheckExperts(&m.ffn, hid); err != nil {
+			l.err = fmt.Errorf("%s: %w", e, err)
+			return nil
+		}
+	}
 	return m
 }
 

@@ -165,7 +165,7 @@ runpair() { # file base test first second
 	if [ "$t" = pp ]; then p=$PP n=0; else p=0 n=$TG; fi
 	for e in $4 $5; do
 		if [ "$e" = lem ]; then
-			taskset -c "$CPUS" "$LEM" bench "$f" --threads "$THREADS" -p $p -n $n -r "$REPS" --mem-buffer "$MEMBUF" --json \
+			taskset -c "$CPUS" "$LEM" bench "$f" --device cpu --threads "$THREADS" -p $p -n $n -r "$REPS" --mem-buffer "$MEMBUF" --json \
 				>"$RES/$base.lem.$t.json" 2>"$WORK/$base.lem.$t.log" ||
 				{ log "lem bench $base $t failed:"; tail -5 "$WORK/$base.lem.$t.log"; rm -f "$RES/$base.lem.$t.json"; }
 		else

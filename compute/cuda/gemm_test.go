@@ -173,3 +173,36 @@ func TestModes(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulReusesConversion checks products that share an input (the
+// conversion is reused) and one after the input changed (it is not).
+func TestMatMulReusesConversion(t *testing.T) {
+	h := newHarness(t)
+	defer func(m matmulMode) { h.g.gemm.mode = m }(h.g.gemm.mode)
+	h.g.gemm.mode = modeFast
+	x := h.act(1, 70, 256)
+	w1 := h.weight(compute.BF16, 0.5, 96, 256)
+	w2 := h.weight(compute.BF16, 0.5, 40, 256)
+	d1, d2 := h.zeros(70, 96), h.zeros(70, 40)
+	check := func(what string) {
+		for _, d := range []pair{d1, d2} {
+			got, want := h.readBoth(d)
+			if e := relErr(got, want); e > 1e-2 || math.IsNaN(e) {
+				t.Errorf("%s: ‖Δ‖/‖ref‖ = %.3g", what, e)
+			}
+		}
+	}
+	h.c.MatMul(d1.c, x.c, w1.c)
+	h.c.MatMul(d2.c, x.c, w2.c)
+	h.g.MatMul(d1.g, x.g, w1.g)
+	h.g.MatMul(d2.g, x.g, w2.g)
+	check("shared input")
+	v := randVals(h.r, 70*256, 3)
+	h.c.Upload(x.c, v)
+	h.g.Upload(x.g, v)
+	h.c.MatMul(d1.c, x.c, w1.c)
+	h.g.MatMul(d1.g, x.g, w1.g)
+	h.c.MatMul(d2.c, x.c, w2.c)
+	h.g.MatMul(d2.g, x.g, w2.g)
+	check("changed input")
+}

@@ -92,6 +92,16 @@ func describeExperts(dst []uint64, f *compute.ExpertFFN, hid int) ([]uint64, int
 	return dst, maxInter, nil
 }
 
+// CheckExperts implements compute.ExpertChecker: the expert kernels read
+// f32, f16 and bf16 weights only.
+func (b *Backend) CheckExperts(f *compute.ExpertFFN, hidden int) error {
+	_, _, err := describeExperts(nil, f, hidden)
+	if err != nil {
+		return fmt.Errorf("cuda: %w (run models with quantized experts on the CPU)", err)
+	}
+	return nil
+}
+
 // expertTable returns the device table of f's descriptors, uploading it
 // when f is new or has changed. It must not be first needed while a graph
 // is captured (the decode step that precedes a capture uploads it).

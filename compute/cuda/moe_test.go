@@ -83,6 +83,22 @@ func TestDescribeExperts(t *testing.T) {
 	}
 }
 
+// TestCheckExperts checks that a model loader learns at load time that
+// quantized experts cannot run on the GPU.
+func TestCheckExperts(t *testing.T) {
+	const hid = 64
+	var b Backend
+	ok := compute.Expert{Gate: fake(1, compute.BF16, 24, hid), Up: fake(2, compute.BF16, 24, hid), Down: fake(3, compute.BF16, hid, 24)}
+	if err := b.CheckExperts(&compute.ExpertFFN{Experts: []compute.Expert{ok}}, hid); err != nil {
+		t.Errorf("bf16 experts: %v", err)
+	}
+	q := compute.Expert{Gate: fake(1, compute.Q4_K, 24, hid), Up: fake(2, compute.Q4_K, 24, hid), Down: fake(3, compute.Q6_K, hid, 24)}
+	err := b.CheckExperts(&compute.ExpertFFN{Experts: []compute.Expert{ok, q}}, hid)
+	if err == nil || !strings.Contains(err.Error(), "expert 1: weights of type q4_k") {
+		t.Errorf("quantized experts: error %v", err)
+	}
+}
+
 // TestKernelTable checks that every kernel the backend loads is defined in
 // the embedded sources, so that a missing or misspelt name fails here
 // rather than only on a GPU.

@@ -147,3 +147,17 @@ func TestTensorCoreExperts(t *testing.T) {
 		}
 	}
 }
+
+// TestStagedAndTensorCores reruns the CPU comparisons and the fixtures with
+// the opt-in prefill kernels: the recurrences carried through shared
+// memory (dr_carry, ssm_carry) and the grouped experts on the tensor cores
+// (moe_mgateup, moe_mgdown).
+func TestStagedAndTensorCores(t *testing.T) {
+	g := openGPU(t)
+	g.prefill.staged, g.prefill.tensorCores = true, true
+	defer func() { g.prefill.staged, g.prefill.tensorCores = false, false }()
+	t.Run("DeltaRule", TestDeltaRule)
+	t.Run("SSMScan", TestSSMScan)
+	t.Run("ApplyExperts", TestApplyExperts)
+	t.Run("ModernConformance", TestModernConformance)
+}
