@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -235,7 +236,17 @@ func (i DeviceInfo) String() string {
 // Probe initialises the driver and describes the GPUs it sees. It returns
 // ErrNoDriver (wrapped) without libcuda, ErrNoDevice when the driver sees no
 // GPU, and a descriptive error for a driver too old or otherwise unusable.
+// The driver is asked once per process: a driver library whose
+// initialisation failed (no kernel module, no device) may answer later
+// queries differently, for example with version 0.
 func Probe() ([]DeviceInfo, error) {
+	infos, err := probeOnce()
+	return slices.Clone(infos), err
+}
+
+var probeOnce = sync.OnceValues(probe)
+
+func probe() ([]DeviceInfo, error) {
 	d, err := loadDriver()
 	if err != nil {
 		return nil, err
