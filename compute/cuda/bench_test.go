@@ -15,43 +15,15 @@ import (
 	"lem/model"
 )
 
-// copyBandwidth measures the device's memory bandwidth with device-to-device
-// copies of 1 GiB, counting bytes read and written, once per process.
+// copyBandwidth measures the device's memory bandwidth once per process
+// (Backend.CopyBandwidth over 1 GiB, bytes read and written).
 var copyBandwidth = sync.OnceValues(func() (float64, error) {
 	b, err := Open(0)
 	if err != nil {
 		return 0, err
 	}
 	defer b.Close()
-	const size = 1 << 30
-	src, err := b.rawAlloc(size, false)
-	if err != nil {
-		return 0, err
-	}
-	dst, err := b.rawAlloc(size, false)
-	if err != nil {
-		return 0, err
-	}
-	cp := func() {
-		b.enqueue(func(w *owner) error {
-			return w.check("cuMemcpyDtoDAsync", call(w.d.cuMemcpyDtoDAsync, dst.ptr, src.ptr, size, w.stream))
-		})
-	}
-	for range 3 {
-		cp()
-	}
-	if err := b.Synchronize(); err != nil {
-		return 0, err
-	}
-	const reps = 20
-	t0 := time.Now()
-	for range reps {
-		cp()
-	}
-	if err := b.Synchronize(); err != nil {
-		return 0, err
-	}
-	return 2 * size * reps / time.Since(t0).Seconds(), nil
+	return b.CopyBandwidth(1 << 30)
 })
 
 func BenchmarkCopy(b *testing.B) {

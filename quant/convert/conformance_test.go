@@ -485,29 +485,7 @@ func TestGGUFModernLayout(t *testing.T) {
 					t.Errorf("%s: %s %v, want %s %v", name, ti.Type, ti.Dims, want.typ, want.dims)
 				}
 			}
-			for key, want := range tc.keys {
-				v, ok := f.Value(key)
-				if !ok {
-					t.Errorf("no key %s", key)
-					continue
-				}
-				var got any
-				switch want.(type) {
-				case uint32:
-					n, _ := v.Uint()
-					got = uint32(n)
-				case float32:
-					x, _ := v.Float()
-					got = float32(x)
-				case bool:
-					got, _ = v.Bool()
-				case string:
-					got, _ = v.Str()
-				}
-				if got != want {
-					t.Errorf("%s = %v, want %v", key, got, want)
-				}
-			}
+			checkKeys(t, f, tc.keys)
 			for _, name := range tc.absent {
 				if _, _, ok := f.Tensor(name); ok {
 					t.Errorf("tensor %s written", name)
@@ -640,5 +618,34 @@ func TestGGUFVariants(t *testing.T) {
 				t.Errorf("max |Δlogit| %.3e > 1e-3", worst)
 			}
 		})
+	}
+}
+
+// checkKeys checks that f holds each key with the value given (uint32,
+// float32, bool or string).
+func checkKeys(t *testing.T, f *gguf.File, keys map[string]any) {
+	t.Helper()
+	for key, want := range keys {
+		v, ok := f.Value(key)
+		if !ok {
+			t.Errorf("no key %s", key)
+			continue
+		}
+		var got any
+		switch want.(type) {
+		case uint32:
+			n, _ := v.Uint()
+			got = uint32(n)
+		case float32:
+			x, _ := v.Float()
+			got = float32(x)
+		case bool:
+			got, _ = v.Bool()
+		case string:
+			got, _ = v.Str()
+		}
+		if got != want {
+			t.Errorf("%s = %v, want %v", key, got, want)
+		}
 	}
 }

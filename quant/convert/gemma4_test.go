@@ -134,27 +134,7 @@ func TestGGUFGemma4Layout(t *testing.T) {
 					t.Errorf("tensor %s should be absent", name)
 				}
 			}
-			for key, want := range tc.keys {
-				v, ok := f.Value(key)
-				if !ok {
-					t.Errorf("no key %s", key)
-					continue
-				}
-				var got any
-				switch want.(type) {
-				case uint32:
-					x, _ := v.Uint()
-					got = uint32(x)
-				case float32:
-					x, _ := v.Float()
-					got = float32(x)
-				case string:
-					got, _ = v.Str()
-				}
-				if got != want {
-					t.Errorf("%s = %v, want %v", key, got, want)
-				}
-			}
+			checkKeys(t, f, tc.keys)
 			for key, want := range tc.arrays {
 				v, ok := f.Value(key)
 				if !ok {
