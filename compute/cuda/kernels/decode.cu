@@ -375,6 +375,7 @@ __device__ __forceinline__ float ld_cg(const float* p) {
 
 #define AD_WARPS 4
 #define AD_KEYS 4
+#define AD_MAXSPLITS 32 // splits attendDecode launches at most
 
 // attend_dec_t: block (kv head, split) walks its share of the keys, each
 // warp a strided subset, for all G query heads of the kv head at once (the
@@ -385,6 +386,7 @@ __device__ void attend_dec_t(const AttDec& a) {
     __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
     __shared__ float sm_acc[AD_WARPS][GM][32 * E];
     __shared__ int last;
+    __shared__ float sm_pm[GM][AD_MAXSPLITS], sm_pl[GM][AD_MAXSPLITS], sm_pw[GM][AD_MAXSPLITS], sm_psum[GM];
     pdl_wait();
     pdl_launch();
     int kh = blockIdx.x, sp = blockIdx.y;
@@ -524,12 +526,21 @@ __device__ void attend_dec_t(const AttDec& a) {
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // The last split of this kv head merges all of them.
-    for (int g = 0; g < G; g++) {
-        int h = kh * G + g;
-        const float* pt = a.part + (i64)h * a.splits * (hd + 2);
+    // The last split of this kv head merges all of them: every split's max
+    // and sum loaded at once (one thread each), the weights, then the
+    // values (each thread's loads issued before any is used). The sums run
+    // in split order, as before.
+    for (int t = threadIdx.x; t < G * a.splits; t += blockDim.x) {
+        int g = t / a.splits, s = t - g * a.splits;
+        const float* pt = a.part + ((i64)(kh * G + g) * a.splits + s) * (hd + 2);
+        sm_pm[g][s] = ld_cg(pt);
+        sm_pl[g][s] = ld_cg(pt + 1);
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        int g = threadIdx.x, h = kh * G + g;
         float mx = NEG_INF;
-        for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, ld_cg(pt + s * (hd + 2)));
+        for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, sm_pm[g][s]);
         float sink = 0.0f;
         if (a.sinks) {
             sink = ldf(a.sinks, a.sdt, h);
@@ -537,17 +548,26 @@ __device__ void attend_dec_t(const AttDec& a) {
         }
         float sum = a.sinks ? expf(sink - mx) : 0.0f;
         for (int s = 0; s < a.splits; s++) {
-            float ms = ld_cg(pt + s * (hd + 2));
-            if (ms != NEG_INF) sum += ld_cg(pt + s * (hd + 2) + 1) * expf(ms - mx);
+            float ms = sm_pm[g][s];
+            float wgt = ms != NEG_INF ? expf(ms - mx) : 0.0f;
+            if (ms != NEG_INF) sum += sm_pl[g][s] * wgt;
+            sm_pw[g][s] = wgt;
         }
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            float acc2 = 0.0f;
-            for (int s = 0; s < a.splits; s++) {
-                float ms = ld_cg(pt + s * (hd + 2));
-                if (ms != NEG_INF) acc2 += ld_cg(pt + s * (hd + 2) + 2 + d) * expf(ms - mx);
-            }
-            a.out[(i64)h * hd + d] = acc2 / sum;
-        }
+        sm_psum[g] = sum;
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < G * hd; t += blockDim.x) {
+        int g = t / hd, d = t - g * hd, h = kh * G + g;
+        const float* pt = a.part + (i64)h * a.splits * (hd + 2) + 2 + d;
+        float av[AD_MAXSPLITS];
+#pragma unroll
+        for (int s = 0; s < AD_MAXSPLITS; s++)
+            if (s < a.splits) av[s] = ld_cg(pt + s * (hd + 2));
+        float acc2 = 0.0f;
+#pragma unroll
+        for (int s = 0; s < AD_MAXSPLITS; s++)
+            if (s < a.splits && sm_pm[g][s] != NEG_INF) acc2 += av[s] * sm_pw[g][s];
+        a.out[(i64)h * hd + d] = acc2 / sm_psum[g];
     }
     if (threadIdx.x == 0) a.count[kh] = 0;
     // Every other split of this kv head is done reading q, k and the
