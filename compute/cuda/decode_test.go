@@ -206,3 +206,24 @@ func TestWeightUpload(t *testing.T) {
 		}
 	}
 }
+
+// TestOneRowUnits checks the choice between one and two rows per warp
+// (host only).
+func TestOneRowUnits(t *testing.T) {
+	for _, c := range []struct {
+		rows, warps int
+		one         bool
+	}{
+		{3072, 2112, true},   // fewer than two per warp
+		{4096, 2112, true},   // fewer than two per warp
+		{6144, 2112, true},   // 3 short waves beat 2 long ones
+		{14336, 2112, true},  // 7 short waves against 4 long
+		{128256, 2112, true}, // 61 short waves against 31 long
+		{8448, 2112, false},  // 2 full long waves or 4 short: the same
+		{4225, 2112, true},   // 3 short waves against 2 long
+	} {
+		if got := oneRowUnits(c.rows, c.warps); got != c.one {
+			t.Errorf("oneRowUnits(%d, %d) = %v, want %v", c.rows, c.warps, got, c.one)
+		}
+	}
+}

@@ -205,9 +205,7 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 			rows += int(a.m[j])
 		}
 		units = (rows + 1) / 2
-		// Fewer rows than two per resident warp: one per warp keeps
-		// more warps loading.
-		if b.fgemvBlocks > 0 && rows < 2*fgemvWarps*b.fgemvBlocks {
+		if b.fgemvBlocks > 0 && oneRowUnits(rows, fgemvWarps*b.fgemvBlocks) {
 			a.mode |= fgModeOne
 			units = rows
 		}
@@ -229,6 +227,21 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 		o.shared = uint32(4 * a.k)
 	}
 	*(*fgemvArgs)(unsafe.Pointer(&o.args[0])) = *a
+}
+
+// oneRowUnits reports whether rows are better computed one per warp
+// (each in two half-row streams) than two per warp, with warps resident
+// warps: with fewer rows than two per warp, one per warp keeps more warps
+// loading; otherwise the mode whose last wave of units is fuller wins (a
+// one-row unit takes half as long as a two-row one), so that, say, 6144
+// rows on 2112 warps take three short waves instead of two long ones,
+// the second three-quarters idle.
+func oneRowUnits(rows, warps int) bool {
+	if rows < 2*warps {
+		return true
+	}
+	waves := func(units int) int { return (units + warps - 1) / warps }
+	return waves(rows) < 2*waves((rows+1)/2)
 }
 
 func dtIndex(dt compute.DType) int {
