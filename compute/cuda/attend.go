@@ -150,16 +150,12 @@ func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCa
 }
 
 // attnKeysPerSplit is the fewest keys a split of attend_dec takes before
-// another split runs; LEM_CUDA_ATTN_KEYS overrides it. Few: the keys each
-// warp walks in sequence bound the kernel's time at short contexts more
-// than the merge of the splits does (on the H200, a 1B step at position
-// ~64 spent 229 µs in attention with every split running, 259 µs with
-// 32 keys per split and 287 µs with 64).
+// another split runs; LEM_CUDA_ATTN_KEYS overrides it.
 func attnKeysPerSplit() int {
 	if v, err := strconv.Atoi(os.Getenv("LEM_CUDA_ATTN_KEYS")); err == nil && v > 0 {
 		return v
 	}
-	return 8
+	return 64
 }
 
 // attnCounters returns n zeroed ints of device memory for attend_dec's
