@@ -162,12 +162,15 @@ func validPrefetch(s string) bool {
 // bound by how many cache misses a core keeps in flight; the hardware
 // prefetchers alone left them well short of the bandwidth on Intel.
 var (
-	// A Xeon of the Emerald Rapids generation, 2 of its cores: Q4_0
-	// 19.9 GB/s without, 26.1 at 4096 bytes (31.5); Q8_0 27.2 and 29.6;
-	// Q4_K 21.4 and 25.0.
+	// A Xeon of the Emerald Rapids generation, 2 of its cores (device
+	// round of session 6, streaming read 24.3–25.0 GB/s): a near
+	// PREFETCHT0 2048 bytes ahead with a far PREFETCHT2 16384 bytes ahead
+	// read Q4_0 at 24.1 GB/s (15.4 without prefetch, 19.6 with 4096
+	// alone), Q8_0 24.5 (19.9, 21.1), Q5_0 24.3 (15.9, 19.5), Q4_K 24.2
+	// (18.6, 18.7); Q6_K was best at 4096 alone (23.0; 19.1 without).
 	prefetchIntel = map[compute.DType]string{
-		compute.Q8_0: "4096", compute.Q4_0: "4096", compute.Q5_0: "4096",
-		compute.Q4_K: "4096", compute.Q6_K: "4096",
+		compute.Q8_0: "2048+16384t2", compute.Q4_0: "2048+16384t2", compute.Q5_0: "2048+16384t2",
+		compute.Q4_K: "2048+16384t2", compute.Q6_K: "4096",
 	}
 	// An AMD EPYC Zen 4 measured no steady gain.
 	prefetchAMD = map[compute.DType]string{}
