@@ -55,6 +55,62 @@ func (q qtype) String() string { return [...]string{"Q8_0", "Q4_0", "Q5_0", "Q4_
 // codeBytes is the size of one block's codes in a group.
 func (q qtype) codeBytes() int { return [...]int{512, 256, 320}[q] }
 
+// pfspec is a software prefetch of the one-row kernels: per 64 bytes of
+// codes read, one prefetch instruction op (PREFETCHT0, PREFETCHT2,
+// PREFETCHNTA) dist bytes ahead. A zero dist is none.
+type pfspec struct {
+	dist int
+	op   string
+}
+
+// suffix names a kernel variant: p4096 for PREFETCHT0 4096 bytes ahead,
+// p4096t2 or p4096nta for the other hints.
+func (p pfspec) suffix() string {
+	if p.dist == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("p%d", p.dist)
+	switch p.op {
+	case "PREFETCHT2":
+		s += "t2"
+	case "PREFETCHNTA":
+		s += "nta"
+	case "PREFETCHT1":
+		s += "t1"
+	}
+	return s
+}
+
+// prefetch emits the prefetches of the bytes o..o+n of SI for each spec.
+func (g *gen) prefetch(pfs []pfspec, o, n int) {
+	for _, pf := range pfs {
+		for p := 0; pf.dist > 0 && p < n; p += 64 {
+			g.p("%s %s", pf.op, off(pf.dist+o+p, "SI"))
+		}
+	}
+}
+
+func pfname(pfs []pfspec) string {
+	var s string
+	for _, p := range pfs {
+		s += p.suffix()
+	}
+	return s
+}
+
+// pfsetting is the LEM_CPU_PREFETCH value that names a variant (see
+// packPrefetch): "4096", "8192t2", "1024+8192t2"; "0" for none.
+func pfsetting(pfs []pfspec) string {
+	var parts []string
+	for _, p := range pfs {
+		parts = append(parts, strings.TrimPrefix(p.suffix(), "p"))
+	}
+	if len(parts) == 0 {
+		return "0"
+	}
+	return strings.Join(parts, "+")
+}
+
 type gen struct {
 	b bytes.Buffer
 	// gfni: unpack Q4_0's high nibbles with VGF2P8AFFINEQB (the matrix in
@@ -179,14 +235,12 @@ func (g *gen) pairs(q qtype, name string, body func(o, so, xo int), step func(xb
 // gemv: one activation row (BX), a.groups groups of 16 rows from a.w,
 // 16 sums per group to a.dst. Z0/Z1 integer accumulators of a block, Z2
 // the float accumulator, Z3 the scales.
-func (g *gen) gemv(q qtype, pf int) string {
+func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 	name := fmt.Sprintf("qpAVX512%sR1", q)
 	if g.gfni {
 		name = fmt.Sprintf("qpAVX512GFNI%sR1", q)
 	}
-	if pf > 0 {
-		name += fmt.Sprintf("p%d", pf)
-	}
+	name += pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
 	g.constants(q)
@@ -200,8 +254,17 @@ func (g *gen) gemv(q qtype, pf int) string {
 		g.p("VPBROADCASTD %d(BX), Z0", xo+64)
 		g.p("VPXORD Z1, Z1, Z1")
 		g.blockCodes(q, []string{"BX"}, func(t, j int) int { return j % 2 }, o, xo)
-		for p := 0; pf > 0 && p < q.codeBytes(); p += 64 {
-			g.p("PREFETCHT0 %s", off(pf+o+p, "SI"))
+		// The prefetches cover the whole pair, scales included: half
+		// the lines in each block (the odd last block: its own).
+		cb := q.codeBytes()
+		half := (2*cb + 64 + 127) / 128 * 64
+		switch {
+		case o == cb:
+			g.prefetch(pfs, half, 2*cb+64-half)
+		case so == cb:
+			g.prefetch(pfs, 0, cb+64)
+		default:
+			g.prefetch(pfs, 0, half)
 		}
 		g.p("VPADDD Z1, Z0, Z0")
 		g.p("VCVTDQ2PS Z0, Z0")
@@ -276,12 +339,12 @@ func main() {
 		maxR := len(xregs)
 		if q == q4_k || q == q6_k {
 			maxR = kmaxR
-			names = append(names, s.kquant(q, 1, true, 0))
+			names = append(names, s.kquant(q, 1, true))
 			for R := 2; R <= maxR; R++ {
-				names = append(names, s.kquant(q, R, false, 0))
+				names = append(names, s.kquant(q, R, false))
 			}
 		} else {
-			names = append(names, s.gemv(q, 0))
+			names = append(names, s.gemv(q))
 			for R := 2; R <= maxR; R++ {
 				names = append(names, s.gemm(q, R))
 			}
@@ -296,23 +359,32 @@ func main() {
 		table += fmt.Sprintf("\t{dtype: compute.%s, maxR: %d, gemv: %s, gemm: [qpmaxR + 1]func(*qpargs){%s}},\n", q, maxR, names[0], strings.Join(gemm, ", "))
 	}
 	decl.WriteString(table + "}\n")
-	decl.WriteString("\n// qpackExtra are one-row kernels that prefetch the weights ahead, for the\n// CPUs that gain from it (qpack.go) and for benchmarks.\nvar qpackExtra = []qpackSet{\n")
+	decl.WriteString("\n// qpackExtra are the one-row kernels without and with software prefetch\n// (named by their prefetch field), among which packPrefetch picks each\n// type's default for the CPU, and for benchmarks.\nvar qpackExtra = []qpackSet{\n")
+	t0 := func(d int) pfspec { return pfspec{d, "PREFETCHT0"} }
+	t2 := func(d int) pfspec { return pfspec{d, "PREFETCHT2"} }
+	nta := func(d int) pfspec { return pfspec{d, "PREFETCHNTA"} }
+	variants := [][]pfspec{
+		{t0(512)}, {t0(1024)}, {t0(2048)}, {t0(4096)}, {t0(8192)}, {t0(16384)},
+		{t2(4096)}, {t2(8192)}, {t2(16384)}, {nta(4096)}, {nta(8192)},
+		{t0(1024), t2(8192)}, {t0(2048), t2(16384)},
+	}
 	for _, q := range []qtype{q8_0, q4_0, q5_0, q4_k, q6_k} {
-		for _, pf := range []int{512, 1024, 2048, 4096, 8192} {
+		fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: qpAVX512%sR1, prefetch: \"0\"},\n", q, q)
+		for _, pfs := range variants {
 			var n string
 			if q == q4_k || q == q6_k {
-				n = s.kquant(q, 1, true, pf)
+				n = s.kquant(q, 1, true, pfs...)
 			} else {
-				n = s.gemv(q, pf)
+				n = s.gemv(q, pfs...)
 			}
-			fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: %s, prefetch: %d},\n", q, n, pf)
+			fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: %s, prefetch: %q},\n", q, n, pfsetting(pfs))
 			fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
 		}
 	}
 	s.gfni = true
-	for _, pf := range []int{0, 2048} {
-		n := s.gemv(q4_0, pf)
-		fmt.Fprintf(&decl, "\t{dtype: compute.Q4_0, gemv: %s, gfni: true, prefetch: %d},\n", n, pf)
+	for _, pfs := range [][]pfspec{nil, {t0(2048)}, {t0(8192)}} {
+		n := s.gemv(q4_0, pfs...)
+		fmt.Fprintf(&decl, "\t{dtype: compute.Q4_0, gemv: %s, gfni: true, prefetch: %q},\n", n, pfsetting(pfs))
 		fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
 	}
 	s.gfni = false
@@ -342,11 +414,8 @@ const kmaxR = 3
 // sums times scales), Z(3R+t) its correction (Σ min·Σx for Q4_K, Σ
 // 32·scale·Σx for Q6_K), Z(4R+t) the float accumulator. Z15-Z27
 // temporaries, Z28-Z31 masks.
-func (g *gen) kquant(q qtype, R int, loop bool, pf int) string {
-	name := fmt.Sprintf("qpAVX512%sR%d", q, R)
-	if pf > 0 {
-		name += fmt.Sprintf("p%d", pf)
-	}
+func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
+	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
 	g.p("MOVL $0x0f0f0f0f, AX")
@@ -408,9 +477,7 @@ func (g *gen) kquant(q qtype, R int, loop bool, pf int) string {
 	} else {
 		g.q6k(R, xs)
 	}
-	for o := 0; pf > 0 && o < sb; o += 64 {
-		g.p("PREFETCHT0 %s", off(pf+o, "SI"))
-	}
+	g.prefetch(pfs, 0, sb)
 	// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
 	if q == q4_k {
 		g.p("VCVTPH2PS 192(SI), Z24")

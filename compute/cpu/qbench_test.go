@@ -227,16 +227,22 @@ func funcName2(f func(*qargs)) string {
 }
 
 // BenchmarkQPackPrefetch compares the packed one-row kernels without and
-// with software prefetch at several distances, at 2048×8192, in GB/s.
+// with software prefetch at several distances and hints (qpackExtra), at
+// 2048×8192, in GB/s; the default on this CPU (packPrefetch) is marked
+// "(default)".
 func BenchmarkQPackPrefetch(b *testing.B) {
 	buf := benchBuf()
-	for _, ks := range append(append([]qpackSet(nil), asmPackKernels...), qpackExtra...) {
+	for _, ks := range qpackExtra {
 		dt := ks.dtype
 		if qpackKernels[dt] == nil || ks.gfni && !hasGFNI {
 			continue
 		}
 		for _, th := range benchThreads {
-			b.Run(fmt.Sprintf("%s/%s/threads=%d", dt, packFuncName(ks.gemv), th), func(b *testing.B) {
+			name := packFuncName(ks.gemv)
+			if def := qpackKernels[dt]; !ks.gfni && (ks.prefetch == def.prefetch || def.prefetch == "" && ks.prefetch == "0") {
+				name += "(default)"
+			}
+			b.Run(fmt.Sprintf("%s/%s/threads=%d", dt, name, th), func(b *testing.B) {
 				const m, k = 2048, 8192
 				rb, _ := dt.RowBytes(k)
 				size := m * rb

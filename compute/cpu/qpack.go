@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -78,9 +79,9 @@ type qpackSet struct {
 	dtype compute.DType
 	gfni  bool // the kernels need AVX-512 GFNI
 	maxR  int  // the most activation rows of a gemm kernel
-	// prefetch is how far ahead (bytes) gemv asks for the weights in
-	// software, 0 for none.
-	prefetch int
+	// prefetch names gemv's software prefetch of the weights, in the form
+	// of LEM_CPU_PREFETCH (see packPrefetch); "0" or "" for none.
+	prefetch string
 	gemv     func(*qpargs)
 	gemm     [qpmaxR + 1]func(*qpargs)
 }
@@ -93,11 +94,12 @@ func init() {
 	if !hasVNNI {
 		return
 	}
-	pf := packPrefetch(vendor(), os.Getenv("LEM_CPU_PREFETCH"))
+	setting := os.Getenv("LEM_CPU_PREFETCH")
 	for i := range asmPackKernels {
 		ks := &asmPackKernels[i]
+		pf := packPrefetch(vendor(), setting, ks.dtype)
 		for _, x := range qpackExtra {
-			if x.dtype == ks.dtype && !x.gfni && x.prefetch == pf && pf > 0 {
+			if x.dtype == ks.dtype && !x.gfni && x.prefetch == pf && pf != "0" {
 				ks.gemv, ks.prefetch = x.gemv, pf
 			}
 		}
@@ -106,23 +108,73 @@ func init() {
 	}
 }
 
-// packPrefetch is how far ahead the one-row packed kernels prefetch the
-// weights on a CPU of the given vendor: the setting (LEM_CPU_PREFETCH, in
-// bytes; 0 for none) where one is given, else 4096 on Intel, where the
-// hardware prefetchers alone left the kernels well short of the memory
-// bandwidth (on a Xeon of the Emerald Rapids generation, two threads: Q4_0
-// 19.9 GB/s without, 26.1 at 4096 bytes, of a 31.5 GB/s streaming read;
-// Q8_0 27.2 and 29.6; Q4_K 21.4 and 25.0), and none elsewhere (an AMD
-// Zen 4 measured no steady gain). A distance without a kernel means none.
-func packPrefetch(vendor, setting string) int {
-	if v, err := strconv.Atoi(setting); err == nil && v >= 0 {
-		return v
+// packPrefetch returns the software prefetch of the one-row packed
+// kernels of type dt on a CPU of the given vendor: the setting
+// (LEM_CPU_PREFETCH) where it is well formed, else the vendor's choice
+// for dt (prefetchIntel, prefetchAMD), else "0", none.
+//
+// A setting is "0" or one or two distances in bytes joined by "+", each
+// with an optional hint: "4096" is PREFETCHT0 4096 bytes ahead of the
+// codes being read, "8192t2" PREFETCHT2, "8192nta" PREFETCHNTA,
+// "1024+8192t2" both a near and a far prefetch. A setting that names no
+// generated kernel (qpackExtra) means none.
+func packPrefetch(vendor, setting string, dt compute.DType) string {
+	if validPrefetch(setting) {
+		return setting
 	}
-	if vendor == "GenuineIntel" {
-		return 4096
+	var pf string
+	switch vendor {
+	case "GenuineIntel":
+		pf = prefetchIntel[dt]
+	case "AuthenticAMD":
+		pf = prefetchAMD[dt]
 	}
-	return 0
+	if pf == "" {
+		return "0"
+	}
+	return pf
 }
+
+// validPrefetch reports whether s is a well-formed prefetch setting.
+func validPrefetch(s string) bool {
+	if s == "0" {
+		return true
+	}
+	parts := strings.Split(s, "+")
+	if len(parts) > 2 {
+		return false
+	}
+	for _, p := range parts {
+		p = strings.TrimSuffix(strings.TrimSuffix(p, "t2"), "nta")
+		if v, err := strconv.Atoi(p); err != nil || v <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// prefetchIntel and prefetchAMD are packPrefetch's choices per weight
+// type, each the fastest variant of BenchmarkQPackPrefetch (two threads,
+// 2048×8192, GB/s of weights; the streaming read of the same run in
+// brackets) on the CPUs named.
+//
+// A decode step streams every weight once, so the one-row kernels are
+// bound by how many cache misses a core keeps in flight; the hardware
+// prefetchers alone left them well short of the bandwidth on Intel.
+var (
+	// A Xeon of the Emerald Rapids generation, 2 of its cores (device
+	// round of session 6, streaming read 24.3–25.0 GB/s): a near
+	// PREFETCHT0 2048 bytes ahead with a far PREFETCHT2 16384 bytes ahead
+	// read Q4_0 at 24.1 GB/s (15.4 without prefetch, 19.6 with 4096
+	// alone), Q8_0 24.5 (19.9, 21.1), Q5_0 24.3 (15.9, 19.5), Q4_K 24.2
+	// (18.6, 18.7); Q6_K was best at 4096 alone (23.0; 19.1 without).
+	prefetchIntel = map[compute.DType]string{
+		compute.Q8_0: "2048+16384t2", compute.Q4_0: "2048+16384t2", compute.Q5_0: "2048+16384t2",
+		compute.Q4_K: "2048+16384t2", compute.Q6_K: "4096",
+	}
+	// An AMD EPYC Zen 4 measured no steady gain.
+	prefetchAMD = map[compute.DType]string{}
+)
 
 // packable reports whether weights of type dt and rows×cols are packed at
 // load on this CPU.

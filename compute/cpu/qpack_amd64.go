@@ -106,36 +106,83 @@ var asmPackKernels = []qpackSet{
 	{dtype: compute.Q6_K, maxR: 3, gemv: qpAVX512Q6_KR1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q6_KR2, 3: qpAVX512Q6_KR3}},
 }
 
-// qpackExtra are one-row kernels that prefetch the weights ahead, for the
-// CPUs that gain from it (qpack.go) and for benchmarks.
+// qpackExtra are the one-row kernels without and with software prefetch
+// (named by their prefetch field), among which packPrefetch picks each
+// type's default for the CPU, and for benchmarks.
 var qpackExtra = []qpackSet{
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p512, prefetch: 512},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p1024, prefetch: 1024},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p2048, prefetch: 2048},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p4096, prefetch: 4096},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p8192, prefetch: 8192},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p512, prefetch: 512},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p1024, prefetch: 1024},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p2048, prefetch: 2048},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096, prefetch: 4096},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p8192, prefetch: 8192},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p512, prefetch: 512},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p1024, prefetch: 1024},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p2048, prefetch: 2048},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096, prefetch: 4096},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p8192, prefetch: 8192},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p512, prefetch: 512},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p1024, prefetch: 1024},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p2048, prefetch: 2048},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096, prefetch: 4096},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p8192, prefetch: 8192},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p512, prefetch: 512},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024, prefetch: 1024},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048, prefetch: 2048},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096, prefetch: 4096},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p8192, prefetch: 8192},
-	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1, gfni: true, prefetch: 0},
-	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1p2048, gfni: true, prefetch: 2048},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1, prefetch: "0"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p512, prefetch: "512"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p1024, prefetch: "1024"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p2048, prefetch: "2048"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p4096, prefetch: "4096"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p8192, prefetch: "8192"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p16384, prefetch: "16384"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p4096t2, prefetch: "4096t2"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p8192t2, prefetch: "8192t2"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p16384t2, prefetch: "16384t2"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p4096nta, prefetch: "4096nta"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p8192nta, prefetch: "8192nta"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p1024p8192t2, prefetch: "1024+8192t2"},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p2048p16384t2, prefetch: "2048+16384t2"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1, prefetch: "0"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p512, prefetch: "512"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p1024, prefetch: "1024"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p2048, prefetch: "2048"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096, prefetch: "4096"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p8192, prefetch: "8192"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p16384, prefetch: "16384"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096t2, prefetch: "4096t2"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p8192t2, prefetch: "8192t2"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p16384t2, prefetch: "16384t2"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096nta, prefetch: "4096nta"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p8192nta, prefetch: "8192nta"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p1024p8192t2, prefetch: "1024+8192t2"},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p2048p16384t2, prefetch: "2048+16384t2"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1, prefetch: "0"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p512, prefetch: "512"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p1024, prefetch: "1024"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p2048, prefetch: "2048"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096, prefetch: "4096"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p8192, prefetch: "8192"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p16384, prefetch: "16384"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096t2, prefetch: "4096t2"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p8192t2, prefetch: "8192t2"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p16384t2, prefetch: "16384t2"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096nta, prefetch: "4096nta"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p8192nta, prefetch: "8192nta"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p1024p8192t2, prefetch: "1024+8192t2"},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p2048p16384t2, prefetch: "2048+16384t2"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1, prefetch: "0"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p512, prefetch: "512"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p1024, prefetch: "1024"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p2048, prefetch: "2048"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096, prefetch: "4096"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p8192, prefetch: "8192"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p16384, prefetch: "16384"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096t2, prefetch: "4096t2"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p8192t2, prefetch: "8192t2"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p16384t2, prefetch: "16384t2"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096nta, prefetch: "4096nta"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p8192nta, prefetch: "8192nta"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p1024p8192t2, prefetch: "1024+8192t2"},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p2048p16384t2, prefetch: "2048+16384t2"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1, prefetch: "0"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p512, prefetch: "512"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024, prefetch: "1024"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048, prefetch: "2048"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096, prefetch: "4096"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p8192, prefetch: "8192"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p16384, prefetch: "16384"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096t2, prefetch: "4096t2"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p8192t2, prefetch: "8192t2"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p16384t2, prefetch: "16384t2"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096nta, prefetch: "4096nta"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p8192nta, prefetch: "8192nta"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024p8192t2, prefetch: "1024+8192t2"},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048p16384t2, prefetch: "2048+16384t2"},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1, gfni: true, prefetch: "0"},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1p2048, gfni: true, prefetch: "2048"},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1p8192, gfni: true, prefetch: "8192"},
 }
 
 //go:noescape
@@ -154,6 +201,30 @@ func qpAVX512Q8_0R1p4096(a *qpargs)
 func qpAVX512Q8_0R1p8192(a *qpargs)
 
 //go:noescape
+func qpAVX512Q8_0R1p16384(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p4096t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p16384t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p4096nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p8192nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p1024p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q8_0R1p2048p16384t2(a *qpargs)
+
+//go:noescape
 func qpAVX512Q4_0R1p512(a *qpargs)
 
 //go:noescape
@@ -167,6 +238,30 @@ func qpAVX512Q4_0R1p4096(a *qpargs)
 
 //go:noescape
 func qpAVX512Q4_0R1p8192(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p16384(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p4096t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p16384t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p4096nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p8192nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p1024p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p2048p16384t2(a *qpargs)
 
 //go:noescape
 func qpAVX512Q5_0R1p512(a *qpargs)
@@ -184,6 +279,30 @@ func qpAVX512Q5_0R1p4096(a *qpargs)
 func qpAVX512Q5_0R1p8192(a *qpargs)
 
 //go:noescape
+func qpAVX512Q5_0R1p16384(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p4096t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p16384t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p4096nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p8192nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p1024p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q5_0R1p2048p16384t2(a *qpargs)
+
+//go:noescape
 func qpAVX512Q4_KR1p512(a *qpargs)
 
 //go:noescape
@@ -197,6 +316,30 @@ func qpAVX512Q4_KR1p4096(a *qpargs)
 
 //go:noescape
 func qpAVX512Q4_KR1p8192(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p16384(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p4096t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p16384t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p4096nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p8192nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p1024p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_KR1p2048p16384t2(a *qpargs)
 
 //go:noescape
 func qpAVX512Q6_KR1p512(a *qpargs)
@@ -214,7 +357,34 @@ func qpAVX512Q6_KR1p4096(a *qpargs)
 func qpAVX512Q6_KR1p8192(a *qpargs)
 
 //go:noescape
+func qpAVX512Q6_KR1p16384(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p4096t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p16384t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p4096nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p8192nta(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p1024p8192t2(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p2048p16384t2(a *qpargs)
+
+//go:noescape
 func qpAVX512GFNIQ4_0R1(a *qpargs)
 
 //go:noescape
 func qpAVX512GFNIQ4_0R1p2048(a *qpargs)
+
+//go:noescape
+func qpAVX512GFNIQ4_0R1p8192(a *qpargs)

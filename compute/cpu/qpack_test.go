@@ -215,26 +215,60 @@ func TestPackedExtraKernels(t *testing.T) {
 }
 
 func TestPackPrefetch(t *testing.T) {
+	q4, q8 := compute.Q4_0, compute.Q8_0
+	intel := prefetchIntel[q4]
 	for _, tc := range []struct {
 		vendor, setting string
-		want            int
+		dt              compute.DType
+		want            string
 	}{
-		{"GenuineIntel", "", 4096},
-		{"AuthenticAMD", "", 0},
-		{"", "", 0},
-		{"GenuineIntel", "0", 0},
-		{"AuthenticAMD", "8192", 8192},
-		{"GenuineIntel", "-1", 4096},
-		{"GenuineIntel", "far", 4096},
+		{"GenuineIntel", "", q4, intel},
+		{"GenuineIntel", "", q8, prefetchIntel[q8]},
+		{"", "", q4, "0"},
+		{"SomeVendor", "", q4, "0"},
+		{"GenuineIntel", "0", q4, "0"},
+		{"AuthenticAMD", "8192", q4, "8192"},
+		{"AuthenticAMD", "8192nta", q4, "8192nta"},
+		{"AuthenticAMD", "1024+8192t2", q4, "1024+8192t2"},
+		{"GenuineIntel", "-1", q4, intel},
+		{"GenuineIntel", "far", q4, intel},
+		{"GenuineIntel", "4096t3", q4, intel},
+		{"GenuineIntel", "1+2+3", q4, intel},
+		{"GenuineIntel", "+4096", q4, intel},
+		{"GenuineIntel", "4096+", q4, intel},
 	} {
-		if got := packPrefetch(tc.vendor, tc.setting); got != tc.want {
-			t.Errorf("packPrefetch(%q, %q) = %d, want %d", tc.vendor, tc.setting, got, tc.want)
+		if got := packPrefetch(tc.vendor, tc.setting, tc.dt); got != tc.want {
+			t.Errorf("packPrefetch(%q, %q, %s) = %q, want %q", tc.vendor, tc.setting, tc.dt, got, tc.want)
 		}
 	}
 	if v := vendor(); hasVNNI && v == "" {
 		t.Error("no CPU vendor on a CPU with the packed kernels")
-	} else {
-		t.Logf("vendor %q: the one-row packed kernels prefetch %d bytes ahead", v, packPrefetch(v, ""))
+	} else if ks := qpackKernels[q4]; ks != nil {
+		t.Logf("vendor %q: the one-row Q4_0 kernel is %s (prefetch %q)", v, packFuncName(ks.gemv), ks.prefetch)
+	}
+}
+
+// TestPackPrefetchChoices checks that every vendor's choice names a
+// generated kernel of its type, so that none silently means no prefetch.
+func TestPackPrefetchChoices(t *testing.T) {
+	if len(qpackExtra) == 0 {
+		t.Skip("no packed kernels in this build")
+	}
+	for vendor, choice := range map[string]map[compute.DType]string{"GenuineIntel": prefetchIntel, "AuthenticAMD": prefetchAMD} {
+		for dt, pf := range choice {
+			found := false
+			for _, x := range qpackExtra {
+				found = found || x.dtype == dt && x.prefetch == pf && !x.gfni
+			}
+			if !found {
+				t.Errorf("%s %s: prefetch %q names no kernel", vendor, dt, pf)
+			}
+		}
+	}
+	for _, x := range qpackExtra {
+		if !validPrefetch(x.prefetch) {
+			t.Errorf("%s: prefetch %q is no setting", packFuncName(x.gemv), x.prefetch)
+		}
 	}
 }
 
