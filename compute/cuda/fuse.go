@@ -23,7 +23,7 @@ import (
 //     normalised row, so every tensor ends as the separate operations leave
 //     it).
 //   - MatMuls sharing an input (q, k and v; gate and up): one launch over the
-//     stacked rows, up to three matrices.
+//     stacked rows, up to three matrices of one dtype.
 //   - GLU of two such products: computed from the rows of both, paired.
 //   - Add of a product and another row (a bias, the residual stream): the
 //     product's epilogue adds it.
@@ -31,6 +31,7 @@ import (
 //     launch before the attention, which then reads every key from the cache
 //     and merges its split parts itself (attend.go).
 //
+// Matrices may be float (fgemv) or block-quantized (fqgemv, fuse_quant.go).
 // Every fused form computes the same float operations in the same order as
 // the separate kernels, so results are bitwise those of the unfused path,
 // except attention, whose sums over keys run in another order. Fusion

@@ -72,11 +72,18 @@ func fqUnroll(qt int) int {
 	return 2
 }
 
+// fqAnyOneRow lets fqTwoStreams allow one-row units for rows of any length
+// (benchmarks).
+var fqAnyOneRow = false
+
 // fqTwoStreams reports whether rows of k values of dt are long enough for
 // one-row units (fgModeOne) to keep two streams of loads going: each lane
 // reads at least two steps of fqUnroll units of a row. Shorter rows are
 // computed two per warp, which keeps twice the loads in flight per unit.
 func fqTwoStreams(dt compute.DType, k int) bool {
+	if fqAnyOneRow {
+		return true
+	}
 	qt, _ := fqType(dt)
 	el := 32
 	if dt.BlockSize() > 32 {

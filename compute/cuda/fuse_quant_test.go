@@ -386,18 +386,26 @@ func BenchmarkFusedQuantDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	saved := g.fuse
-	defer func() { g.fuse = saved }()
+	saved, savedBlocks := g.fuse, g.fgemvBlocks
+	defer func() { g.fuse, g.fgemvBlocks, fqAnyOneRow = saved, savedBlocks, false }()
+	type setting struct {
+		name      string
+		fuse, one bool
+		blocks    int
+	}
+	settings := []setting{
+		{"plain", false, false, savedBlocks},
+		{"fused", true, false, savedBlocks},
+		{"fused/any-one-row", true, true, savedBlocks},
+		{"fused/grid-all", true, false, 0},
+	}
 	for _, mat := range []compute.DType{compute.Q4_0, compute.Q8_0, compute.Q4_K} {
 		m, weightBytes := quantLlama1B(b, g, mat)
 		vocab := m.Config().VocabSize
-		for _, fuse := range []bool{false, true} {
-			name := mat.String() + "/plain"
-			if fuse {
-				name = mat.String() + "/fused"
-			}
+		for _, set := range settings {
+			name := mat.String() + "/" + set.name
 			b.Run(name, func(b *testing.B) {
-				g.fuse = fuse
+				g.fuse, fqAnyOneRow, g.fgemvBlocks = set.fuse, set.one, set.blocks
 				const ctx, prompt = 512, 64
 				st := m.NewState(ctx)
 				ids, pos := g.Alloc(compute.I32, prompt), g.Alloc(compute.I32, prompt)
