@@ -77,10 +77,14 @@ __device__ __forceinline__ int qsum_hi(int p) { return p >> 16; }
 // to nearest even, as the CPU backend does.
 __device__ __forceinline__ void q8_block(float v, int lane, char* q, QMeta* mt) {
     u32 a = __float_as_uint(v) & 0x7fffffffu;
+#if __CUDA_ARCH__ >= 800
+    asm("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(a) : "r"(a));
+#else
     for (int o = 16; o > 0; o >>= 1) {
         u32 b = __shfl_xor_sync(0xffffffffu, a, o);
         a = b > a ? b : a;
     }
+#endif
     float d = 0.0f;
     int c = 0;
     if (a >= 0x7f800000u) {
@@ -92,9 +96,16 @@ __device__ __forceinline__ void q8_block(float v, int lane, char* q, QMeta* mt) 
         c = __float2int_rn(__fmul_rn(v, id));
     }
     q[lane] = (char)c;
+#if __CUDA_ARCH__ >= 800
+    int s, all;
+    asm("redux.sync.add.s32 %0, %1, 0xffffffff;" : "=r"(s) : "r"(lane < 16 ? c : 0));
+    asm("redux.sync.add.s32 %0, %1, 0xffffffff;" : "=r"(all) : "r"(c));
+    int hi = all - s;
+#else
     int s = c;
     for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     int hi = __shfl_sync(0xffffffffu, s, 16);
+#endif
     if (lane == 0) {
         QMeta m;
         m.x = __float_as_int(d);
