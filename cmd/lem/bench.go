@@ -110,8 +110,8 @@ func newBenchCmd() *cobra.Command {
 		Long: `Bench loads the model at PATH and measures, for each repetition, the prefill
 of -p random prompt tokens in a fresh session (ppN) and the greedy decode of
 -n tokens after a one-token prompt, stop tokens ignored (tgN), in tokens per
-second as mean ± standard deviation over the repetitions. A warm-up run
-precedes them.
+second as mean ± standard deviation over the repetitions. A warm-up run of
+each test's size precedes them.
 
 Decode reads the weights once per token, so its speed is also given as the
 weight bandwidth it achieves (bytes of weights read per token × tokens per
@@ -261,10 +261,12 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return res.Decode, nil
 	}
 
-	// Warm up: page the weights in and grow the scratch buffers.
+	// Warm up at the sizes of the tests: page the weights in, grow the
+	// scratch buffers, and on a GPU compile the kernels and pick the
+	// matmul algorithms of these shapes, so that no repetition pays them.
 	logf("bench: warming up\n")
 	if o.prompt > 0 {
-		if _, err := prefill(min(o.prompt, 32)); err != nil {
+		if _, err := prefill(o.prompt); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}

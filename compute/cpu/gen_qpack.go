@@ -296,23 +296,23 @@ func main() {
 		table += fmt.Sprintf("\t{dtype: compute.%s, maxR: %d, gemv: %s, gemm: [qpmaxR + 1]func(*qpargs){%s}},\n", q, maxR, names[0], strings.Join(gemm, ", "))
 	}
 	decl.WriteString(table + "}\n")
-	decl.WriteString("\n// qpackExtra are one-row kernels with other prefetch distances, for benchmarks.\nvar qpackExtra = []qpackSet{\n")
+	decl.WriteString("\n// qpackExtra are one-row kernels that prefetch the weights ahead, for the\n// CPUs that gain from it (qpack.go) and for benchmarks.\nvar qpackExtra = []qpackSet{\n")
 	for _, q := range []qtype{q8_0, q4_0, q5_0, q4_k, q6_k} {
-		for _, pf := range []int{512, 1024, 2048, 4096} {
+		for _, pf := range []int{512, 1024, 2048, 4096, 8192} {
 			var n string
 			if q == q4_k || q == q6_k {
 				n = s.kquant(q, 1, true, pf)
 			} else {
 				n = s.gemv(q, pf)
 			}
-			fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: %s},\n", q, n)
+			fmt.Fprintf(&decl, "\t{dtype: compute.%s, gemv: %s, prefetch: %d},\n", q, n, pf)
 			fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
 		}
 	}
 	s.gfni = true
 	for _, pf := range []int{0, 2048} {
 		n := s.gemv(q4_0, pf)
-		fmt.Fprintf(&decl, "\t{dtype: compute.Q4_0, gemv: %s, gfni: true},\n", n)
+		fmt.Fprintf(&decl, "\t{dtype: compute.Q4_0, gemv: %s, gfni: true, prefetch: %d},\n", n, pf)
 		fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
 	}
 	s.gfni = false

@@ -106,30 +106,36 @@ var asmPackKernels = []qpackSet{
 	{dtype: compute.Q6_K, maxR: 3, gemv: qpAVX512Q6_KR1, gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q6_KR2, 3: qpAVX512Q6_KR3}},
 }
 
-// qpackExtra are one-row kernels with other prefetch distances, for benchmarks.
+// qpackExtra are one-row kernels that prefetch the weights ahead, for the
+// CPUs that gain from it (qpack.go) and for benchmarks.
 var qpackExtra = []qpackSet{
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p512},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p1024},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p2048},
-	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p4096},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p512},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p1024},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p2048},
-	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p512},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p1024},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p2048},
-	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p512},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p1024},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p2048},
-	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p512},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048},
-	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096},
-	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1, gfni: true},
-	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1p2048, gfni: true},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p512, prefetch: 512},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p1024, prefetch: 1024},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p2048, prefetch: 2048},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p4096, prefetch: 4096},
+	{dtype: compute.Q8_0, gemv: qpAVX512Q8_0R1p8192, prefetch: 8192},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p512, prefetch: 512},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p1024, prefetch: 1024},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p2048, prefetch: 2048},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p4096, prefetch: 4096},
+	{dtype: compute.Q4_0, gemv: qpAVX512Q4_0R1p8192, prefetch: 8192},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p512, prefetch: 512},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p1024, prefetch: 1024},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p2048, prefetch: 2048},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p4096, prefetch: 4096},
+	{dtype: compute.Q5_0, gemv: qpAVX512Q5_0R1p8192, prefetch: 8192},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p512, prefetch: 512},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p1024, prefetch: 1024},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p2048, prefetch: 2048},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p4096, prefetch: 4096},
+	{dtype: compute.Q4_K, gemv: qpAVX512Q4_KR1p8192, prefetch: 8192},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p512, prefetch: 512},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p1024, prefetch: 1024},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p2048, prefetch: 2048},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p4096, prefetch: 4096},
+	{dtype: compute.Q6_K, gemv: qpAVX512Q6_KR1p8192, prefetch: 8192},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1, gfni: true, prefetch: 0},
+	{dtype: compute.Q4_0, gemv: qpAVX512GFNIQ4_0R1p2048, gfni: true, prefetch: 2048},
 }
 
 //go:noescape
@@ -145,6 +151,9 @@ func qpAVX512Q8_0R1p2048(a *qpargs)
 func qpAVX512Q8_0R1p4096(a *qpargs)
 
 //go:noescape
+func qpAVX512Q8_0R1p8192(a *qpargs)
+
+//go:noescape
 func qpAVX512Q4_0R1p512(a *qpargs)
 
 //go:noescape
@@ -155,6 +164,9 @@ func qpAVX512Q4_0R1p2048(a *qpargs)
 
 //go:noescape
 func qpAVX512Q4_0R1p4096(a *qpargs)
+
+//go:noescape
+func qpAVX512Q4_0R1p8192(a *qpargs)
 
 //go:noescape
 func qpAVX512Q5_0R1p512(a *qpargs)
@@ -169,6 +181,9 @@ func qpAVX512Q5_0R1p2048(a *qpargs)
 func qpAVX512Q5_0R1p4096(a *qpargs)
 
 //go:noescape
+func qpAVX512Q5_0R1p8192(a *qpargs)
+
+//go:noescape
 func qpAVX512Q4_KR1p512(a *qpargs)
 
 //go:noescape
@@ -181,6 +196,9 @@ func qpAVX512Q4_KR1p2048(a *qpargs)
 func qpAVX512Q4_KR1p4096(a *qpargs)
 
 //go:noescape
+func qpAVX512Q4_KR1p8192(a *qpargs)
+
+//go:noescape
 func qpAVX512Q6_KR1p512(a *qpargs)
 
 //go:noescape
@@ -191,6 +209,9 @@ func qpAVX512Q6_KR1p2048(a *qpargs)
 
 //go:noescape
 func qpAVX512Q6_KR1p4096(a *qpargs)
+
+//go:noescape
+func qpAVX512Q6_KR1p8192(a *qpargs)
 
 //go:noescape
 func qpAVX512GFNIQ4_0R1(a *qpargs)

@@ -190,8 +190,8 @@ func TestBackendPacksWeights(t *testing.T) {
 	}
 }
 
-// TestPackedExtraKernels checks the one-row kernels of other prefetch
-// distances, generated for benchmarks.
+// TestPackedExtraKernels checks the one-row kernels that prefetch the
+// weights (the defaults on some CPUs, see packPrefetch).
 func TestPackedExtraKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(39, 40))
 	pool := NewPool(2)
@@ -211,6 +211,30 @@ func TestPackedExtraKernels(t *testing.T) {
 		atLevel(t, levelAVX512, func() { MatMul(dst, x, 1, p, pool) })
 		*qpackKernels[dt] = saved
 		checkQuantMatMul(t, dst, x, wv, 1, m, k, dt)
+	}
+}
+
+func TestPackPrefetch(t *testing.T) {
+	for _, tc := range []struct {
+		vendor, setting string
+		want            int
+	}{
+		{"GenuineIntel", "", 4096},
+		{"AuthenticAMD", "", 0},
+		{"", "", 0},
+		{"GenuineIntel", "0", 0},
+		{"AuthenticAMD", "8192", 8192},
+		{"GenuineIntel", "-1", 4096},
+		{"GenuineIntel", "far", 4096},
+	} {
+		if got := packPrefetch(tc.vendor, tc.setting); got != tc.want {
+			t.Errorf("packPrefetch(%q, %q) = %d, want %d", tc.vendor, tc.setting, got, tc.want)
+		}
+	}
+	if v := vendor(); hasVNNI && v == "" {
+		t.Error("no CPU vendor on a CPU with the packed kernels")
+	} else {
+		t.Logf("vendor %q: the one-row packed kernels prefetch %d bytes ahead", v, packPrefetch(v, ""))
 	}
 }
 

@@ -57,6 +57,7 @@ type Backend struct {
 	stage       staging   // pinned buffers for weight uploads (upload.go)
 	fuse        bool      // fold one-row operations into fewer launches (fuse.go)
 	fgemvBlocks int       // most blocks of an fgemv launch (0: no limit)
+	attnKeys    int       // fewest keys per split of decode attention (attend.go)
 	pdl         bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
 	fz          fuseState // the last recorded op, while it can absorb the next
 	recorded    uint64    // ops recorded so far
@@ -109,6 +110,7 @@ func Open(ordinal int) (*Backend, error) {
 		ropes:       map[*compute.Rope]*compute.Tensor{},
 		fuse:        fusionEnabled(),
 		fgemvBlocks: fgemvGrid(info.SMs),
+		attnKeys:    attnKeysPerSplit(),
 		pdl:         pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
 	}
 	w := &owner{d: d}

@@ -15,8 +15,8 @@ import (
 func TestFusedDecode(t *testing.T) {
 	h := newHarness(t)
 	const hid, ff, ctx = 256, 512, 80
-	saved := h.g.fgemvBlocks
-	defer func() { h.g.fgemvBlocks = saved }()
+	saved, savedKeys := h.g.fgemvBlocks, h.g.attnKeys
+	defer func() { h.g.fgemvBlocks, h.g.attnKeys = saved, savedKeys }()
 	type setting struct {
 		dt          compute.DType
 		blocks      int // fgemv grid limit: 0 none (two rows per warp), 1 and 3 stride far
@@ -24,22 +24,30 @@ func TestFusedDecode(t *testing.T) {
 		hd          int // 64: the rotation folds into attention; 32: it does not
 		interleaved bool
 		kernels     int // launches of the captured step
+		keys        int // attend_dec's keys per split (0: the default)
 	}
 	var settings []setting
 	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
-		settings = append(settings, setting{dt, saved, 4, 2, 64, false, 5})
+		settings = append(settings, setting{dt, saved, 4, 2, 64, false, 5, 0})
 	}
 	for _, blocks := range []int{0, 1, 3} {
-		settings = append(settings, setting{compute.BF16, blocks, 4, 2, 64, false, 5})
+		settings = append(settings, setting{compute.BF16, blocks, 4, 2, 64, false, 5, 0})
 	}
 	settings = append(settings,
-		setting{compute.BF16, saved, 4, 1, 64, true, 5},
-		setting{compute.BF16, saved, 8, 2, 32, false, 6})
+		setting{compute.BF16, saved, 4, 1, 64, true, 5, 0},
+		setting{compute.BF16, saved, 8, 2, 32, false, 6, 0},
+		// Splits of 3 keys: the captured step runs 1 to 4 of its 27 as the
+		// positions grow past it.
+		setting{compute.BF16, saved, 4, 2, 64, false, 5, 3})
 	for _, set := range settings {
 		dt, heads, kvh, hd := set.dt, set.heads, set.kvh, set.hd
-		t.Run(fmt.Sprintf("%s/blocks%d/%dx%d/hd%d/interleaved=%v", dt, set.blocks, heads, kvh, hd, set.interleaved), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/blocks%d/%dx%d/hd%d/interleaved=%v/keys%d", dt, set.blocks, heads, kvh, hd, set.interleaved, set.keys), func(t *testing.T) {
 			h.t = t
 			h.g.fgemvBlocks = set.blocks
+			h.g.attnKeys = savedKeys
+			if set.keys > 0 {
+				h.g.attnKeys = set.keys
+			}
 			inv := make([]float32, hd/2)
 			for j := range inv {
 				inv[j] = float32(math.Pow(10000, -2*float64(j)/float64(hd)))

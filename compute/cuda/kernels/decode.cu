@@ -346,6 +346,7 @@ struct AttDec {
     const float* invf;
     int fresh, rot, inter;
     float rscale;
+    int kps; // keys per split at least: fewer splits run while the context is short
 };
 
 // ad_rotate rotates the E values a lane holds of one head (hd = 32·E):
@@ -381,8 +382,12 @@ __device__ __forceinline__ float ld_cg(const float* p) {
 
 // attend_dec_t: block (kv head, split) walks its share of the keys, each
 // warp a strided subset, for all G query heads of the kv head at once (the
-// keys are read once per group). The block's parts go to part; the block
-// that finishes a kv head's last split merges them into out.
+// keys are read once per group). Of the launched splits only as many run
+// as the keys so far fill with kps each (the grid is fixed when the graph
+// is captured, the position is not); the others return at once. With one
+// split running, its block writes out itself; otherwise each block's parts
+// go to part and the block that finishes a kv head's last split merges
+// them into out.
 template <int E, int GM>
 __device__ void attend_dec_t(const AttDec& a) {
     __shared__ float sm_m[AD_WARPS][GM], sm_l[AD_WARPS][GM];
@@ -395,6 +400,9 @@ __device__ void attend_dec_t(const AttDec& a) {
     int G = a.heads / a.kvheads, hd = a.hd;
     int p = a.pos[0];
     int first = a.window > 0 ? max(0, p - a.window + 1) : 0;
+    int splits = min(a.splits, max(1, (p - first + a.kps) / a.kps));
+    if (sp >= splits) return;
+    bool one = splits == 1;
     int kc = a.kvheads * hd;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     float qr[GM][E], acc[GM][E], m[GM], l[GM];
@@ -435,7 +443,7 @@ __device__ void attend_dec_t(const AttDec& a) {
             if (g < G) ad_rotate<E>(qr[g], cs, sn, a.inter, lane);
         ad_rotate<E>(kn, cs, sn, a.inter, lane);
     }
-    int chunk = (p - first + a.splits) / a.splits;
+    int chunk = (p - first + splits) / splits;
     int lo = first + sp * chunk, hi = min(p, lo + chunk - 1);
     // With fresh, position p is not in the cache: warp 0 of the split that
     // holds it takes it from registers after the loop.
@@ -458,24 +466,44 @@ __device__ void attend_dec_t(const AttDec& a) {
                 vv[u][e] = ok ? vr[d] : 0.0f;
             }
         }
+        // The scores of all AD_KEYS keys first (their reductions overlap),
+        // then one rescale per step for the largest of them.
+        float sc[AD_KEYS][GM];
 #pragma unroll
-        for (int u = 0; u < AD_KEYS; u++) {
-            if (j0 + u * AD_WARPS > hi) break;
+        for (int u = 0; u < AD_KEYS; u++)
 #pragma unroll
             for (int g = 0; g < GM; g++) {
-                if (g >= G) break;
                 float s = 0.0f;
 #pragma unroll
                 for (int e = 0; e < E; e++) s += qr[g][e] * kv[u][e];
-                s = warp_sum(s) * a.scale;
-                if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-                float mn = fmaxf(m[g], s);
-                float corr = expf(m[g] - mn), pj = expf(s - mn);
-                l[g] = l[g] * corr + pj;
-#pragma unroll
-                for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + pj * vv[u][e];
-                m[g] = mn;
+                sc[u][g] = s;
             }
+#pragma unroll
+        for (int u = 0; u < AD_KEYS; u++)
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float s = warp_sum(sc[u][g]) * a.scale;
+                if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
+                sc[u][g] = j0 + u * AD_WARPS <= hi ? s : NEG_INF;
+            }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g >= G) break;
+            float mn = m[g];
+#pragma unroll
+            for (int u = 0; u < AD_KEYS; u++) mn = fmaxf(mn, sc[u][g]);
+            float corr = expf(m[g] - mn);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < AD_KEYS; u++) {
+                float pj = expf(sc[u][g] - mn);
+                l[g] += pj;
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[g][e] += pj * vv[u][e];
+            }
+            m[g] = mn;
         }
     }
     if (mine) {
@@ -502,7 +530,9 @@ __device__ void attend_dec_t(const AttDec& a) {
         for (int e = 0; e < E; e++) sm_acc[w][g][lane + 32 * e] = acc[g][e];
     }
     __syncthreads();
-    // This block's part of each query head.
+    // This block's part of each query head: to part, or with one split
+    // running, to sm_pm, sm_pl and in place to sm_acc[0] (each (g, d) is
+    // read and written by one thread).
     for (int g = 0; g < G; g++) {
         float mx = NEG_INF;
         for (int x = 0; x < AD_WARPS; x++) mx = fmaxf(mx, sm_m[x][g]);
@@ -512,44 +542,54 @@ __device__ void attend_dec_t(const AttDec& a) {
             float sum = 0.0f;
             if (!empty)
                 for (int x = 0; x < AD_WARPS; x++) sum += sm_l[x][g] * expf(sm_m[x][g] - mx);
-            pt[0] = mx;
-            pt[1] = sum;
+            if (one) {
+                sm_pm[g][0] = mx;
+                sm_pl[g][0] = sum;
+            } else {
+                pt[0] = mx;
+                pt[1] = sum;
+            }
         }
         for (int d = threadIdx.x; d < hd; d += blockDim.x) {
             float s = 0.0f;
             if (!empty)
                 for (int x = 0; x < AD_WARPS; x++) s += sm_acc[x][g][d] * expf(sm_m[x][g] - mx);
-            pt[2 + d] = s;
+            if (one)
+                sm_acc[0][g][d] = s;
+            else
+                pt[2 + d] = s;
         }
     }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&a.count[kh], 1) == a.splits - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // The last split of this kv head merges all of them: every split's max
-    // and sum loaded at once (one thread each), the weights, then the
-    // values (each thread's loads issued before any is used). The sums run
-    // in split order, as before.
-    for (int t = threadIdx.x; t < G * a.splits; t += blockDim.x) {
-        int g = t / a.splits, s = t - g * a.splits;
-        const float* pt = a.part + ((i64)(kh * G + g) * a.splits + s) * (hd + 2);
-        sm_pm[g][s] = ld_cg(pt);
-        sm_pl[g][s] = ld_cg(pt + 1);
+    if (!one) {
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(&a.count[kh], 1) == splits - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        // The last split of this kv head merges all of them: every split's
+        // max and sum loaded at once (one thread each), the weights, then
+        // the values (each thread's loads issued before any is used). The
+        // sums run in split order.
+        for (int t = threadIdx.x; t < G * splits; t += blockDim.x) {
+            int g = t / splits, s = t - g * splits;
+            const float* pt = a.part + ((i64)(kh * G + g) * a.splits + s) * (hd + 2);
+            sm_pm[g][s] = ld_cg(pt);
+            sm_pl[g][s] = ld_cg(pt + 1);
+        }
     }
     __syncthreads();
     if (threadIdx.x < G) {
         int g = threadIdx.x, h = kh * G + g;
         float mx = NEG_INF;
-        for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, sm_pm[g][s]);
+        for (int s = 0; s < splits; s++) mx = fmaxf(mx, sm_pm[g][s]);
         float sink = 0.0f;
         if (a.sinks) {
             sink = ldf(a.sinks, a.sdt, h);
             mx = fmaxf(mx, sink);
         }
         float sum = a.sinks ? expf(sink - mx) : 0.0f;
-        for (int s = 0; s < a.splits; s++) {
+        for (int s = 0; s < splits; s++) {
             float ms = sm_pm[g][s];
             float wgt = ms != NEG_INF ? expf(ms - mx) : 0.0f;
             if (ms != NEG_INF) sum += sm_pl[g][s] * wgt;
@@ -560,18 +600,22 @@ __device__ void attend_dec_t(const AttDec& a) {
     __syncthreads();
     for (int t = threadIdx.x; t < G * hd; t += blockDim.x) {
         int g = t / hd, d = t - g * hd, h = kh * G + g;
-        const float* pt = a.part + (i64)h * a.splits * (hd + 2) + 2 + d;
-        float av[AD_MAXSPLITS];
-#pragma unroll
-        for (int s = 0; s < AD_MAXSPLITS; s++)
-            if (s < a.splits) av[s] = ld_cg(pt + s * (hd + 2));
         float acc2 = 0.0f;
+        if (one) {
+            if (sm_pm[g][0] != NEG_INF) acc2 = sm_acc[0][g][d] * sm_pw[g][0];
+        } else {
+            const float* pt = a.part + (i64)h * a.splits * (hd + 2) + 2 + d;
+            float av[AD_MAXSPLITS];
 #pragma unroll
-        for (int s = 0; s < AD_MAXSPLITS; s++)
-            if (s < a.splits && sm_pm[g][s] != NEG_INF) acc2 += av[s] * sm_pw[g][s];
+            for (int s = 0; s < AD_MAXSPLITS; s++)
+                if (s < splits) av[s] = ld_cg(pt + s * (hd + 2));
+#pragma unroll
+            for (int s = 0; s < AD_MAXSPLITS; s++)
+                if (s < splits && sm_pm[g][s] != NEG_INF) acc2 += av[s] * sm_pw[g][s];
+        }
         a.out[(i64)h * hd + d] = acc2 / sm_psum[g];
     }
-    if (threadIdx.x == 0) a.count[kh] = 0;
+    if (threadIdx.x == 0 && !one) a.count[kh] = 0;
     // Every other split of this kv head is done reading q, k and the
     // cache: store the new key and value, and the rotations.
     if (a.fresh && w == 0) {
