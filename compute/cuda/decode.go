@@ -9,7 +9,8 @@ import (
 
 // decodeKernels are the handles of kernels/decode.cu.
 type decodeKernels struct {
-	fgemv, fgemvNorm [3]uintptr // by weight dtype: f32, f16, bf16
+	fgemv, fgemvNorm [3]uintptr        // by weight dtype: f32, f16, bf16
+	fqgemv           [numQT][2]uintptr // by quantized kernel type (fqTypes): plain, norm
 	ropePrep         uintptr
 	attend           [5]uintptr // (elements per lane, query heads per kv head): (2,4) (4,4) (8,4) (2,8) (4,8)
 	argmax, topk     uintptr
@@ -19,6 +20,10 @@ func (k *decodeKernels) add(t map[string]*uintptr) {
 	for i, dn := range []string{"f32", "f16", "bf16"} {
 		t["fgemv_"+dn] = &k.fgemv[i]
 		t["fgemv_norm_"+dn] = &k.fgemvNorm[i]
+	}
+	for _, qt := range fqTypes {
+		t["fqgemv_"+qtNames[qt]] = &k.fqgemv[qt][0]
+		t["fqgemv_norm_"+qtNames[qt]] = &k.fqgemv[qt][1]
 	}
 	t["rope_prep"] = &k.ropePrep
 	for i, n := range []string{"2_4", "4_4", "8_4", "2_8", "4_8"} {

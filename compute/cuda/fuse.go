@@ -23,7 +23,7 @@ import (
 //     normalised row, so every tensor ends as the separate operations leave
 //     it).
 //   - MatMuls sharing an input (q, k and v; gate and up): one launch over the
-//     stacked rows, up to three matrices.
+//     stacked rows, up to three matrices of one dtype.
 //   - GLU of two such products: computed from the rows of both, paired.
 //   - Add of a product and another row (a bias, the residual stream): the
 //     product's epilogue adds it.
@@ -31,6 +31,7 @@ import (
 //     launch before the attention, which then reads every key from the cache
 //     and merges its split parts itself (attend.go).
 //
+// Matrices may be float (fgemv) or block-quantized (fqgemv, fuse_quant.go).
 // Every fused form computes the same float operations in the same order as
 // the separate kernels, so results are bitwise those of the unfused path,
 // except attention, whose sums over keys run in another order. Fusion
@@ -118,29 +119,34 @@ const fgemvResident = 2
 
 // fgemvNames names fgemv launches by mode, matrices and addends, so that a
 // profile tells them apart.
-var fgemvNames = func() (t [4][4][2]string) {
-	for mode := range 4 {
-		for n := range 4 {
-			for add := range 2 {
-				name := "fgemv"
-				if mode&fgModeNorm != 0 {
-					name += "+norm"
+var fgemvNames = func() (t [2][4][4][2]string) {
+	for q, base := range []string{"fgemv", "fqgemv"} {
+		for mode := range 4 {
+			for n := range 4 {
+				for add := range 2 {
+					t[q][mode][n][add] = fgemvName(base, mode, n, add)
 				}
-				if n > 1 {
-					name += fmt.Sprintf("×%d", n)
-				}
-				if mode&fgModeGLU != 0 {
-					name += "+glu"
-				}
-				if add != 0 {
-					name += "+add"
-				}
-				t[mode][n][add] = name
 			}
 		}
 	}
 	return t
 }()
+
+func fgemvName(name string, mode, n, add int) string {
+	if mode&fgModeNorm != 0 {
+		name += "+norm"
+	}
+	if n > 1 {
+		name += fmt.Sprintf("×%d", n)
+	}
+	if mode&fgModeGLU != 0 {
+		name += "+glu"
+	}
+	if add != 0 {
+		name += "+add"
+	}
+	return name
+}
 
 // last returns the fusion state when the op it describes is still the last
 // one recorded and not yet handed to the owner.
@@ -160,7 +166,7 @@ func (b *Backend) remember(kind fuseKind) *fuseState {
 	return &b.fz
 }
 
-// fgemvArgs mirrors struct FGemv in kernels/decode.cu (160 bytes).
+// fgemvArgs mirrors struct FGemv in kernels/decode.cu (208 bytes).
 type fgemvArgs struct {
 	x, nw, h uint64
 	w, d     [3]uint64
@@ -173,6 +179,7 @@ type fgemvArgs struct {
 	eps, off float32
 	act, pad int32
 	gdst     uint64
+	sc, dd   [3]uint64 // quantized weights: the sc and d regions (w: the codes)
 }
 
 const (
@@ -182,8 +189,8 @@ const (
 	fgSumToAdd = 16
 )
 
-var _ [160 - unsafe.Sizeof(fgemvArgs{})]byte
-var _ [unsafe.Sizeof(fgemvArgs{}) - 160]byte
+var _ [208 - unsafe.Sizeof(fgemvArgs{})]byte
+var _ [unsafe.Sizeof(fgemvArgs{}) - 208]byte
 
 // fgemvWarps is FG_WARPS: rows are computed two per warp.
 const fgemvWarps = 8
@@ -195,6 +202,10 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 	if norm {
 		fn = b.k.dec.fgemvNorm[dtIndex(dt)]
 	}
+	quant := 0
+	if qt, ok := fqType(dt); ok {
+		fn, quant = b.k.dec.fqgemv[qt][a.mode&fgModeNorm], 1
+	}
 	var units int
 	a.mode &^= fgModeOne
 	if a.mode&fgModeGLU != 0 {
@@ -205,7 +216,7 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 			rows += int(a.m[j])
 		}
 		units = (rows + 1) / 2
-		if b.fgemvBlocks > 0 && oneRowUnits(rows, fgemvWarps*b.fgemvBlocks) {
+		if b.fgemvBlocks > 0 && oneRowUnits(rows, fgemvWarps*b.fgemvBlocks) && (quant == 0 || fqTwoStreams(dt, int(a.k))) {
 			a.mode |= fgModeOne
 			units = rows
 		}
@@ -220,10 +231,13 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 			added = 1
 		}
 	}
-	*o = op{fn: fn, name: fgemvNames[a.mode&3][min(a.nmat, 3)][added],
+	*o = op{fn: fn, name: fgemvNames[quant][a.mode&3][min(a.nmat, 3)][added],
 		grid:  [3]uint32{uint32(grid), 1, 1},
 		block: [3]uint32{fgemvWarps * 32, 1, 1}, nargs: 1, pdl: b.pdl}
-	if norm {
+	switch {
+	case quant != 0:
+		o.shared = uint32(fqShared(int(a.k)))
+	case norm:
 		o.shared = uint32(4 * a.k)
 	}
 	*(*fgemvArgs)(unsafe.Pointer(&o.args[0])) = *a
@@ -262,14 +276,21 @@ const maxNormK = 12288
 // plain kernels.
 func (b *Backend) fusedMatMul(dst, x, w *compute.Tensor) bool {
 	k, m := x.Cols(), w.Rows()
-	vec := 8
-	if w.DType == compute.F32 {
-		vec = 4
-	}
-	switch {
-	case !b.fuse, x.Rows() != 1, w.DType > compute.BF16, k%vec != 0,
-		dptr(x)%16 != 0, dptr(w)%16 != 0, uintptr(k*w.DType.Size())%16 != 0, m > math.MaxInt32/2:
+	if !b.fuse || x.Rows() != 1 || m > math.MaxInt32/2 {
 		return false
+	}
+	if w.DType.Quantized() {
+		if !fqFits(w) {
+			return false
+		}
+	} else {
+		vec := 8
+		if w.DType == compute.F32 {
+			vec = 4
+		}
+		if w.DType > compute.BF16 || k%vec != 0 || dptr(x)%16 != 0 || dptr(w)%16 != 0 || uintptr(k*w.DType.Size())%16 != 0 {
+			return false
+		}
 	}
 	xs, ds := spanOf(x), spanOf(dst)
 	if ds.overlaps(xs) {
@@ -279,15 +300,14 @@ func (b *Backend) fusedMatMul(dst, x, w *compute.Tensor) bool {
 	if f := b.last(fuseGemv); f != nil && f.xin == xs && f.gdt == w.DType && int(f.g.k) == k &&
 		f.g.nmat < 3 && f.g.mode&fgModeGLU == 0 && !overlapsAny(ds, f.reads) && !overlapsAny(ds, f.writes) &&
 		!overlapsAny(xs, f.writes[f.hw:]) {
-		j := f.g.nmat
-		f.g.w[j], f.g.d[j], f.g.m[j] = uint64(dptr(w)), uint64(dptr(dst)), int32(m)
+		f.g.setMat(int(f.g.nmat), w, dst)
 		f.g.nmat++
 		f.writes = append(f.writes, ds)
 		b.setFgemv(&b.pending[f.idx], &f.g, w.DType)
 		return true
 	}
 	a := fgemvArgs{x: uint64(dptr(x)), k: int32(k), nmat: 1}
-	a.w[0], a.d[0], a.m[0] = uint64(dptr(w)), uint64(dptr(dst)), int32(m)
+	a.setMat(0, w, dst)
 	reads := []span{xs}
 	// The norm that made x.
 	if f := b.last(fuseRMS); f != nil && f.rmsDst == xs && f.rmsG == k && k <= maxNormK &&
@@ -354,6 +374,8 @@ func (b *Backend) fusedGLU(dst, gate, up *compute.Tensor, act compute.Activation
 	case f.g.d[1] == d0 && f.g.d[0] == d1:
 		f.g.w[0], f.g.w[1] = f.g.w[1], f.g.w[0]
 		f.g.d[0], f.g.d[1] = f.g.d[1], f.g.d[0]
+		f.g.sc[0], f.g.sc[1] = f.g.sc[1], f.g.sc[0]
+		f.g.dd[0], f.g.dd[1] = f.g.dd[1], f.g.dd[0]
 	default:
 		return false
 	}

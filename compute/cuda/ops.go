@@ -40,6 +40,9 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	if n == 0 || m == 0 {
 		return
 	}
+	if n == 1 && b.fusedMatMul(dst, x, w) {
+		return
+	}
 	if w.DType.Quantized() {
 		b.qMatMul(dst, x, w)
 		return
@@ -47,9 +50,6 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	dt := int(w.DType)
 	if dt > int(compute.BF16) {
 		panic(fmt.Sprintf("matmul: weight dtype %s", w.DType))
-	}
-	if n == 1 && b.fusedMatMul(dst, x, w) {
-		return
 	}
 	vec := 8
 	if w.DType == compute.F32 {

@@ -39,7 +39,9 @@ import (
 // element j low, element j+16 high).
 //
 // Decode products (n ≤ 4) quantize the activations to int8 per 32
-// elements once per call and read the packed weights with dp4a (qgemv_*).
+// elements once per call and read the packed weights with dp4a (qgemv_*);
+// one-row products of most types take part in the decode fusion instead
+// (fuse_quant.go), with the same sums.
 // Longer products (prefill) dequantize the weight to f16 in a scratch
 // buffer, in chunks of rows, and run the dense f16 MatMul on it. Embed
 // dequantizes the gathered rows.

@@ -15,7 +15,7 @@ import (
 // calls that need an answer (allocation, capture) wait for the owner.
 
 // maxArgs is the most kernel arguments an op carries.
-const maxArgs = 20
+const maxArgs = 26
 
 // flushAt is the batch length at which recorded operations are handed to
 // the owner without waiting, so that the GPU starts early.

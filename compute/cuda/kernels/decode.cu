@@ -25,7 +25,7 @@ __device__ __forceinline__ void pdl_launch() {
 // x (k wide), optionally RMS-normalised first, each with an optional addend
 // (a bias, or the residual stream), or two matrices whose rows pair up
 // through a gated linear unit. Its layout is mirrored by fgemvArgs in
-// fuse.go.
+// fuse.go; kernels/quant_fgemv.cu runs it on block-quantized weights.
 struct FGemv {
     const float* x;     // input row, k values
     const void* nw;     // norm weight (storage type nwdt), null for none
@@ -39,6 +39,8 @@ struct FGemv {
     float eps, off;     // norm epsilon and weight offset
     int act, pad;
     float* gdst;        // GLU mode: act(d[0]) ⊙ d[1]
+    const char* sc[3];  // quantized weights (fqgemv): w[j] holds the codes,
+    const char* dd[3];  // these the sc and d regions (quant.go)
 };
 
 #define FG_WARPS 8

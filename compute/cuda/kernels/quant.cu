@@ -71,40 +71,57 @@ __device__ __forceinline__ int mlx_shift(int group) { return group == 32 ? 0 : (
 __device__ __forceinline__ int qsum_lo(int p) { return (int)(short)(p & 0xffff); }
 __device__ __forceinline__ int qsum_hi(int p) { return p >> 16; }
 
-// quantize_q8 quantizes n rows of k activations (k a multiple of 32) into
-// qx: n·k int8 codes, then one QMeta per 32-element block (scale bits,
-// sums of the codes of the halves). One warp per block.
-extern "C" __global__ void quantize_q8(char* qx, const float* x, int n, int k) {
-    i64 blk = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (blk >= (i64)n * (k >> 5)) return;
-    float v = x[blk * 32 + lane];
+// q8_block quantizes one 32-element block of activations, value v in
+// each lane, into the codes at q (32 bytes) and its metadata at mt (scale
+// bits, sums of the codes of the halves): scale max|x|/127, codes rounded
+// to nearest even, as the CPU backend does.
+__device__ __forceinline__ void q8_block(float v, int lane, char* q, QMeta* mt) {
     u32 a = __float_as_uint(v) & 0x7fffffffu;
+#if __CUDA_ARCH__ >= 800
+    asm("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(a) : "r"(a));
+#else
     for (int o = 16; o > 0; o >>= 1) {
         u32 b = __shfl_xor_sync(0xffffffffu, a, o);
         a = b > a ? b : a;
     }
+#endif
     float d = 0.0f;
-    int q = 0;
+    int c = 0;
     if (a >= 0x7f800000u) {
         d = __int_as_float(0x7fc00000);
     } else if (a >= 0x0da24260u) {
         float amax = __uint_as_float(a);
         d = __fdiv_rn(amax, 127.0f);
         float id = __fdiv_rn(127.0f, amax);
-        q = __float2int_rn(__fmul_rn(v, id));
+        c = __float2int_rn(__fmul_rn(v, id));
     }
-    qx[blk * 32 + lane] = (char)q;
-    int s = q;
+    q[lane] = (char)c;
+#if __CUDA_ARCH__ >= 800
+    int s, all;
+    asm("redux.sync.add.s32 %0, %1, 0xffffffff;" : "=r"(s) : "r"(lane < 16 ? c : 0));
+    asm("redux.sync.add.s32 %0, %1, 0xffffffff;" : "=r"(all) : "r"(c));
+    int hi = all - s;
+#else
+    int s = c;
     for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     int hi = __shfl_sync(0xffffffffu, s, 16);
+#endif
     if (lane == 0) {
-        QMeta* meta = (QMeta*)(qx + (i64)n * k);
-        QMeta mt;
-        mt.x = __float_as_int(d);
-        mt.y = (s & 0xffff) | (hi << 16);
-        meta[blk] = mt;
+        QMeta m;
+        m.x = __float_as_int(d);
+        m.y = (s & 0xffff) | (hi << 16);
+        *mt = m;
     }
+}
+
+// quantize_q8 quantizes n rows of k activations (k a multiple of 32) into
+// qx: n·k int8 codes, then one QMeta per 32-element block. One warp per
+// block.
+extern "C" __global__ void quantize_q8(char* qx, const float* x, int n, int k) {
+    i64 blk = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (blk >= (i64)n * (k >> 5)) return;
+    q8_block(x[blk * 32 + lane], lane, qx + blk * 32, (QMeta*)(qx + (i64)n * k) + blk);
 }
 
 // Per-type unit of work of one lane: load issues the loads of unit u of a
