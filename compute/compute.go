@@ -381,6 +381,20 @@ func init() {
 	}
 }
 
+// TokenFeeder is implemented by asynchronous backends that can hand a
+// decode step's greedy token to the next step on the device, so that the
+// next step is queued before the host has read the token (and the device
+// does not wait for the host between steps).
+type TokenFeeder interface {
+	// Feed sets ids[0] (I32) to the column that a TopK with k = 1 wrote to
+	// picked[1] and adds one to pos[0] (I32), in stream order.
+	Feed(ids, pos, picked *Tensor)
+	// ReadAsync starts copying src's first len(dst) values to the host in
+	// stream order; wait blocks until they are in dst and returns the
+	// backend's error, if any. dst must not be touched until then.
+	ReadAsync(dst []float32, src *Tensor) (wait func() error)
+}
+
 // MaxTopK is the largest k a TokenPicker takes.
 const MaxTopK = 256
 

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"lem/compute"
@@ -91,5 +93,56 @@ func testArchOn(t *testing.T, dir string, b compute.Backend, tol float64) {
 		if got[i] != ref.GreedyIDs[i] {
 			t.Fatalf("greedy ids differ at step %d:\n got %v\nwant %v", i, got, ref.GreedyIDs)
 		}
+	}
+	testGenerateGreedy(t, m, b, ref)
+}
+
+// testGenerateGreedy runs the greedy reference through Generate, where a
+// backend that feeds tokens (CUDA) queues each step before the host reads
+// the token it consumes: the ids must be the reference's, and a generation
+// that a stop token or MaxTokens ends must leave the session where it
+// stopped, whatever step was queued beyond it.
+func testGenerateGreedy(t *testing.T, net model.Model, b compute.Backend, ref *archref.Reference) {
+	m := &Model{Net: net, Backend: b}
+	n := len(ref.GreedyIDs)
+	s := NewSession(net, b, 64)
+	defer s.Close()
+	res, err := m.Generate(context.Background(), s, Request{Prompt: ref.GreedyPrompt, MaxTokens: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.IDs, ref.GreedyIDs) {
+		t.Fatalf("Generate: greedy ids\n got %v\nwant %v", res.IDs, ref.GreedyIDs)
+	}
+	// The last id is returned, not run.
+	if want := len(ref.GreedyPrompt) + n - 1; s.Len() != want {
+		t.Errorf("Generate: session holds %d positions, want %d", s.Len(), want)
+	}
+	// Stop at the first id that does not occur before it, past the middle.
+	k := n / 2
+	for k < n && slices.Contains(ref.GreedyIDs[:k], ref.GreedyIDs[k]) {
+		k++
+	}
+	if k >= n-1 {
+		return
+	}
+	s.Reset()
+	res, err = m.Generate(context.Background(), s, Request{Prompt: ref.GreedyPrompt, StopIDs: ref.GreedyIDs[k : k+1]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.IDs, ref.GreedyIDs[:k]) || res.StopReason != StopToken {
+		t.Fatalf("Generate with stop id %d: %v (%s), want %v", ref.GreedyIDs[k], res.IDs, res.StopReason, ref.GreedyIDs[:k])
+	}
+	if want := len(ref.GreedyPrompt) + k; s.Len() != want {
+		t.Errorf("Generate with stop id: session holds %d positions, want %d", s.Len(), want)
+	}
+	// The session goes on from where it stopped.
+	logits, err := s.Append(ref.GreedyIDs[k : k+1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := argmax(logits); got != ref.GreedyIDs[k+1] {
+		t.Errorf("after the stop: next greedy id %d, want %d", got, ref.GreedyIDs[k+1])
 	}
 }

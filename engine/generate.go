@@ -120,20 +120,27 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	var cands []candidate // with pick > 0: the backend's top candidates
 	var err error
 	pick := pickK(s.b, &req, s.vocab)
-	next := func(tokens []int32) {
-		if pick > 0 {
+	ahead := s.runsAhead(pick)
+	defer s.settle()
+	// next runs tokens; more says whether the step after them will run
+	// unless the token they pick ends the generation.
+	next := func(tokens []int32, more bool) {
+		switch {
+		case ahead && len(tokens) == 1:
+			cands, err = s.appendGreedy(tokens[0], more)
+		case pick > 0:
 			cands, err = s.appendTop(tokens, pick)
-		} else {
+		default:
 			logits, err = s.Append(tokens)
 		}
 	}
 	if len(req.Prompt) > 0 {
-		next(req.Prompt)
+		next(req.Prompt, false)
 	} else {
 		// Continue from the session's last token.
 		last := s.tokens[len(s.tokens)-1]
 		s.tokens = s.tokens[:len(s.tokens)-1]
-		next([]int32{last})
+		next([]int32{last}, false)
 	}
 	if err != nil {
 		return nil, err
@@ -198,7 +205,8 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 		if req.MaxTokens > 0 && len(res.IDs) >= req.MaxTokens || s.Len() >= s.Capacity() {
 			break
 		}
-		if next([]int32{id}); err != nil {
+		more := (req.MaxTokens == 0 || len(res.IDs)+1 < req.MaxTokens) && s.Len()+1 < s.Capacity()
+		if next([]int32{id}, more); err != nil {
 			return res, err
 		}
 	}

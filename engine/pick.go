@@ -59,10 +59,7 @@ func (s *Session) appendTop(tokens []int32, k int) ([]candidate, error) {
 	if err := s.check(tokens); err != nil {
 		return nil, err
 	}
-	if s.pick == nil {
-		s.pick = &picked{dst: s.b.Alloc(compute.F32, 1, 2*compute.MaxTopK), host: make([]float32, 2*compute.MaxTopK)}
-	}
-	pk := s.pick
+	pk := s.picks()
 	s.run(tokens)
 	tp.TopK(pk.dst, s.logits, k)
 	s.b.Read(pk.host[:2*k], pk.dst)

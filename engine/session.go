@@ -48,7 +48,8 @@ type Session struct {
 	graphFailed bool
 	decodeSteps int
 
-	pick *picked // the device's top candidates (pick.go)
+	pick  *picked // the device's top candidates (pick.go)
+	ahead ahead   // greedy steps queued ahead (ahead.go)
 }
 
 // NewSession allocates a session of up to ctx positions.
@@ -232,6 +233,7 @@ func (s *Session) Close() error {
 
 // Reset forgets every position; the caches are reused.
 func (s *Session) Reset() {
+	s.settle()
 	s.tokens = s.tokens[:0]
 	if r, ok := s.st.(model.Recurrent); ok {
 		r.Restore(0)

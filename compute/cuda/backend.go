@@ -55,6 +55,7 @@ type Backend struct {
 	attnCount *buffer // split counters of attend_dec
 
 	stage       staging   // pinned buffers for weight uploads (upload.go)
+	reads       readRing  // pinned slots for ReadAsync (feed.go)
 	fuse        bool      // fold one-row operations into fewer launches (fuse.go)
 	fgemvBlocks int       // most blocks of an fgemv launch (0: no limit)
 	pdl         bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
@@ -244,6 +245,7 @@ func (b *Backend) Close() error {
 			call(w.d.cuMemFree, p)
 		}
 		b.stage.free(w)
+		b.reads.free(w)
 		call(w.d.cuStreamDestroy, w.stream)
 		call(w.d.cuDevicePrimaryCtxRelease, uintptr(w.dev))
 		return nil

@@ -14,6 +14,7 @@ type decodeKernels struct {
 	ropePrep         uintptr
 	attend           [5]uintptr // (elements per lane, query heads per kv head): (2,4) (4,4) (8,4) (2,8) (4,8)
 	argmax, topk     uintptr
+	feed             uintptr
 }
 
 func (k *decodeKernels) add(t map[string]*uintptr) {
@@ -31,6 +32,7 @@ func (k *decodeKernels) add(t map[string]*uintptr) {
 	}
 	t["argmax_rows"] = &k.argmax
 	t["topk_rows"] = &k.topk
+	t["feed_token"] = &k.feed
 }
 
 var _ compute.TokenPicker = (*Backend)(nil)

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"lem/compute"
@@ -225,5 +226,57 @@ func TestOneRowUnits(t *testing.T) {
 		if got := oneRowUnits(c.rows, c.warps); got != c.one {
 			t.Errorf("oneRowUnits(%d, %d) = %v, want %v", c.rows, c.warps, got, c.one)
 		}
+	}
+}
+
+// TestFeed checks that Feed hands argmax_rows's pick to the next step's
+// inputs on the device, and that reads left in flight by ReadAsync (more
+// than its slots, and one too large for a slot) return the values of the
+// moment they were started.
+func TestFeed(t *testing.T) {
+	g := openGPU(t)
+	logits := g.Alloc(compute.F32, 1, 1000)
+	v := make([]float32, 1000)
+	ids, pos, picked := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1), g.Alloc(compute.F32, 1, 2)
+	g.UploadInts(ids, []int32{5})
+	g.UploadInts(pos, []int32{41})
+	type read struct {
+		got  [2]float32
+		wait func() error
+		want int
+	}
+	var reads []*read
+	for step := range 6 {
+		clear(v)
+		best := 100 + 37*step
+		v[best] = 1
+		g.Upload(logits, v)
+		g.TopK(picked, logits, 1)
+		r := &read{want: best}
+		r.wait = g.ReadAsync(r.got[:], picked)
+		reads = append(reads, r)
+		g.Feed(ids, pos, picked)
+	}
+	big := make([]float32, 1000)
+	waitBig := g.ReadAsync(big, logits)
+	for i, r := range reads[len(reads)-readSlots:] {
+		if err := r.wait(); err != nil {
+			t.Fatal(err)
+		}
+		if r.got != [2]float32{1, float32(r.want)} {
+			t.Errorf("read %d: %v, want [1 %d]", i, r.got, r.want)
+		}
+	}
+	if err := waitBig(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(big, v) {
+		t.Error("large read differs from the logits")
+	}
+	var got [2]float32
+	g.Read(got[:1], ids)
+	g.Read(got[1:], pos)
+	if id, p := int32(math.Float32bits(got[0])), int32(math.Float32bits(got[1])); id != int32(100+37*5) || p != 47 {
+		t.Errorf("after six feeds: ids[0] = %d, pos[0] = %d; want %d, 47", id, p, 100+37*5)
 	}
 }

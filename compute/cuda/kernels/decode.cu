@@ -270,6 +270,14 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_rows(float* dst, const
     }
 }
 
+// feed_token sets ids[0] to the column argmax_rows wrote to picked[1] and
+// advances pos[0] by one: the next decode step's inputs, written on the
+// device so that the step can be queued before the host has read the token.
+extern "C" __global__ void feed_token(int* ids, int* pos, const float* picked) {
+    ids[0] = (int)picked[1];
+    pos[0] += 1;
+}
+
 // ---- attention of one token
 
 // RopePrep rotates the new query (qheads heads) and key (kheads heads; 0:

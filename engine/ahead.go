@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"lem/compute"
+	"lem/model"
+)
+
+// Greedy decoding on a backend that feeds tokens (compute.TokenFeeder)
+// runs one step ahead: the device picks the token, writes it and the next
+// position into the inputs of the recorded decode step, and the host queues
+// that step before reading the token it will consume. The device then never
+// waits for the host between steps. When the token turns out to end the
+// generation, the queued step was wasted: its key and value rows sit beyond
+// the session's positions and the next step overwrites them.
+
+// ahead is a session's state between greedy steps.
+type ahead struct {
+	queued bool         // a step consuming the last picked token is queued
+	wait   func() error // waits for the candidates of the last step
+	slot   int          // which of host's halves wait fills
+	host   [2][2]float32
+}
+
+// runsAhead reports whether Generate may queue steps ahead for req.
+func (s *Session) runsAhead(pick int) bool {
+	_, feeds := s.b.(compute.TokenFeeder)
+	_, recurrent := s.st.(model.Recurrent)
+	return pick == 1 && feeds && !recurrent
+}
+
+// appendGreedy runs the decode step that consumes id, as appendTop(id, 1)
+// does, and returns the most likely next token. With more set it queues
+// the step after it (consuming the token it returns) before reading that
+// token; the next call must then pass that token, or the caller must call
+// settle.
+func (s *Session) appendGreedy(id int32, more bool) ([]candidate, error) {
+	tp := s.b.(compute.TokenPicker)
+	tf := s.b.(compute.TokenFeeder)
+	pk := s.picks()
+	a := &s.ahead
+	if a.queued {
+		// The last call queued the step that consumes id.
+		s.tokens = append(s.tokens, id)
+	} else {
+		if err := s.check([]int32{id}); err != nil {
+			return nil, err
+		}
+		s.run([]int32{id})
+		tp.TopK(pk.dst, s.logits, 1)
+		a.slot ^= 1
+		a.wait = tf.ReadAsync(a.host[a.slot][:], pk.dst)
+	}
+	a.queued = false
+	cur, wait := a.slot, a.wait
+	if more && s.graph != nil {
+		// Stream order: the read of dst above, then the feed that reads it,
+		// then the step and its pick that overwrite dst.
+		ids, pos := s.inputs(1)
+		tf.Feed(ids, pos, pk.dst)
+		s.graph.Launch()
+		tp.TopK(pk.dst, s.logits, 1)
+		a.slot ^= 1
+		a.wait = tf.ReadAsync(a.host[a.slot][:], pk.dst)
+		a.queued = true
+	}
+	if err := wait(); err != nil {
+		a.queued = false
+		return nil, err
+	}
+	if err := s.err(); err != nil {
+		a.queued = false
+		return nil, err
+	}
+	h := &a.host[cur]
+	pk.cands = append(pk.cands[:0], candidate{id: int32(h[1]), logit: h[0]})
+	return pk.cands, nil
+}
+
+// settle forgets a step queued ahead whose token was not taken: the next
+// step uploads its inputs from the host again.
+func (s *Session) settle() { s.ahead.queued = false }
+
+// picks returns the session's candidate buffers, allocated on first use.
+func (s *Session) picks() *picked {
+	if s.pick == nil {
+		s.pick = &picked{dst: s.b.Alloc(compute.F32, 1, 2*compute.MaxTopK), host: make([]float32, 2*compute.MaxTopK)}
+	}
+	return s.pick
+}
