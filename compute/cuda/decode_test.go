@@ -235,8 +235,8 @@ func TestOneRowUnits(t *testing.T) {
 // moment they were started.
 func TestFeed(t *testing.T) {
 	g := openGPU(t)
-	logits := g.Alloc(compute.F32, 1, 1000)
-	v := make([]float32, 1000)
+	logits := g.Alloc(compute.F32, 1, 2000)
+	v := make([]float32, 2000)
 	ids, pos, picked := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1), g.Alloc(compute.F32, 1, 2)
 	g.UploadInts(ids, []int32{5})
 	g.UploadInts(pos, []int32{41})
@@ -257,7 +257,7 @@ func TestFeed(t *testing.T) {
 		reads = append(reads, r)
 		g.Feed(ids, pos, picked)
 	}
-	big := make([]float32, 1000)
+	big := make([]float32, 2000) // more than a slot holds
 	waitBig := g.ReadAsync(big, logits)
 	for i, r := range reads[len(reads)-readSlots:] {
 		if err := r.wait(); err != nil {

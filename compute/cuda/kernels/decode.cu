@@ -84,6 +84,57 @@ __device__ __forceinline__ void fg_load(U4* u, const char* w, int t0, int nv) {
     }
 }
 
+// FG_NB is how many values of the norm's row each thread loads at once.
+#define FG_NB 16
+
+// fg_stage writes w[c] + off (w of storage type WT) to xs[c] for the values
+// c of this thread (c ≡ threadIdx.x mod the block's threads), FG_NB loads
+// in flight.
+template <int WT>
+__device__ __forceinline__ void fg_stage(float* xs, const void* w, int k, float off) {
+    for (int c0 = threadIdx.x; c0 < k; c0 += FG_WARPS * 32 * FG_NB) {
+        float v[FG_NB];
+#pragma unroll
+        for (int i = 0; i < FG_NB; i++) {
+            int c = c0 + FG_WARPS * 32 * i;
+            if (WT == DT_F32)
+                v[i] = c < k ? ((const float*)w)[c] : 0.0f;
+            else
+                v[i] = c < k ? __uint_as_float(((const u16*)w)[c]) : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < FG_NB; i++) {
+            int c = c0 + FG_WARPS * 32 * i;
+            if (c >= k) break;
+            float f = v[i];
+            if (WT == DT_BF16) f = bf2f((u16)__float_as_uint(f));
+            if (WT == DT_F16) f = h2f((u16)__float_as_uint(f));
+            xs[c] = f + off;
+        }
+    }
+}
+
+// fg_sumsq returns the sum of squares of x[0:k] over the block as the
+// rmsnorm kernel with 256 threads computes it (thread t adds values t,
+// t + 256, … in order), with FG_NB loads in flight per thread.
+__device__ __forceinline__ double fg_sumsq(const float* x, int k, double* sh) {
+    double ss = 0;
+    for (int c0 = threadIdx.x; c0 < k; c0 += FG_WARPS * 32 * FG_NB) {
+        float v[FG_NB];
+#pragma unroll
+        for (int i = 0; i < FG_NB; i++) {
+            int c = c0 + FG_WARPS * 32 * i;
+            v[i] = c < k ? x[c] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < FG_NB; i++) {
+            double d = v[i];
+            ss += d * d;
+        }
+    }
+    return block_sum_d(ss, sh);
+}
+
 // fg_rows finds the two weight streams unit u reads: consecutive rows of
 // the stacked matrices, in GLU mode row u of both, in one-row mode the two
 // halves of row u (the second starting nh 16-byte chunks in); null when out
@@ -136,22 +187,36 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
     U4 ua[FG_U], ub[FG_U];
     if (wa) fg_load(ua, wa, lane, nva);
     if (wb) fg_load(ub, wb, lane, nvb);
+    // The norm weight does not depend on the previous kernel: staged in
+    // xs (each thread its own values) before waiting for it.
+    if (NORM && a.nw) {
+        if (a.nwdt == DT_F32)
+            fg_stage<DT_F32>(xs, a.nw, k, a.off);
+        else if (a.nwdt == DT_BF16)
+            fg_stage<DT_BF16>(xs, a.nw, k, a.off);
+        else
+            fg_stage<DT_F16>(xs, a.nw, k, a.off);
+    }
     pdl_wait();
     const float* x = a.x;
     if (NORM) {
-        // As the rmsnorm kernel with 256 threads computes it.
-        double ss = 0;
-        for (int c = threadIdx.x; c < k; c += blockDim.x) {
-            double v = x[c];
-            ss += v * v;
-        }
-        ss = block_sum_d(ss, sh);
-        float inv = (float)(1.0 / sqrt(ss / k + (double)a.eps));
-        for (int c = threadIdx.x; c < k; c += blockDim.x) {
-            float o = x[c] * inv;
-            if (a.nw) o *= ldf(a.nw, a.nwdt, c) + a.off;
-            xs[c] = o;
-            if (blockIdx.x == 0) a.h[c] = o;
+        float inv = (float)(1.0 / sqrt(fg_sumsq(x, k, sh) / k + (double)a.eps));
+        for (int c0 = threadIdx.x; c0 < k; c0 += FG_WARPS * 32 * FG_NB) {
+            float v[FG_NB];
+#pragma unroll
+            for (int i = 0; i < FG_NB; i++) {
+                int c = c0 + FG_WARPS * 32 * i;
+                v[i] = c < k ? x[c] : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < FG_NB; i++) {
+                int c = c0 + FG_WARPS * 32 * i;
+                if (c >= k) break;
+                float o = v[i] * inv;
+                if (a.nw) o *= xs[c];
+                xs[c] = o;
+                if (blockIdx.x == 0) a.h[c] = o;
+            }
         }
         __syncthreads();
         x = xs;

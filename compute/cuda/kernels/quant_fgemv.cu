@@ -86,14 +86,7 @@ __device__ __forceinline__ void fqgemv_t(const FGemv& a) {
     const float* x = a.x;
     float inv = 1.0f;
     if (NORM) {
-        // As the rmsnorm kernel with 256 threads computes it.
-        double ss = 0;
-        for (int c = threadIdx.x; c < k; c += blockDim.x) {
-            double v = x[c];
-            ss += v * v;
-        }
-        ss = block_sum_d(ss, sh);
-        inv = (float)(1.0 / sqrt(ss / k + (double)a.eps));
+        inv = (float)(1.0 / sqrt(fg_sumsq(x, k, sh) / k + (double)a.eps));
     }
     // FQ_G blocks of 32 per warp at a time, their loads issued together.
     const int nb = k >> 5;
