@@ -243,10 +243,22 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		state(s)
 		return d, err
 	}
+	// Decode reuses one session, reset before each run, as llama-bench
+	// reuses its context: the warm-up records its decode graph (on a GPU)
+	// and the runs replay it.
+	var ds *engine.Session
+	defer func() {
+		if ds != nil {
+			ds.Close()
+		}
+	}()
 	decode := func(n int) (time.Duration, error) {
 		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true, HostSampling: o.hostSampling}
-		s := m.NewSession(n + 1)
-		defer s.Close()
+		if ds == nil {
+			ds = m.NewSession(o.gen + 1)
+		}
+		s := ds
+		s.Reset()
 		res, err := m.Generate(ctx, s, req, nil)
 		if err != nil {
 			return 0, err
