@@ -297,6 +297,8 @@ __device__ __forceinline__ u32 fkey(float f) {
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
+#define AM_NB 16
+
 // argmax_rows writes, for each row of x (n values; one block of 1024
 // threads per row), its largest value to dst[r*2] and its index (the
 // first on ties) to dst[r*2+1], as float.
@@ -308,9 +310,21 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_rows(float* dst, const
     const float* row = x + (i64)blockIdx.x * n;
     float best = NEG_INF;
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = row[i];
-        if (v > best || bi == 0x7fffffff) best = v, bi = i;
+    // Each thread visits its values in increasing order, AM_NB loads in
+    // flight (one after another, a row of 128256 took ~125 dependent L2
+    // round trips per thread).
+    for (int i0 = threadIdx.x; i0 < n; i0 += blockDim.x * AM_NB) {
+        float v[AM_NB];
+#pragma unroll
+        for (int j = 0; j < AM_NB; j++) {
+            int i = i0 + j * blockDim.x;
+            v[j] = i < n ? row[i] : NEG_INF;
+        }
+#pragma unroll
+        for (int j = 0; j < AM_NB; j++) {
+            int i = i0 + j * blockDim.x;
+            if (i < n && (v[j] > best || bi == 0x7fffffff)) best = v[j], bi = i;
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, best, o);
