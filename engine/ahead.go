@@ -21,7 +21,8 @@ type ahead struct {
 	host   [2][2]float32
 }
 
-// runsAhead reports whether Generate may queue steps ahead for req.
+// runsAhead reports whether Generate may queue steps ahead when the backend
+// picks pick candidates per step (pickK).
 func (s *Session) runsAhead(pick int) bool {
 	_, feeds := s.b.(compute.TokenFeeder)
 	_, recurrent := s.st.(model.Recurrent)

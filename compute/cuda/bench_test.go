@@ -299,84 +299,98 @@ func BenchmarkDecodeKernels(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		vocab := m.Config().VocabSize
 		for _, set := range settings {
 			b.Run(geo.name+"/"+set.name, func(b *testing.B) {
 				g.fuse, g.pdl, g.fgemvBlocks = set.fuse, set.pdl, set.blocks
-				const ctx, prompt = 512, 64
-				st := m.NewState(ctx)
-				ids, pos := g.Alloc(compute.I32, prompt), g.Alloc(compute.I32, prompt)
-				p := make([]int32, prompt)
-				for i := range p {
-					p[i] = int32(i * 7 % vocab)
-				}
-				g.UploadInts(ids, p)
-				for i := range p {
-					p[i] = int32(i)
-				}
-				g.UploadInts(pos, p)
-				logits := g.Alloc(compute.F32, 1, vocab)
-				m.Forward(st, ids, pos, logits)
-				id1, pos1 := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1)
-				at := prompt
-				step := func() {
-					g.UploadInts(id1, []int32{int32(at * 13 % vocab)})
-					g.UploadInts(pos1, []int32{int32(at)})
-					at++
-				}
-				step()
-				m.Forward(st, id1, pos1, logits)
-				step()
-				graph, err := g.Capture(func() { m.Forward(st, id1, pos1, logits) })
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer graph.Close()
-				const reps = 40
-				for range 3 {
-					graph.Launch()
-				}
-				g.Synchronize()
-				t0 := time.Now()
-				for range reps {
-					graph.Launch()
-				}
-				if err := g.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
-				replay := time.Since(t0) / reps
-				// Timed launches, outside the graph, four steps.
-				byName := map[string]*KernelTime{}
-				for range 4 {
-					step()
-					prof, err := g.ProfileLaunches(func() { m.Forward(st, id1, pos1, logits) })
-					if err != nil {
-						b.Fatal(err)
-					}
-					for _, k := range prof {
-						if byName[k.Name] == nil {
-							byName[k.Name] = &KernelTime{Name: k.Name}
-						}
-						byName[k.Name].Launches += k.Launches
-						byName[k.Name].Time += k.Time
-					}
-				}
-				var prof []KernelTime
-				var sum time.Duration
-				for _, k := range byName {
-					prof = append(prof, *k)
-					sum += k.Time
-				}
-				slices.SortFunc(prof, func(a, c KernelTime) int { return int(c.Time - a.Time) })
-				b.Logf("%s %s: replay %v/step = %.0f tok/s, %.0f GB/s of weights = %.1f%% of copy bandwidth; %d kernels; timed launches sum to %v/step:",
-					geo.name, set.name, replay, 1/replay.Seconds(), float64(weightBytes)/replay.Seconds()/1e9,
-					100*float64(weightBytes)/replay.Seconds()/bw, graph.(*Graph).Kernels(), sum/4)
-				for _, k := range prof {
-					b.Logf("  %-16s %4d/step %9v/step %5.1f%%", k.Name, k.Launches/4, k.Time/4, 100*float64(k.Time)/float64(sum))
-				}
-				b.ReportMetric(1/replay.Seconds(), "tok/s")
-				b.ReportMetric(float64(weightBytes)/replay.Seconds()/bw, "of-copy-bw")
+				profileDecodeStep(b, g, m, geo.name+" "+set.name, weightBytes, bw)
 			})
 		}
 	}
+}
+
+// profileDecodeStep prefills 64 positions of a fresh state of m, records
+// its decode step as a graph and reports, under label, the replay time of
+// the step with its weight bandwidth against the copy bandwidth bw, its
+// kernels, and where the device time of a step goes (each launch timed
+// apart, outside the graph, over four steps).
+func profileDecodeStep(b *testing.B, g *Backend, m model.Model, label string, weightBytes int64, bw float64) {
+	vocab := m.Config().VocabSize
+	const ctx, prompt = 512, 64
+	st := m.NewState(ctx)
+	ids, pos := g.Alloc(compute.I32, prompt), g.Alloc(compute.I32, prompt)
+	p := make([]int32, prompt)
+	for i := range p {
+		p[i] = int32(i * 7 % vocab)
+	}
+	g.UploadInts(ids, p)
+	for i := range p {
+		p[i] = int32(i)
+	}
+	g.UploadInts(pos, p)
+	logits := g.Alloc(compute.F32, 1, vocab)
+	m.Forward(st, ids, pos, logits)
+	id1, pos1 := g.Alloc(compute.I32, 1), g.Alloc(compute.I32, 1)
+	at := prompt
+	step := func() {
+		g.UploadInts(id1, []int32{int32(at * 13 % vocab)})
+		g.UploadInts(pos1, []int32{int32(at)})
+		at++
+	}
+	step()
+	m.Forward(st, id1, pos1, logits)
+	step()
+	graph, err := g.Capture(func() { m.Forward(st, id1, pos1, logits) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer graph.Close()
+	const reps = 40
+	for range 3 {
+		graph.Launch()
+	}
+	g.Synchronize()
+	t0 := time.Now()
+	for range reps {
+		graph.Launch()
+	}
+	if err := g.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	replay := time.Since(t0) / reps
+	// Timed launches, outside the graph, four steps.
+	byName := map[string]*KernelTime{}
+	for range 4 {
+		step()
+		prof, err := g.ProfileLaunches(func() { m.Forward(st, id1, pos1, logits) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range prof {
+			if byName[k.Name] == nil {
+				byName[k.Name] = &KernelTime{Name: k.Name}
+			}
+			byName[k.Name].Launches += k.Launches
+			byName[k.Name].Time += k.Time
+		}
+	}
+	var prof []KernelTime
+	var sum time.Duration
+	for _, k := range byName {
+		prof = append(prof, *k)
+		sum += k.Time
+	}
+	slices.SortFunc(prof, func(a, c KernelTime) int { return int(c.Time - a.Time) })
+	b.Logf("%s: replay %v/step = %.0f tok/s, %.0f GB/s of weights = %.1f%% of copy bandwidth; %d kernels; timed launches sum to %v/step:",
+		label, replay, 1/replay.Seconds(), float64(weightBytes)/replay.Seconds()/1e9,
+		100*float64(weightBytes)/replay.Seconds()/bw, graph.(*Graph).Kernels(), sum/4)
+	for _, k := range prof {
+		b.Logf("  %-22s %4d/step %9v/step %5.1f%%", k.Name, k.Launches/4, k.Time/4, 100*float64(k.Time)/float64(sum))
+	}
+	b.ReportMetric(1/replay.Seconds(), "tok/s")
+	b.ReportMetric(float64(weightBytes)/replay.Seconds()/bw, "of-copy-bw")
+	g.Free(ids)
+	g.Free(pos)
+	g.Free(logits)
+	g.Free(id1)
+	g.Free(pos1)
 }
