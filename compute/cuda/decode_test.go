@@ -230,9 +230,10 @@ func TestOneRowUnits(t *testing.T) {
 }
 
 // TestFeed checks that Feed hands argmax_rows's pick to the next step's
-// inputs on the device, and that reads left in flight by ReadAsync (more
-// than its slots, and one too large for a slot) return the values of the
-// moment they were started.
+// inputs on the device, that reads left in flight by ReadAsync (as many
+// as its slots, and one too large for a slot) return the values of the
+// moment they were started, and that those whose slot a later read took
+// fail.
 func TestFeed(t *testing.T) {
 	g := openGPU(t)
 	logits := g.Alloc(compute.F32, 1, 2000)
@@ -259,6 +260,11 @@ func TestFeed(t *testing.T) {
 	}
 	big := make([]float32, 2000) // more than a slot holds
 	waitBig := g.ReadAsync(big, logits)
+	for i, r := range reads[:len(reads)-readSlots] {
+		if err := r.wait(); err == nil {
+			t.Errorf("read %d, its slot reused: no error", i)
+		}
+	}
 	for i, r := range reads[len(reads)-readSlots:] {
 		if err := r.wait(); err != nil {
 			t.Fatal(err)

@@ -30,6 +30,8 @@ type readRing struct {
 	ptr    uintptr // readSlots·readSlotSize bytes of pinned memory
 	host   []byte
 	ev     [readSlots]uintptr
+	seq    [readSlots]uint64 // which read holds each slot
+	reads  uint64            // reads started
 	next   int
 	failed bool // no pinned memory: reads are synchronous
 }
@@ -63,8 +65,9 @@ func (r *readRing) free(w *owner) {
 // ReadAsync implements compute.TokenFeeder: the copy joins the recorded
 // operations and is handed to the device at once; wait blocks until it is
 // done. Up to four reads may be in flight; a fifth reuses the first slot,
-// whose wait then returns the newer values. Reads larger than a slot, and
-// every read where pinned memory is unavailable, are synchronous.
+// whose wait then fails instead of returning the newer values. Reads
+// larger than a slot, and every read where pinned memory is unavailable,
+// are synchronous.
 func (b *Backend) ReadAsync(dst []float32, src *compute.Tensor) (wait func() error) {
 	n := 4 * len(dst)
 	r := &b.reads
@@ -84,6 +87,9 @@ func (b *Backend) ReadAsync(dst []float32, src *compute.Tensor) (wait func() err
 	}
 	j := r.next
 	r.next = (j + 1) % readSlots
+	r.reads++
+	r.seq[j] = r.reads
+	seq := r.reads
 	hp, ev, p := r.ptr+uintptr(j*readSlotSize), r.ev[j], dptr(src)
 	b.enqueue(func(w *owner) error {
 		if err := w.check("cuMemcpyDtoHAsync", call(w.d.cuMemcpyDtoHAsync, hp, p, uintptr(n), w.stream)); err != nil {
@@ -94,6 +100,9 @@ func (b *Backend) ReadAsync(dst []float32, src *compute.Tensor) (wait func() err
 	b.submit(false)
 	host := r.host[j*readSlotSize : j*readSlotSize+n]
 	return func() error {
+		if r.seq[j] != seq {
+			return fmt.Errorf("cuda: ReadAsync: more than %d reads were in flight", readSlots)
+		}
 		b.enqueue(func(w *owner) error { return w.check("cuEventSynchronize", call(w.d.cuEventSynchronize, ev)) })
 		if err := b.submit(true); err != nil {
 			for i := range dst {
