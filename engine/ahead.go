@@ -10,15 +10,21 @@ import (
 // position into the inputs of the recorded decode step, and the host queues
 // that step before reading the token it will consume. The device then never
 // waits for the host between steps. When the token turns out to end the
-// generation, the queued step was wasted: its key and value rows sit beyond
-// the session's positions and the next step overwrites them.
+// generation, the queued step was wasted: its key and value rows sit at the
+// position after the session's last, which the next step overwrites; until
+// then a sliding-window ring has lost the oldest position it held, which
+// Reuse accounts for (ahead.over).
 
 // ahead is a session's state between greedy steps.
 type ahead struct {
 	queued bool         // a step consuming the last picked token is queued
 	wait   func() error // waits for the candidates of the last step
 	slot   int          // which of host's halves wait fills
-	host   [2][2]float32
+	// over is set when a dropped step wrote the position after the
+	// session's last: the caches then hold one position more than the
+	// session's tokens.
+	over bool
+	host [2][2]float32
 }
 
 // runsAhead reports whether Generate may queue steps ahead when the backend
@@ -79,7 +85,12 @@ func (s *Session) appendGreedy(id int32, more bool) ([]candidate, error) {
 
 // settle forgets a step queued ahead whose token was not taken: the next
 // step uploads its inputs from the host again.
-func (s *Session) settle() { s.ahead.queued = false }
+func (s *Session) settle() {
+	if s.ahead.queued {
+		s.ahead.over = true
+	}
+	s.ahead.queued = false
+}
 
 // picks returns the session's candidate buffers, allocated on first use.
 func (s *Session) picks() *picked {

@@ -94,7 +94,7 @@ func testArchOn(t *testing.T, dir string, b compute.Backend, tol float64) {
 			t.Fatalf("greedy ids differ at step %d:\n got %v\nwant %v", i, got, ref.GreedyIDs)
 		}
 	}
-	testGenerateGreedy(t, m, b, ref)
+	testGenerateGreedy(t, m, b, ref, tol)
 }
 
 // testGenerateGreedy runs the greedy reference through Generate, where a
@@ -102,7 +102,7 @@ func testArchOn(t *testing.T, dir string, b compute.Backend, tol float64) {
 // the token it consumes: the ids must be the reference's, and a generation
 // that a stop token or MaxTokens ends must leave the session where it
 // stopped, whatever step was queued beyond it.
-func testGenerateGreedy(t *testing.T, net model.Model, b compute.Backend, ref *archref.Reference) {
+func testGenerateGreedy(t *testing.T, net model.Model, b compute.Backend, ref *archref.Reference, tol float64) {
 	m := &Model{Net: net, Backend: b}
 	n := len(ref.GreedyIDs)
 	s := NewSession(net, b, 64)
@@ -136,6 +136,24 @@ func testGenerateGreedy(t *testing.T, net model.Model, b compute.Backend, ref *a
 	}
 	if want := len(ref.GreedyPrompt) + k; s.Len() != want {
 		t.Errorf("Generate with stop id: session holds %d positions, want %d", s.Len(), want)
+	}
+	// A prompt of exactly the session's tokens runs the last of them again
+	// (Reuse leaves one to run): the caches must still hold what it needs,
+	// sliding-window rings included, whatever step ran past the stop.
+	held := slices.Clone(s.tokens)
+	kept := s.Reuse(held)
+	again, err := s.Append(held[kept:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := NewSession(net, b, 64)
+	defer fresh.Close()
+	want, err := fresh.Append(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := archref.MaxDiff(again, want); d > tol {
+		t.Errorf("after the stop, the same tokens again (%d kept): max |Δlogit| = %.2e against a fresh session", kept, d)
 	}
 	// The session goes on from where it stopped.
 	logits, err := s.Append(ref.GreedyIDs[k : k+1])

@@ -181,6 +181,7 @@ func (s *Session) forward(tokens []int32, logits *compute.Tensor) {
 		s.m.Forward(s.st, ids, pos, logits)
 	}
 	s.tokens = append(s.tokens, tokens...)
+	s.ahead.over = false
 }
 
 // decode runs one decode step, through a recorded graph where the backend
@@ -234,10 +235,20 @@ func (s *Session) Close() error {
 // Reset forgets every position; the caches are reused.
 func (s *Session) Reset() {
 	s.settle()
+	s.ahead.over = false
 	s.tokens = s.tokens[:0]
 	if r, ok := s.st.(model.Recurrent); ok {
 		r.Restore(0)
 	}
+}
+
+// written returns how many positions the caches hold: the session's
+// tokens, and one more after a dropped step ahead.
+func (s *Session) written() int {
+	if s.ahead.over {
+		return len(s.tokens) + 1
+	}
+	return len(s.tokens)
 }
 
 // Reuse prepares the session for a new prompt: it keeps the longest common
@@ -254,7 +265,7 @@ func (s *Session) Reuse(prompt []int32) int {
 	if n < len(s.tokens) {
 		if r, ok := s.st.(model.Recurrent); ok {
 			n = r.Restore(n)
-		} else if !s.st.CanRewind(n, len(s.tokens)) {
+		} else if !s.st.CanRewind(n, s.written()) {
 			n = 0
 		}
 	}
