@@ -122,6 +122,11 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	pick := pickK(s.b, &req, s.vocab)
 	ahead := s.runsAhead(pick)
 	defer s.settle()
+	// full reports whether generation ends by length with ids tokens out
+	// and held positions in the session.
+	full := func(ids, held int) bool {
+		return req.MaxTokens > 0 && ids >= req.MaxTokens || held >= s.Capacity()
+	}
 	// next runs tokens; more says whether the step after them will run
 	// unless the token they pick ends the generation.
 	next := func(tokens []int32, more bool) {
@@ -202,11 +207,11 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 		if err := emit(tok); err != nil {
 			return res, err
 		}
-		if req.MaxTokens > 0 && len(res.IDs) >= req.MaxTokens || s.Len() >= s.Capacity() {
+		if full(len(res.IDs), s.Len()) {
 			break
 		}
-		more := (req.MaxTokens == 0 || len(res.IDs)+1 < req.MaxTokens) && s.Len()+1 < s.Capacity()
-		if next([]int32{id}, more); err != nil {
+		// The step after this one runs unless its token ends generation.
+		if next([]int32{id}, !full(len(res.IDs)+1, s.Len()+1)); err != nil {
 			return res, err
 		}
 	}

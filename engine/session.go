@@ -234,8 +234,7 @@ func (s *Session) Close() error {
 
 // Reset forgets every position; the caches are reused.
 func (s *Session) Reset() {
-	s.settle()
-	s.ahead.over = false
+	s.ahead.queued, s.ahead.over = false, false
 	s.tokens = s.tokens[:0]
 	if r, ok := s.st.(model.Recurrent); ok {
 		r.Restore(0)

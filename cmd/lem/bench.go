@@ -257,14 +257,13 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		if ds == nil {
 			ds = m.NewSession(o.gen + 1)
 		}
-		s := ds
-		s.Reset()
-		res, err := m.Generate(ctx, s, req, nil)
+		ds.Reset()
+		res, err := m.Generate(ctx, ds, req, nil)
 		if err != nil {
 			return 0, err
 		}
-		state(s)
-		if k := s.StepKernels(); k > 0 {
+		state(ds)
+		if k := ds.StepKernels(); k > 0 {
 			rep.DecodeKernels = k
 		}
 		if len(res.IDs) != n+1 {

@@ -34,6 +34,21 @@ func openGPU(tb testing.TB) *Backend {
 	return gpu
 }
 
+// relDiff returns the largest |got - want| / (1 + |want|) and where it is
+// (the first NaN, if any).
+func relDiff(got, want []float32) (worst float64, at int) {
+	for i := range want {
+		d := math.Abs(float64(got[i])-float64(want[i])) / (1 + math.Abs(float64(want[i])))
+		if d > worst || math.IsNaN(d) {
+			worst, at = d, i
+			if math.IsNaN(d) {
+				break
+			}
+		}
+	}
+	return worst, at
+}
+
 // pair holds the same tensor on the CPU and the GPU.
 type pair struct{ c, g *compute.Tensor }
 
@@ -131,16 +146,7 @@ func (h *harness) compare(what string, p pair, tol float64) {
 	if err := h.g.Err(); err != nil {
 		h.t.Fatalf("%s: %v", what, err)
 	}
-	worst, at := 0.0, 0
-	for i := range want {
-		d := math.Abs(float64(got[i])-float64(want[i])) / (1 + math.Abs(float64(want[i])))
-		if d > worst || math.IsNaN(d) {
-			worst, at = d, i
-			if math.IsNaN(d) {
-				break
-			}
-		}
-	}
+	worst, at := relDiff(got, want)
 	if worst > tol || math.IsNaN(worst) {
 		h.t.Errorf("%s: relative error %.3g at %d (got %g, want %g) > %g", what, worst, at, got[at], want[at], tol)
 	}

@@ -30,16 +30,7 @@ func readGPU(t *testing.T, g *Backend, x *compute.Tensor) []float32 {
 // relative difference.
 func sameRows(t *testing.T, what string, got, want []float32, tol float64) float64 {
 	t.Helper()
-	worst, at := 0.0, 0
-	for i := range want {
-		d := math.Abs(float64(got[i])-float64(want[i])) / (1 + math.Abs(float64(want[i])))
-		if d > worst || math.IsNaN(d) {
-			worst, at = d, i
-			if math.IsNaN(d) {
-				break
-			}
-		}
-	}
+	worst, at := relDiff(got, want)
 	if worst > tol || math.IsNaN(worst) {
 		t.Errorf("%s: relative difference %.3g at %d (got %g, want %g) > %g", what, worst, at, got[at], want[at], tol)
 	}
@@ -339,26 +330,43 @@ func TestFusedQuantDecode(t *testing.T) {
 // embedding and output projection in Q6_K (Q8_0 for a Q8_0 file). It
 // returns the bytes of weights a decode step reads.
 func quantLlama1B(tb testing.TB, g *Backend, mat compute.DType) (model.Model, int64) {
+	emb := compute.Q6_K
+	if mat == compute.Q8_0 {
+		emb = compute.Q8_0
+	}
+	m, _, bytes := loadQuantLlama1B(tb, g, mat, emb)
+	return m, bytes
+}
+
+// llama1BMats are the shapes ([out, in]) of a llama-3.2-1b layer's
+// matrices in the order of llama1BMatNames.
+func llama1BMats(cfg *model.Config) [][2]int {
+	h, f := cfg.HiddenSize, cfg.IntermediateSize
+	q, kv := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
+	return [][2]int{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
+}
+
+var llama1BMatNames = []string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+	"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}
+
+// loadQuantLlama1B loads a llama-3.2-1b-shaped model with random blocks:
+// matrices in mat, the tied embedding and output projection in emb. It
+// returns the source (whose random blocks the model's weights are) and the
+// bytes of weights a decode step reads.
+func loadQuantLlama1B(tb testing.TB, g *Backend, mat, emb compute.DType) (model.Model, *quantSource, int64) {
 	cfg, err := model.ParseConfig([]byte(llama1BConfig))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	h, f, v := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	q, kv := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
-	layerMats := [][2]int{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
-	names := []string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-		"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}
-	emb := compute.Q6_K
-	if mat == compute.Q8_0 {
-		emb = compute.Q8_0
-	}
+	layerMats := llama1BMats(cfg)
 	shapes := map[string][]int{"model.embed_tokens.weight": {v, h}, "model.norm.weight": {h}}
 	bytes := int64(v * mustRowBytes(emb, h))
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		shapes[p+"input_layernorm.weight"] = []int{h}
 		shapes[p+"post_attention_layernorm.weight"] = []int{h}
-		for j, n := range names {
+		for j, n := range llama1BMatNames {
 			shapes[p+n] = layerMats[j][:]
 			bytes += int64(layerMats[j][0] * mustRowBytes(mat, layerMats[j][1]))
 		}
@@ -372,7 +380,7 @@ func quantLlama1B(tb testing.TB, g *Backend, mat compute.DType) (model.Model, in
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return m, bytes
+	return m, src, bytes
 }
 
 // BenchmarkFusedQuantDecode decodes llama-3.2-1b-shaped models with

@@ -224,36 +224,12 @@ func BenchmarkQuantDecodeStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, f, v := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	q, kv := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim
-	layerMats := [][2]int{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
+	h, v := cfg.HiddenSize, cfg.VocabSize
+	layerMats := llama1BMats(cfg)
 	for _, mat := range []compute.DType{compute.Q4_0, compute.Q8_0, compute.Q4_K} {
 		b.Run(mat.String(), func(b *testing.B) {
-			shapes := map[string][]int{"model.embed_tokens.weight": {v, h}, "model.norm.weight": {h}}
 			emb := compute.Q6_K
-			erb, _ := emb.RowBytes(h)
-			bytes := int64(v * erb)
-			names := []string{"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-				"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}
-			for i := range cfg.NumHiddenLayers {
-				p := fmt.Sprintf("model.layers.%d.", i)
-				shapes[p+"input_layernorm.weight"] = []int{h}
-				shapes[p+"post_attention_layernorm.weight"] = []int{h}
-				for j, n := range names {
-					shapes[p+n] = layerMats[j][:]
-					rb, _ := mat.RowBytes(layerMats[j][1])
-					bytes += int64(layerMats[j][0] * rb)
-				}
-			}
-			ones := make([]byte, 2*f)
-			for i := 0; i < len(ones); i += 2 {
-				binary.LittleEndian.PutUint16(ones[i:], half.F32ToBF16(1))
-			}
-			src := &quantSource{shapes: shapes, mat: mat, emb: emb, matData: randomBlocks(mat, f, h), embData: randomBlocks(emb, v, h), ones: ones}
-			m, err := model.Load(cfg, src, g)
-			if err != nil {
-				b.Fatal(err)
-			}
+			m, src, bytes := loadQuantLlama1B(b, g, mat, emb)
 			const ctx, prompt = 4096, 512
 			st := m.NewState(ctx)
 			ids, pos := g.Alloc(compute.I32, prompt), g.Alloc(compute.I32, prompt)
