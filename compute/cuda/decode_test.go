@@ -3,8 +3,10 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"lem/compute"
 )
@@ -284,5 +286,43 @@ func TestFeed(t *testing.T) {
 	g.Read(got[1:], pos)
 	if id, p := int32(math.Float32bits(got[0])), int32(math.Float32bits(got[1])); id != int32(100+37*5) || p != 47 {
 		t.Errorf("after six feeds: ids[0] = %d, pos[0] = %d; want %d, 47", id, p, 100+37*5)
+	}
+}
+
+// BenchmarkTopK times the pick of a decode step over a vocabulary of
+// 128256 logits: k = 1 (greedy) and k = 40 (Ollama's default top_k), 20
+// picks recorded in a graph so that launch costs stay out; ns/op is per
+// pick.
+func BenchmarkTopK(b *testing.B) {
+	g := openGPU(b)
+	const n = 128256
+	x := g.Alloc(compute.F32, 1, n)
+	g.Upload(x, randVals(rand.New(rand.NewPCG(1, 2)), n, 8))
+	dst := g.Alloc(compute.F32, 1, 2*compute.MaxTopK)
+	for _, k := range []int{1, 40} {
+		b.Run(fmt.Sprintf("k=%d", k), func(b *testing.B) {
+			const picks = 20
+			graph, err := g.Capture(func() {
+				for range picks {
+					g.TopK(dst, x, k)
+				}
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer graph.Close()
+			graph.Launch()
+			g.Synchronize()
+			t0 := time.Now()
+			n := 0
+			for b.Loop() {
+				graph.Launch()
+				n++
+			}
+			if err := g.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(time.Since(t0).Nanoseconds())/float64(n*picks), "ns/pick")
+		})
 	}
 }
