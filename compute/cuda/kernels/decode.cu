@@ -297,6 +297,8 @@ __device__ __forceinline__ u32 fkey(float f) {
     return (u & 0x80000000u) ? ~u : u | 0x80000000u;
 }
 
+// AM_NB is how many values each thread of argmax_rows and topk_rows loads
+// at once.
 #define AM_NB 16
 
 // argmax_rows writes, for each row of x (n values; one block of 1024
@@ -716,9 +718,20 @@ extern "C" __global__ void __launch_bounds__(1024) topk_rows(float* dst, const f
         int nb = pass < 2 ? 2048 : 1024;
         for (int i = tid; i < nb; i += blockDim.x) hist[i] = 0;
         __syncthreads();
-        for (int i = tid; i < n; i += blockDim.x) {
-            u32 key = tk_key(row[i]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nb - 1)], 1u);
+        // AM_NB loads in flight per thread (the counts do not depend on
+        // the order).
+        for (int i0 = tid; i0 < n; i0 += blockDim.x * AM_NB) {
+            float v[AM_NB];
+#pragma unroll
+            for (int j = 0; j < AM_NB; j++) {
+                int i = i0 + j * blockDim.x;
+                v[j] = i < n ? row[i] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < AM_NB; j++) {
+                u32 key = tk_key(v[j]);
+                if (i0 + j * (int)blockDim.x < n && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nb - 1)], 1u);
+            }
         }
         __syncthreads();
         if (wid == 0) {
