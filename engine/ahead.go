@@ -25,6 +25,10 @@ type ahead struct {
 	// session's tokens.
 	over bool
 	host [2][2]float32
+	// graph records a whole step ahead: the feed, the decode step and its
+	// pick, so that none of them is a launch of its own.
+	graph       compute.Graph
+	graphFailed bool
 }
 
 // runsAhead reports whether Generate may queue steps ahead when the backend
@@ -63,9 +67,21 @@ func (s *Session) appendGreedy(id int32, more bool) ([]candidate, error) {
 		// Stream order: the read of dst above, then the feed that reads it,
 		// then the step and its pick that overwrite dst.
 		ids, pos := s.inputs(1)
-		tf.Feed(ids, pos, pk.dst)
-		s.graph.Launch()
-		tp.TopK(pk.dst, s.logits, 1)
+		if a.graph == nil && !a.graphFailed {
+			g, err := s.b.(compute.GraphCapturer).Capture(func() {
+				tf.Feed(ids, pos, pk.dst)
+				s.m.Forward(s.st, ids, pos, s.logits)
+				tp.TopK(pk.dst, s.logits, 1)
+			})
+			a.graph, a.graphFailed = g, err != nil
+		}
+		if a.graph != nil {
+			a.graph.Launch()
+		} else {
+			tf.Feed(ids, pos, pk.dst)
+			s.graph.Launch()
+			tp.TopK(pk.dst, s.logits, 1)
+		}
 		a.slot ^= 1
 		a.wait = tf.ReadAsync(a.host[a.slot][:], pk.dst)
 		a.queued = true

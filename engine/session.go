@@ -222,14 +222,18 @@ func (s *Session) decode(ids, pos *compute.Tensor) {
 	s.m.Forward(s.st, ids, pos, s.logits)
 }
 
-// Close releases the session's recorded graph, if any.
+// Close releases the session's recorded graphs, if any.
 func (s *Session) Close() error {
-	if s.graph != nil {
-		g := s.graph
-		s.graph = nil
-		return g.Close()
+	var err error
+	for _, g := range []*compute.Graph{&s.graph, &s.ahead.graph} {
+		if *g != nil {
+			if e := (*g).Close(); err == nil {
+				err = e
+			}
+			*g = nil
+		}
 	}
-	return nil
+	return err
 }
 
 // Reset forgets every position; the caches are reused.
