@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"os"
+	"strconv"
 	"unsafe"
 
 	"lem/compute"
@@ -26,10 +28,21 @@ type attDec struct {
 	k, v, invf                                     uint64
 	fresh, rot, inter                              int32
 	rscale                                         float32
+	minchunk                                       int32
 }
 
-var _ [144 - unsafe.Sizeof(attDec{})]byte
-var _ [unsafe.Sizeof(attDec{}) - 144]byte
+var _ [152 - unsafe.Sizeof(attDec{})]byte
+var _ [unsafe.Sizeof(attDec{}) - 152]byte
+
+// attendChunk is the fewest keys one split of attend_dec takes, so that
+// early in a sequence fewer splits run and, below it, none merges across
+// blocks. LEM_CUDA_ATTEND_CHUNK overrides it (0: every split always runs).
+func attendChunk() int32 {
+	if v, err := strconv.Atoi(os.Getenv("LEM_CUDA_ATTEND_CHUNK")); err == nil && v >= 0 {
+		return int32(v)
+	}
+	return 32
+}
 
 func (b *Backend) recordRopePrep(a *ropePrep, o *op) {
 	work := max(int(a.qheads+a.kheads)*int(a.dims/2), int(a.kc))
@@ -125,7 +138,7 @@ func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCa
 		pos: uint64(dptr(pos)), sinks: uint64(dptr(a.Sinks)), part: uint64(part), count: uint64(count),
 		heads: int32(a.Heads), kvheads: int32(a.KVHeads), hd: int32(hd), cap: int32(cache.Capacity), ring: ring,
 		window: int32(a.Window), sdt: int32(sdt), sp: int32(splits), scale: a.Scale, softcap: a.SoftCap,
-		k: uint64(ks.lo), v: uint64(vs.lo), fresh: 1}
+		k: uint64(ks.lo), v: uint64(vs.lo), fresh: 1, minchunk: b.attendChunk}
 	o := op{fn: fn, name: "attend_dec", grid: [3]uint32{uint32(a.KVHeads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}, nargs: 1, pdl: b.pdl}
 	// The rotation of q and k just recorded, whole heads: fold it in.
 	if f := b.last(fuseRope); f != nil && f.rope.q == uint64(qs.lo) && f.rope.qheads == int32(a.Heads) &&

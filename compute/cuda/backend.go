@@ -58,6 +58,7 @@ type Backend struct {
 	reads       readRing  // pinned slots for ReadAsync (feed.go)
 	fuse        bool      // fold one-row operations into fewer launches (fuse.go)
 	fgemvBlocks int       // most blocks of an fgemv launch (0: no limit)
+	attendChunk int32     // fewest keys per split of attend_dec (attend.go)
 	pdl         bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
 	fz          fuseState // the last recorded op, while it can absorb the next
 	recorded    uint64    // ops recorded so far
@@ -110,6 +111,7 @@ func Open(ordinal int) (*Backend, error) {
 		ropes:       map[*compute.Rope]*compute.Tensor{},
 		fuse:        fusionEnabled(),
 		fgemvBlocks: fgemvGrid(info.SMs),
+		attendChunk: attendChunk(),
 		pdl:         pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
 	}
 	w := &owner{d: d}

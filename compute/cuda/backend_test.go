@@ -328,37 +328,41 @@ func TestAttend(t *testing.T) {
 		{"split sinks softcap", 4, 2, 128, 0, 1500, false, 30, true, []int{5, 1, 600, 1}},
 		{"split ring", 2, 2, 64, 600, 600, true, 0, false, []int{700, 1, 1, 30, 1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h.t = t
-			a := &compute.Attention{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd,
-				Scale: float32(1 / math.Sqrt(float64(tc.hd))), SoftCap: tc.softCap, Window: tc.window}
-			var sinks pair
-			if tc.sinks {
-				sinks = h.vec(compute.F32, 2, tc.heads)
-			}
-			cc := h.c.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
-			gc := h.g.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
-			start := 0
-			for step, n := range tc.chunks {
-				q := h.act(2, n, tc.heads*tc.hd)
-				k := h.act(2, n, tc.kvHeads*tc.hd)
-				v := h.act(1, n, tc.kvHeads*tc.hd)
-				ps := make([]int32, n)
-				for i := range ps {
-					ps[i] = int32(start + i)
+		for _, chunk := range []int32{0, 1, 32} {
+			t.Run(fmt.Sprintf("%s/chunk=%d", tc.name, chunk), func(t *testing.T) {
+				h.t = t
+				defer func(c int32) { h.g.attendChunk = c }(h.g.attendChunk)
+				h.g.attendChunk = chunk // fewest keys per split of attend_dec (0: all splits)
+				a := &compute.Attention{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd,
+					Scale: float32(1 / math.Sqrt(float64(tc.hd))), SoftCap: tc.softCap, Window: tc.window}
+				var sinks pair
+				if tc.sinks {
+					sinks = h.vec(compute.F32, 2, tc.heads)
 				}
-				pos := h.ints(ps)
-				dst := h.zeros(n, tc.heads*tc.hd)
-				a.Sinks = sinks.c
-				h.c.Attend(dst.c, q.c, k.c, v.c, cc, pos.c, a)
-				a.Sinks = sinks.g
-				h.g.Attend(dst.g, q.g, k.g, v.g, gc, pos.g, a)
-				h.compare(fmt.Sprintf("step %d (%d rows at %d)", step, n, start), dst, 2e-5)
-				start += n
-			}
-			h.compare("cache K", pair{cc.K, gc.K}, 0)
-			h.compare("cache V", pair{cc.V, gc.V}, 0)
-		})
+				cc := h.c.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
+				gc := h.g.NewKVCache(tc.capacity, tc.kvHeads*tc.hd, tc.ring)
+				start := 0
+				for step, n := range tc.chunks {
+					q := h.act(2, n, tc.heads*tc.hd)
+					k := h.act(2, n, tc.kvHeads*tc.hd)
+					v := h.act(1, n, tc.kvHeads*tc.hd)
+					ps := make([]int32, n)
+					for i := range ps {
+						ps[i] = int32(start + i)
+					}
+					pos := h.ints(ps)
+					dst := h.zeros(n, tc.heads*tc.hd)
+					a.Sinks = sinks.c
+					h.c.Attend(dst.c, q.c, k.c, v.c, cc, pos.c, a)
+					a.Sinks = sinks.g
+					h.g.Attend(dst.g, q.g, k.g, v.g, gc, pos.g, a)
+					h.compare(fmt.Sprintf("step %d (%d rows at %d)", step, n, start), dst, 2e-5)
+					start += n
+				}
+				h.compare("cache K", pair{cc.K, gc.K}, 0)
+				h.compare("cache V", pair{cc.V, gc.V}, 0)
+			})
+		}
 	}
 }
 

@@ -435,6 +435,7 @@ struct AttDec {
     const float* invf;
     int fresh, rot, inter;
     float rscale;
+    int minchunk; // keys a split takes at least (0: always all splits)
 };
 
 // ad_rotate rotates the E values a lane holds of one head (hd = 32·E):
@@ -524,7 +525,12 @@ __device__ void attend_dec_t(const AttDec& a) {
             if (g < G) ad_rotate<E>(qr[g], cs, sn, a.inter, lane);
         ad_rotate<E>(kn, cs, sn, a.inter, lane);
     }
-    int chunk = (p - first + a.splits) / a.splits;
+    // Early in a sequence fewer splits do: each takes at least minchunk
+    // keys, and with one split nothing is merged across blocks.
+    int sps = a.splits;
+    if (a.minchunk > 0) sps = min(sps, max(1, (p - first + a.minchunk) / a.minchunk));
+    if (sp >= sps) return;
+    int chunk = (p - first + sps) / sps;
     int lo = first + sp * chunk, hi = min(p, lo + chunk - 1);
     // With fresh, position p is not in the cache: warp 0 of the split that
     // holds it takes it from registers after the loop.
@@ -613,7 +619,7 @@ __device__ void attend_dec_t(const AttDec& a) {
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&a.count[kh], 1) == a.splits - 1;
+    if (threadIdx.x == 0) last = sps == 1 || atomicAdd(&a.count[kh], 1) == sps - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -621,8 +627,8 @@ __device__ void attend_dec_t(const AttDec& a) {
     // and sum loaded at once (one thread each), the weights, then the
     // values (each thread's loads issued before any is used). The sums run
     // in split order, as before.
-    for (int t = threadIdx.x; t < G * a.splits; t += blockDim.x) {
-        int g = t / a.splits, s = t - g * a.splits;
+    for (int t = threadIdx.x; t < G * sps; t += blockDim.x) {
+        int g = t / sps, s = t - g * sps;
         const float* pt = a.part + ((i64)(kh * G + g) * a.splits + s) * (hd + 2);
         sm_pm[g][s] = ld_cg(pt);
         sm_pl[g][s] = ld_cg(pt + 1);
@@ -631,14 +637,14 @@ __device__ void attend_dec_t(const AttDec& a) {
     if (threadIdx.x < G) {
         int g = threadIdx.x, h = kh * G + g;
         float mx = NEG_INF;
-        for (int s = 0; s < a.splits; s++) mx = fmaxf(mx, sm_pm[g][s]);
+        for (int s = 0; s < sps; s++) mx = fmaxf(mx, sm_pm[g][s]);
         float sink = 0.0f;
         if (a.sinks) {
             sink = ldf(a.sinks, a.sdt, h);
             mx = fmaxf(mx, sink);
         }
         float sum = a.sinks ? expf(sink - mx) : 0.0f;
-        for (int s = 0; s < a.splits; s++) {
+        for (int s = 0; s < sps; s++) {
             float ms = sm_pm[g][s];
             float wgt = ms != NEG_INF ? expf(ms - mx) : 0.0f;
             if (ms != NEG_INF) sum += sm_pl[g][s] * wgt;
@@ -653,11 +659,11 @@ __device__ void attend_dec_t(const AttDec& a) {
         float av[AD_MAXSPLITS];
 #pragma unroll
         for (int s = 0; s < AD_MAXSPLITS; s++)
-            if (s < a.splits) av[s] = ld_cg(pt + s * (hd + 2));
+            if (s < sps) av[s] = ld_cg(pt + s * (hd + 2));
         float acc2 = 0.0f;
 #pragma unroll
         for (int s = 0; s < AD_MAXSPLITS; s++)
-            if (s < a.splits && sm_pm[g][s] != NEG_INF) acc2 += av[s] * sm_pw[g][s];
+            if (s < sps && sm_pm[g][s] != NEG_INF) acc2 += av[s] * sm_pw[g][s];
         a.out[(i64)h * hd + d] = acc2 / sm_psum[g];
     }
     if (threadIdx.x == 0) a.count[kh] = 0;
