@@ -34,14 +34,16 @@ type attDec struct {
 var _ [152 - unsafe.Sizeof(attDec{})]byte
 var _ [unsafe.Sizeof(attDec{}) - 152]byte
 
-// attendChunk is the fewest keys one split of attend_dec takes, so that
-// early in a sequence fewer splits run and, below it, none merges across
-// blocks. LEM_CUDA_ATTEND_CHUNK overrides it (0: every split always runs).
+// attendChunk is how many keys one split of attend_dec takes at least:
+// the capacity of the cache is divided into splits of that many keys (at
+// most 32 splits), and the kernel runs only as many of them as the
+// position needs. LEM_CUDA_ATTEND_CHUNK overrides it (0: splits of 64 keys
+// of the capacity, all of them run whatever the position).
 func attendChunk() int32 {
 	if v, err := strconv.Atoi(os.Getenv("LEM_CUDA_ATTEND_CHUNK")); err == nil && v >= 0 {
 		return int32(v)
 	}
-	return 32
+	return 8
 }
 
 func (b *Backend) recordRopePrep(a *ropePrep, o *op) {
@@ -126,7 +128,11 @@ func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCa
 	if a.Window > 0 {
 		keys = min(keys, a.Window)
 	}
-	splits := min(32, max(1, (keys+63)/64), max(1, 4*b.info.SMs/a.KVHeads))
+	per := 64 // keys per split the cache's capacity is divided into
+	if b.attendChunk > 0 {
+		per = int(b.attendChunk)
+	}
+	splits := min(32, max(1, (keys+per-1)/per), max(1, 4*b.info.SMs/a.KVHeads))
 	// Scratch first: allocating hands the recorded ops to the owner.
 	part := b.attnScratch(a.Heads * splits * (hd + 2) * 4)
 	count := b.attnCounters(a.KVHeads)
@@ -158,13 +164,18 @@ func (b *Backend) attendDecode(dst, q, k, v *compute.Tensor, cache *compute.KVCa
 
 // attnCounters returns n zeroed ints of device memory for attend_dec's
 // split counters (each launch leaves them zero again).
-func (b *Backend) attnCounters(n int) uintptr {
-	if b.attnCount == nil || b.attnCount.size < int64(4*n) {
-		p := b.scratch(&b.attnCount, 4*n)
-		size := b.attnCount.size
+func (b *Backend) attnCounters(n int) uintptr { return b.counters(&b.attnCount, n) }
+
+// counters returns n ints of device memory held in *slot, zeroed when
+// first allocated, for kernels whose last block counts the others in and
+// leaves the count zero again.
+func (b *Backend) counters(slot **buffer, n int) uintptr {
+	if *slot == nil || (*slot).size < int64(4*n) {
+		p := b.scratch(slot, 4*n)
+		size := (*slot).size
 		b.enqueue(func(w *owner) error {
 			return w.check("cuMemsetD8Async", call(w.d.cuMemsetD8Async, p, 0, uintptr(size), w.stream))
 		})
 	}
-	return b.attnCount.ptr
+	return (*slot).ptr
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"os"
 	"unsafe"
 
 	"lem/compute"
@@ -53,15 +54,18 @@ type Backend struct {
 	ropes     map[*compute.Rope]*compute.Tensor
 	attnPart  *buffer // partial results of split attention
 	attnCount *buffer // split counters of attend_dec
+	pickPart  *buffer // partial results of argmax_split
+	pickCount *buffer // row counters of argmax_split
 
-	stage       staging   // pinned buffers for weight uploads (upload.go)
-	reads       readRing  // pinned slots for ReadAsync (feed.go)
-	fuse        bool      // fold one-row operations into fewer launches (fuse.go)
-	fgemvBlocks int       // most blocks of an fgemv launch (0: no limit)
-	attendChunk int32     // fewest keys per split of attend_dec (attend.go)
-	pdl         bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
-	fz          fuseState // the last recorded op, while it can absorb the next
-	recorded    uint64    // ops recorded so far
+	stage          staging   // pinned buffers for weight uploads (upload.go)
+	reads          readRing  // pinned slots for ReadAsync (feed.go)
+	fuse           bool      // fold one-row operations into fewer launches (fuse.go)
+	fgemvBlocks    int       // most blocks of an fgemv launch (0: no limit)
+	attendChunk    int32     // fewest keys per split of attend_dec (attend.go)
+	argmaxOneBlock bool      // TopK(…, 1) never splits a row (decode.go)
+	pdl            bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
+	fz             fuseState // the last recorded op, while it can absorb the next
+	recorded       uint64    // ops recorded so far
 
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
@@ -112,7 +116,9 @@ func Open(ordinal int) (*Backend, error) {
 		fuse:        fusionEnabled(),
 		fgemvBlocks: fgemvGrid(info.SMs),
 		attendChunk: attendChunk(),
-		pdl:         pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
+		// LEM_CUDA_ARGMAX=block keeps a greedy pick in one block (argmax_rows).
+		argmaxOneBlock: os.Getenv("LEM_CUDA_ARGMAX") == "block",
+		pdl:            pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,
 	}
 	w := &owner{d: d}
 	go w.loop(b.reqs, b.recycle)

@@ -14,6 +14,7 @@ type decodeKernels struct {
 	ropePrep         uintptr
 	attend           [5]uintptr // (elements per lane, query heads per kv head): (2,4) (4,4) (8,4) (2,8) (4,8)
 	argmax, topk     uintptr
+	argmaxSplit      uintptr
 	feed             uintptr
 }
 
@@ -31,6 +32,7 @@ func (k *decodeKernels) add(t map[string]*uintptr) {
 		t["attend_dec"+n] = &k.attend[i]
 	}
 	t["argmax_rows"] = &k.argmax
+	t["argmax_split"] = &k.argmaxSplit
 	t["topk_rows"] = &k.topk
 	t["feed_token"] = &k.feed
 }
@@ -46,6 +48,16 @@ func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 	if rows == 0 {
 		return
 	}
+	if k == 1 && n >= argmaxSplitMin && !b.argmaxOneBlock {
+		// A long row (a vocabulary) is split across blocks so that the
+		// pick is not one SM's sequence of loads.
+		nb := min(argmaxSplits, (n+1023)/1024)
+		part := b.scratch(&b.pickPart, rows*nb*2*4)
+		count := b.counters(&b.pickCount, rows)
+		o := b.record(op{fn: b.k.dec.argmaxSplit, name: "argmax_split", grid: [3]uint32{uint32(nb), uint32(rows), 1}, block: [3]uint32{256, 1, 1}, pdl: b.pdl})
+		o.ptr(dptr(dst)).ptr(dptr(x)).i(n).ptr(part).ptr(count)
+		return
+	}
 	if k == 1 {
 		o := b.launch(b.k.dec.argmax, "argmax_rows", rows, 1024).ptr(dptr(dst)).ptr(dptr(x)).i(n)
 		o.pdl = b.pdl
@@ -54,6 +66,10 @@ func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 	o := b.launch(b.k.dec.topk, "topk_rows", rows, 1024).ptr(dptr(dst)).ptr(dptr(x)).i(n).i(k)
 	o.pdl = b.pdl
 }
+
+// argmaxSplitMin is the row length from which TopK(…, 1) splits a row
+// across up to argmaxSplits blocks (argmax_split).
+const argmaxSplitMin, argmaxSplits = 8192, 128
 
 // Kernels returns the number of kernel launches the graph replays.
 func (g *Graph) Kernels() int { return g.kernels }

@@ -553,24 +553,50 @@ __device__ void attend_dec_t(const AttDec& a) {
                 vv[u][e] = ok ? vr[d] : 0.0f;
             }
         }
+        // Every score of the step first (their reductions interleave),
+        // then one rescale per query head.
+        float sc[AD_KEYS][GM];
 #pragma unroll
-        for (int u = 0; u < AD_KEYS; u++) {
-            if (j0 + u * AD_WARPS > hi) break;
+        for (int u = 0; u < AD_KEYS; u++)
 #pragma unroll
             for (int g = 0; g < GM; g++) {
-                if (g >= G) break;
-                float s = 0.0f;
+                float t = 0.0f;
 #pragma unroll
-                for (int e = 0; e < E; e++) s += qr[g][e] * kv[u][e];
-                s = warp_sum(s) * a.scale;
-                if (a.softcap > 0.0f) s = a.softcap * tanhf(s / a.softcap);
-                float mn = fmaxf(m[g], s);
-                float corr = expf(m[g] - mn), pj = expf(s - mn);
-                l[g] = l[g] * corr + pj;
-#pragma unroll
-                for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + pj * vv[u][e];
-                m[g] = mn;
+                for (int e = 0; e < E; e++) t += qr[g][e] * kv[u][e];
+                sc[u][g] = t;
             }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int u = 0; u < AD_KEYS; u++)
+#pragma unroll
+                for (int g = 0; g < GM; g++) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], o);
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g >= G) break;
+            float mn = m[g];
+#pragma unroll
+            for (int u = 0; u < AD_KEYS; u++) {
+                float x = sc[u][g] * a.scale;
+                if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+                sc[u][g] = j0 + u * AD_WARPS <= hi ? x : NEG_INF;
+                mn = fmaxf(mn, sc[u][g]);
+            }
+            float corr = expf(m[g] - mn), sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < AD_KEYS; u++) {
+                sc[u][g] = expf(sc[u][g] - mn);
+                sum += sc[u][g];
+            }
+            l[g] = l[g] * corr + sum;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                float t = acc[g][e] * corr;
+#pragma unroll
+                for (int u = 0; u < AD_KEYS; u++) t += sc[u][g] * vv[u][e];
+                acc[g][e] = t;
+            }
+            m[g] = mn;
         }
     }
     if (mine) {
@@ -696,6 +722,88 @@ extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec8_4(const 
 extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec2_8(const AttDec a) { attend_dec_t<2, 8>(a); }
 extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec4_8(const AttDec a) { attend_dec_t<4, 8>(a); }
 
+// am_merge keeps in (best, bi) the larger of it and (v, i), the lower
+// index on ties; an index of 0x7fffffff marks an empty pair, which any
+// value (NaN too) replaces.
+__device__ __forceinline__ void am_merge(float& best, int& bi, float v, int i) {
+    if (v > best || (v == best && i < bi) || (bi == 0x7fffffff && i != 0x7fffffff)) best = v, bi = i;
+}
+
+// am_block reduces (best, bi) over the block into thread 0's.
+__device__ __forceinline__ void am_block(float& best, int& bi, float* sv, int* si) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_merge(best, bi, ov, oi);
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) sv[w] = best, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        best = lane < nw ? sv[lane] : NEG_INF;
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            am_merge(best, bi, ov, oi);
+        }
+    }
+}
+
+#define AMB_THREADS 256
+
+// argmax_split is argmax_rows with each row split across gridDim.x blocks
+// of AMB_THREADS threads (row blockIdx.y): each block writes the best of
+// its share to part, and the block that finishes a row's last share
+// reduces them into dst and leaves count[row] zero again.
+extern "C" __global__ void __launch_bounds__(AMB_THREADS) argmax_split(float* dst, const float* x, int n, float* part, int* count) {
+    __shared__ float sv[AMB_THREADS / 32];
+    __shared__ int si[AMB_THREADS / 32];
+    __shared__ int last;
+    pdl_wait();
+    pdl_launch();
+    int r = blockIdx.y, nb = gridDim.x;
+    const float* row = x + (i64)r * n;
+    int per = (n + nb - 1) / nb;
+    int lo = blockIdx.x * per, hi = min(n, lo + per);
+    float best = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i0 = lo + threadIdx.x; i0 < hi; i0 += AMB_THREADS * AM_NB) {
+        float v[AM_NB];
+#pragma unroll
+        for (int j = 0; j < AM_NB; j++) {
+            int i = i0 + j * AMB_THREADS;
+            v[j] = i < hi ? row[i] : NEG_INF;
+        }
+#pragma unroll
+        for (int j = 0; j < AM_NB; j++) {
+            int i = i0 + j * AMB_THREADS;
+            if (i < hi && (v[j] > best || bi == 0x7fffffff)) best = v[j], bi = i;
+        }
+    }
+    am_block(best, bi, sv, si);
+    float* pt = part + (i64)r * nb * 2;
+    if (threadIdx.x == 0) {
+        pt[2 * blockIdx.x] = best;
+        pt[2 * blockIdx.x + 1] = __int_as_float(bi);
+        __threadfence();
+        last = atomicAdd(&count[r], 1) == nb - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    best = NEG_INF;
+    bi = 0x7fffffff;
+    for (int b = threadIdx.x; b < nb; b += AMB_THREADS) am_merge(best, bi, ld_cg(pt + 2 * b), __float_as_int(ld_cg(pt + 2 * b + 1)));
+    __syncthreads();
+    am_block(best, bi, sv, si);
+    if (threadIdx.x == 0) {
+        dst[(i64)r * 2] = best;
+        dst[(i64)r * 2 + 1] = (float)bi;
+        count[r] = 0;
+    }
+}
+
 #define TK_MAX 256
 
 // tk_key orders floats as unsigned keys, with -0 and +0 equal.
@@ -712,7 +820,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_rows(float* dst, const f
     __shared__ unsigned long long cand[TK_MAX];
     __shared__ int wcount[32];
     __shared__ u32 s_sel;
-    __shared__ int s_need, s_gt, s_taken;
+    __shared__ int s_need, s_gt, s_taken, s_eq;
     pdl_wait();
     pdl_launch();
     const float* row = x + (i64)blockIdx.x * n;
@@ -725,18 +833,27 @@ extern "C" __global__ void __launch_bounds__(1024) topk_rows(float* dst, const f
         for (int i = tid; i < nb; i += blockDim.x) hist[i] = 0;
         __syncthreads();
         // AM_NB loads in flight per thread (the counts do not depend on
-        // the order).
-        for (int i0 = tid; i0 < n; i0 += blockDim.x * AM_NB) {
+        // the order). The first pass's bins are few and crowded (the sign
+        // and exponent of values of one scale): a warp adds each of its
+        // bins once.
+        for (int b0 = 0; b0 < n; b0 += blockDim.x * AM_NB) {
             float v[AM_NB];
 #pragma unroll
             for (int j = 0; j < AM_NB; j++) {
-                int i = i0 + j * blockDim.x;
+                int i = b0 + j * blockDim.x + tid;
                 v[j] = i < n ? row[i] : 0.0f;
             }
 #pragma unroll
             for (int j = 0; j < AM_NB; j++) {
                 u32 key = tk_key(v[j]);
-                if (i0 + j * (int)blockDim.x < n && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & (nb - 1)], 1u);
+                bool in = b0 + j * (int)blockDim.x + tid < n && (key & mask) == prefix;
+                u32 bin = (key >> shift) & (nb - 1);
+                if (pass == 0) {
+                    u32 same = __match_any_sync(0xffffffffu, in ? bin : 0xffffffffu);
+                    if (in && lane == __ffs(same) - 1) atomicAdd(&hist[bin], __popc(same));
+                } else if (in) {
+                    atomicAdd(&hist[bin], 1u);
+                }
             }
         }
         __syncthreads();
@@ -760,6 +877,7 @@ extern "C" __global__ void __launch_bounds__(1024) topk_rows(float* dst, const f
                     if (cum + hist[b] >= (u32)need) {
                         s_sel = b;
                         s_need = need - cum;
+                        s_eq = hist[b];
                         break;
                     }
                     cum += hist[b];
@@ -777,7 +895,24 @@ extern "C" __global__ void __launch_bounds__(1024) topk_rows(float* dst, const f
     if (tid == 0) s_gt = 0, s_taken = 0;
     __syncthreads();
     int ngt = k - need;
-    for (int base = 0; base < n; base += blockDim.x) {
+    // Usually every element equal to the k-th largest is taken: then the
+    // order in which they are gathered does not matter (the sort below
+    // breaks ties by index).
+    for (int b0 = 0; s_eq == need && b0 < n; b0 += blockDim.x * AM_NB) {
+        float v[AM_NB];
+#pragma unroll
+        for (int j = 0; j < AM_NB; j++) {
+            int i = b0 + j * blockDim.x + tid;
+            v[j] = i < n ? row[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < AM_NB; j++) {
+            int i = b0 + j * blockDim.x + tid;
+            u32 key = tk_key(v[j]);
+            if (i < n && key >= prefix) cand[atomicAdd(&s_gt, 1)] = ((unsigned long long)key << 32) | (0xffffffffu - (u32)i);
+        }
+    }
+    for (int base = 0; s_eq != need && base < n; base += blockDim.x) {
         int i = base + tid;
         u32 key = i < n ? tk_key(row[i]) : 0;
         bool eq = i < n && key == prefix;
