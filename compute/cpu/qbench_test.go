@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"lem/compute"
 )
@@ -275,4 +276,79 @@ func BenchmarkQPackPrefetch(b *testing.B) {
 func packFuncName(f func(*qpargs)) string {
 	name := runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()
 	return name[strings.LastIndexByte(name, '.')+1:]
+}
+
+// BenchmarkQGEMVLayer runs the seven decode products of one layer back to
+// back, as a decode step does, at the shapes of llama-3.2-1b and
+// qwen2.5-0.5b, with two threads; "stacked" runs q, k and v as one product
+// and gate and up as one. It reports GB/s over the layer and logs each
+// product's. The windows of benchBuf serve as packed weights.
+func BenchmarkQGEMVLayer(b *testing.B) {
+	buf := benchBuf()
+	type shape struct{ m, k int }
+	for _, md := range []struct {
+		name              string
+		hidden, kv, inter int
+	}{{"llama-3.2-1b", 2048, 512, 8192}, {"qwen2.5-0.5b", 896, 128, 4864}} {
+		h, kv, f := md.hidden, md.kv, md.inter
+		layouts := map[string][]shape{
+			"separate": {{h, h}, {kv, h}, {kv, h}, {h, h}, {f, h}, {f, h}, {h, f}},
+			"stacked":  {{h + 2*kv, h}, {h, h}, {2 * f, h}, {h, f}},
+		}
+		for _, dt := range []compute.DType{compute.Q4_0, compute.Q4_K, compute.Q6_K, compute.Q8_0} {
+			for _, lay := range []string{"separate", "stacked"} {
+				b.Run(fmt.Sprintf("%s/%s/%s", md.name, dt, lay), func(b *testing.B) {
+					shapes := layouts[lay]
+					// As many layers as fit in benchBuf, used in turn.
+					var layers [][]Weights
+					total := 0
+					for off := 0; ; {
+						var ws []Weights
+						for _, s := range shapes {
+							rb, _ := dt.RowBytes(s.k)
+							size := s.m * rb
+							if off+size > len(buf) {
+								break
+							}
+							w := Weights{DType: dt, Rows: s.m, Cols: s.k, Data: buf[off : off+size]}
+							w.pack = w.Data
+							ws = append(ws, w)
+							off += size
+						}
+						if len(ws) < len(shapes) {
+							break
+						}
+						if total == 0 {
+							for _, w := range ws {
+								total += len(w.Data)
+							}
+						}
+						layers = append(layers, ws)
+					}
+					x := randVec(rand.New(rand.NewPCG(1, 1)), max(h, f))
+					dst := make([]float32, 2*f)
+					pool := NewPool(2)
+					defer pool.Close()
+					per := make([]time.Duration, len(shapes))
+					b.SetBytes(int64(total))
+					i := 0
+					for b.Loop() {
+						for j, w := range layers[i%len(layers)] {
+							t0 := time.Now()
+							MatMul(dst[:w.Rows], x[:w.Cols], 1, w, pool)
+							per[j] += time.Since(t0)
+						}
+						i++
+					}
+					var parts []string
+					for j, s := range shapes {
+						d := per[j] / time.Duration(i)
+						rb, _ := dt.RowBytes(s.k)
+						parts = append(parts, fmt.Sprintf("%dx%d %.1f", s.m, s.k, float64(s.m*rb)/d.Seconds()/1e9))
+					}
+					b.Logf("GB/s per product: %s", strings.Join(parts, ", "))
+				})
+			}
+		}
+	}
 }
