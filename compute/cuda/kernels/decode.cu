@@ -479,49 +479,14 @@ __device__ void attend_dec_t(const AttDec& a) {
     __shared__ float sm_acc[AD_WARPS][GM][32 * E];
     __shared__ int last;
     __shared__ float sm_pm[GM][AD_MAXSPLITS], sm_pl[GM][AD_MAXSPLITS], sm_pw[GM][AD_MAXSPLITS], sm_psum[GM];
+    pdl_wait();
+    pdl_launch();
     int kh = blockIdx.x, sp = blockIdx.y;
     int G = a.heads / a.kvheads, hd = a.hd;
-    // The position and the cached keys and values before it were written
-    // by earlier steps (or, without fresh, by the kernel before: then
-    // nothing is read before pdl_wait).
-    if (!a.fresh) pdl_wait();
     int p = a.pos[0];
     int first = a.window > 0 ? max(0, p - a.window + 1) : 0;
     int kc = a.kvheads * hd;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    // Early in a sequence fewer splits do: each takes at least minchunk
-    // keys, and with one split nothing is merged across blocks.
-    int sps = a.splits;
-    if (a.minchunk > 0) sps = min(sps, max(1, (p - first + a.minchunk) / a.minchunk));
-    if (sp >= sps) return;
-    int chunk = (p - first + sps) / sps;
-    int lo = first + sp * chunk, hi = min(p, lo + chunk - 1);
-    // With fresh, position p is not in the cache: warp 0 of the split that
-    // holds it takes it from registers after the loop.
-    bool mine = a.fresh && lo <= p && p <= hi && w == 0;
-    if (a.fresh) hi = min(hi, p - 1);
-    // AD_KEYS keys per warp and step, loaded before any is used; the
-    // first step's before waiting for the previous kernel.
-    float kv[AD_KEYS][E], vv[AD_KEYS][E];
-    auto load = [&](int j0) {
-#pragma unroll
-        for (int u = 0; u < AD_KEYS; u++) {
-            int j = j0 + u * AD_WARPS;
-            int slot = a.ring ? j % a.cap : j;
-            const float* kr = a.ck + (i64)slot * kc + kh * hd;
-            const float* vr = a.cv + (i64)slot * kc + kh * hd;
-#pragma unroll
-            for (int e = 0; e < E; e++) {
-                int d = lane + 32 * e;
-                bool ok = j <= hi && d < hd;
-                kv[u][e] = ok ? kr[d] : 0.0f;
-                vv[u][e] = ok ? vr[d] : 0.0f;
-            }
-        }
-    };
-    load(lo + w);
-    if (a.fresh) pdl_wait();
-    pdl_launch();
     float qr[GM][E], acc[GM][E], m[GM], l[GM];
 #pragma unroll
     for (int g = 0; g < GM; g++) {
@@ -560,8 +525,34 @@ __device__ void attend_dec_t(const AttDec& a) {
             if (g < G) ad_rotate<E>(qr[g], cs, sn, a.inter, lane);
         ad_rotate<E>(kn, cs, sn, a.inter, lane);
     }
+    // Early in a sequence fewer splits do: each takes at least minchunk
+    // keys, and with one split nothing is merged across blocks.
+    int sps = a.splits;
+    if (a.minchunk > 0) sps = min(sps, max(1, (p - first + a.minchunk) / a.minchunk));
+    if (sp >= sps) return;
+    int chunk = (p - first + sps) / sps;
+    int lo = first + sp * chunk, hi = min(p, lo + chunk - 1);
+    // With fresh, position p is not in the cache: warp 0 of the split that
+    // holds it takes it from registers after the loop.
+    bool mine = a.fresh && lo <= p && p <= hi && w == 0;
+    if (a.fresh) hi = min(hi, p - 1);
+    // AD_KEYS keys per warp and step, loaded before any is used.
     for (int j0 = lo + w; j0 <= hi; j0 += AD_KEYS * AD_WARPS) {
-        if (j0 > lo + w) load(j0);
+        float kv[AD_KEYS][E], vv[AD_KEYS][E];
+#pragma unroll
+        for (int u = 0; u < AD_KEYS; u++) {
+            int j = j0 + u * AD_WARPS;
+            int slot = a.ring ? j % a.cap : j;
+            const float* kr = a.ck + (i64)slot * kc + kh * hd;
+            const float* vr = a.cv + (i64)slot * kc + kh * hd;
+#pragma unroll
+            for (int e = 0; e < E; e++) {
+                int d = lane + 32 * e;
+                bool ok = j <= hi && d < hd;
+                kv[u][e] = ok ? kr[d] : 0.0f;
+                vv[u][e] = ok ? vr[d] : 0.0f;
+            }
+        }
         // Every score of the step first (their reductions interleave),
         // then one rescale per query head.
         float sc[AD_KEYS][GM];
@@ -659,21 +650,9 @@ __device__ void attend_dec_t(const AttDec& a) {
     if (!last) return;
     __threadfence();
     // The last split of this kv head merges all of them: every split's max
-    // and sum loaded at once (one thread each), and with them the values of
-    // each thread's first two (head, dimension) pairs; then the weights,
-    // then the sums (in split order, as before).
-    int nt = G * hd;
-    float av[2][AD_MAXSPLITS];
-    auto loadv = [&](float (&v)[AD_MAXSPLITS], int t) {
-        int g = t / hd, d = t - g * hd;
-        const float* pt = a.part + (i64)(kh * G + g) * a.splits * (hd + 2) + 2 + d;
-#pragma unroll
-        for (int s = 0; s < AD_MAXSPLITS; s++)
-            if (s < sps) v[s] = ld_cg(pt + s * (hd + 2));
-    };
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        if (threadIdx.x + r * blockDim.x < nt) loadv(av[r], threadIdx.x + r * blockDim.x);
+    // and sum loaded at once (one thread each), the weights, then the
+    // values (each thread's loads issued before any is used). The sums run
+    // in split order, as before.
     for (int t = threadIdx.x; t < G * sps; t += blockDim.x) {
         int g = t / sps, s = t - g * sps;
         const float* pt = a.part + ((i64)(kh * G + g) * a.splits + s) * (hd + 2);
@@ -700,20 +679,18 @@ __device__ void attend_dec_t(const AttDec& a) {
         sm_psum[g] = sum;
     }
     __syncthreads();
-    auto merge = [&](const float (&v)[AD_MAXSPLITS], int t) {
-        int g = t / hd, d = t - g * hd;
+    for (int t = threadIdx.x; t < G * hd; t += blockDim.x) {
+        int g = t / hd, d = t - g * hd, h = kh * G + g;
+        const float* pt = a.part + (i64)h * a.splits * (hd + 2) + 2 + d;
+        float av[AD_MAXSPLITS];
+#pragma unroll
+        for (int s = 0; s < AD_MAXSPLITS; s++)
+            if (s < sps) av[s] = ld_cg(pt + s * (hd + 2));
         float acc2 = 0.0f;
 #pragma unroll
         for (int s = 0; s < AD_MAXSPLITS; s++)
-            if (s < sps && sm_pm[g][s] != NEG_INF) acc2 += v[s] * sm_pw[g][s];
-        a.out[(i64)(kh * G + g) * hd + d] = acc2 / sm_psum[g];
-    };
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        if (threadIdx.x + r * blockDim.x < nt) merge(av[r], threadIdx.x + r * blockDim.x);
-    for (int t = threadIdx.x + 2 * blockDim.x; t < nt; t += blockDim.x) {
-        loadv(av[0], t);
-        merge(av[0], t);
+            if (s < sps && sm_pm[g][s] != NEG_INF) acc2 += av[s] * sm_pw[g][s];
+        a.out[(i64)h * hd + d] = acc2 / sm_psum[g];
     }
     if (threadIdx.x == 0) a.count[kh] = 0;
     // Every other split of this kv head is done reading q, k and the
