@@ -301,6 +301,34 @@ __device__ __forceinline__ u32 fkey(float f) {
 // at once.
 #define AM_NB 16
 
+// am_merge keeps in (best, bi) the larger of it and (v, i), the lower
+// index on ties; an index of 0x7fffffff marks an empty pair, which any
+// value (NaN too) replaces.
+__device__ __forceinline__ void am_merge(float& best, int& bi, float v, int i) {
+    if (v > best || (v == best && i < bi) || (bi == 0x7fffffff && i != 0x7fffffff)) best = v, bi = i;
+}
+
+// am_block reduces (best, bi) over the block into thread 0's.
+__device__ __forceinline__ void am_block(float& best, int& bi, float* sv, int* si) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_merge(best, bi, ov, oi);
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) sv[w] = best, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        best = lane < nw ? sv[lane] : NEG_INF;
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            am_merge(best, bi, ov, oi);
+        }
+    }
+}
+
 // argmax_rows writes, for each row of x (n values; one block of 1024
 // threads per row), its largest value to dst[r*2] and its index (the
 // first on ties) to dst[r*2+1], as float.
@@ -328,24 +356,8 @@ extern "C" __global__ void __launch_bounds__(1024) argmax_rows(float* dst, const
             if (i < n && (v[j] > best || bi == 0x7fffffff)) best = v[j], bi = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > best || (ov == best && oi < bi) || (bi == 0x7fffffff && oi != 0x7fffffff)) best = ov, bi = oi;
-    }
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (lane == 0) sv[w] = best, si[w] = bi;
-    __syncthreads();
-    if (w != 0) return;
-    int nw = blockDim.x >> 5;
-    best = lane < nw ? sv[lane] : NEG_INF;
-    bi = lane < nw ? si[lane] : 0x7fffffff;
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > best || (ov == best && oi < bi) || (bi == 0x7fffffff && oi != 0x7fffffff)) best = ov, bi = oi;
-    }
-    if (lane == 0) {
+    am_block(best, bi, sv, si);
+    if (threadIdx.x == 0) {
         dst[(i64)blockIdx.x * 2] = best;
         dst[(i64)blockIdx.x * 2 + 1] = (float)bi;
     }
@@ -721,34 +733,6 @@ extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec4_4(const 
 extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec8_4(const AttDec a) { attend_dec_t<8, 4>(a); }
 extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec2_8(const AttDec a) { attend_dec_t<2, 8>(a); }
 extern "C" __global__ void __launch_bounds__(AD_WARPS * 32) attend_dec4_8(const AttDec a) { attend_dec_t<4, 8>(a); }
-
-// am_merge keeps in (best, bi) the larger of it and (v, i), the lower
-// index on ties; an index of 0x7fffffff marks an empty pair, which any
-// value (NaN too) replaces.
-__device__ __forceinline__ void am_merge(float& best, int& bi, float v, int i) {
-    if (v > best || (v == best && i < bi) || (bi == 0x7fffffff && i != 0x7fffffff)) best = v, bi = i;
-}
-
-// am_block reduces (best, bi) over the block into thread 0's.
-__device__ __forceinline__ void am_block(float& best, int& bi, float* sv, int* si) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        am_merge(best, bi, ov, oi);
-    }
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) sv[w] = best, si[w] = bi;
-    __syncthreads();
-    if (w == 0) {
-        best = lane < nw ? sv[lane] : NEG_INF;
-        bi = lane < nw ? si[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            am_merge(best, bi, ov, oi);
-        }
-    }
-}
 
 #define AMB_THREADS 256
 
