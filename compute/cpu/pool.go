@@ -44,11 +44,13 @@ type poolState struct {
 	next    atomic.Int64
 	mm      matmulTask
 	qm      qmatmulTask
+	amx     amxTask
 	stream  streamTask
 	fn      func(chunk int)
 
 	xp []float32 // packed activations
 	xq []byte    // quantized activations (qscratch)
+	xb []uint16  // bf16 activations (bscratch)
 }
 
 type worker struct {
@@ -56,6 +58,9 @@ type worker struct {
 	args  kargs
 	qargs qargs
 	wf    []float32 // dequantized weight rows
+	amx   amxArgs
+	bt    []byte                     // AMX: a strip of dequantized B tiles
+	cs    [amxRows * amxRows]float32 // AMX: the products of a partial tile
 	sum   uint64    // StreamRead's partial sum
 	_     [64]byte  // keep neighbouring workers' fields on separate cache lines
 }
@@ -107,6 +112,8 @@ const (
 	taskQGEMV
 	taskQGEMM
 	taskQDequant
+	taskAMXCvt
+	taskAMX
 )
 
 // NewPool returns a pool of the given number of threads; threads <= 0
@@ -249,6 +256,10 @@ func (s *poolState) work(wi int) {
 			s.qm.gemm(&s.workers[wi].qargs, c)
 		case taskQDequant:
 			s.qm.dequant(s.workers[wi], c)
+		case taskAMXCvt:
+			s.amx.cvt(c)
+		case taskAMX:
+			s.amx.product(s.workers[wi], c)
 		}
 	}
 }

@@ -99,20 +99,29 @@ func BenchmarkQGEMV(b *testing.B) {
 
 // BenchmarkQGEMM measures prefill with quantized weights: a 512-token
 // prompt through a 2048×2048 projection, in GFLOP/s; bf16 is the float
-// baseline of the same run (as BenchmarkGEMM).
+// baseline of the same run (as BenchmarkGEMM). Packed Q8_0 and Q4_0 run
+// with the VNNI kernels ("packed") and, where the CPU has AMX, on AMX
+// ("packed+amx").
 func BenchmarkQGEMM(b *testing.B) {
 	const n, m, k = 512, 2048, 2048
 	x := randVec(rand.New(rand.NewPCG(1, 1)), n*k)
 	dst := make([]float32, n*m)
-	run := func(name string, w Weights, l level, th int) {
+	amxOn()
+	amx := amxOnce.on
+	defer func() { amxOnce.on = amx }()
+	run := func(name string, w Weights, l level, th int, withAMX bool) {
 		mid := l.String()
 		if w.pack != nil {
 			mid = "packed"
+		}
+		if withAMX {
+			mid += "+amx"
 		}
 		b.Run(fmt.Sprintf("%s/%s/threads=%d", name, mid, th), func(b *testing.B) {
 			pool := NewPool(th)
 			defer pool.Close()
 			defer setLevel(setLevel(l))
+			amxOnce.on = withAMX
 			for b.Loop() {
 				MatMul(dst, x, n, w, pool)
 			}
@@ -120,7 +129,7 @@ func BenchmarkQGEMM(b *testing.B) {
 		})
 	}
 	for _, th := range benchThreads {
-		run("bf16", Weights{DType: compute.BF16, Rows: m, Cols: k, Data: benchBuf()[:m*k*2]}, detectLevel(), th)
+		run("bf16", Weights{DType: compute.BF16, Rows: m, Cols: k, Data: benchBuf()[:m*k*2]}, detectLevel(), th, false)
 	}
 	for _, dt := range benchQuantTypes {
 		rb, _ := dt.RowBytes(k)
@@ -130,7 +139,10 @@ func BenchmarkQGEMM(b *testing.B) {
 			pw.pack = make([]byte, len(w.Data))
 			packWeights(pw.pack, w)
 			for _, th := range benchThreads {
-				run(dt.String(), pw, detectLevel(), th)
+				run(dt.String(), pw, detectLevel(), th, false)
+				if amx && amxDtype(dt) {
+					run(dt.String(), pw, detectLevel(), th, true)
+				}
 			}
 		}
 		for _, l := range levels()[1:] {
@@ -138,7 +150,7 @@ func BenchmarkQGEMM(b *testing.B) {
 				continue
 			}
 			for _, th := range benchThreads {
-				run(dt.String(), w, l, th)
+				run(dt.String(), w, l, th, false)
 			}
 		}
 	}

@@ -451,6 +451,10 @@ func packGEMVGo(a *qpargs, dt compute.DType) {
 // matMulPacked is matMulQuant for packed weights.
 func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 	m, k := w.Rows, w.Cols
+	if n >= amxMinRows && m%packRows == 0 && amxDtype(w.DType) && amxOn() {
+		matMulAMX(s, dst, x, n, w, amxKernel)
+		return
+	}
 	rb, _ := w.DType.RowBytes(k)
 	t := &s.qm
 	xf := packXf(w.DType)

@@ -83,6 +83,7 @@ var packShapes = []struct{ n, m, k int }{
 // TestPackedMatMul checks the packed products, assembly and pure Go, against
 // float64 and against the unpacked products.
 func TestPackedMatMul(t *testing.T) {
+	noAMX(t) // TestAMXMatMul checks those products
 	rng := rand.New(rand.NewPCG(33, 34))
 	for _, threads := range []int{1, 3} {
 		pool := NewPool(threads)
