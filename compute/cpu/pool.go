@@ -61,8 +61,8 @@ type worker struct {
 	amx   amxArgs
 	bt    []byte                     // AMX: a strip of dequantized B tiles
 	cs    [amxRows * amxRows]float32 // AMX: the products of a partial tile
-	sum   uint64    // StreamRead's partial sum
-	_     [64]byte  // keep neighbouring workers' fields on separate cache lines
+	sum   uint64                     // StreamRead's partial sum
+	_     [64]byte                   // keep neighbouring workers' fields on separate cache lines
 }
 
 // parker lets a goroutine sleep until woken without losing a wake-up that
