@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"sync"
@@ -8,6 +9,7 @@ import (
 
 	"lem/compute"
 	"lem/internal/half"
+	"lem/quant"
 )
 
 // Prefill on AMX. On CPUs with AMX-BF16 (Intel Sapphire Rapids and later),
@@ -226,7 +228,9 @@ func amxDequantGo(dst, gd []byte, dt compute.DType, nb int) {
 	for r := range packRows {
 		for b := range nb {
 			unpackBlock(blk[:], gd, dt, nb, r, b)
-			dequantBlock(f[:], blk[:dt.BlockBytes()], dt)
+			if err := quant.Dequantize(f[:], blk[:dt.BlockBytes()], dt); err != nil {
+				panic(fmt.Sprintf("cpu: %v", err))
+			}
 			for p := range 16 {
 				o := b*1024 + p*64 + 4*r
 				putU16(dst[o:], half.F32ToBF16(f[2*p]))
@@ -237,22 +241,6 @@ func amxDequantGo(dst, gd []byte, dt compute.DType, nb int) {
 }
 
 func putU16(b []byte, v uint16) { b[0], b[1] = byte(v), byte(v>>8) }
-
-// dequantBlock writes the 32 values of one Q8_0 or Q4_0 block to f.
-func dequantBlock(f []float32, blk []byte, dt compute.DType) {
-	d := f16le(blk)
-	for i := range 32 {
-		var q int
-		if dt == compute.Q8_0 {
-			q = int(int8(blk[2+i]))
-		} else if i < 16 {
-			q = int(blk[2+i]&15) - 8
-		} else {
-			q = int(blk[2+i-16]>>4) - 8
-		}
-		f[i] = float32(q) * d
-	}
-}
 
 // bf16Row rounds src to bf16 (nearest even) into dst.
 func bf16Row(dst []uint16, src []float32) {

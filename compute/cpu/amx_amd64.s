@@ -6,6 +6,16 @@
 // as bytes (VEX encodings from the Intel SDM); each line's comment gives
 // the instruction.
 
+// DQARGS loads the arguments of a dequantizer: dst to DI, codes to SI, the
+// permutation to Z31 and the 16 rows' scales, widened, to Z29.
+#define DQARGS \
+	MOVQ dst+0(FP), DI \
+	MOVQ codes+8(FP), SI \
+	MOVQ scales+16(FP), AX \
+	MOVQ perm+24(FP), BX \
+	VMOVDQU64 (BX), Z31 \
+	VCVTPH2PS (AX), Z29
+
 // func amxTileBF16(a *amxArgs)
 //
 // For each of a.pairs pairs of weight groups, C (32 activation rows × 32
@@ -138,12 +148,7 @@ cvtdone:
 // Dequantizes one Q8_0 block of a packed group (its 512 code bytes and 16
 // float16 scales) to the 16 rows of a bf16 B tile.
 TEXT ·amxDqQ8_0(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ codes+8(FP), SI
-	MOVQ scales+16(FP), AX
-	MOVQ perm+24(FP), BX
-	VMOVDQU64 (BX), Z31
-	VCVTPH2PS (AX), Z29
+	DQARGS
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z30
 	MOVQ $8, CX
@@ -183,12 +188,7 @@ q8loop:
 // Dequantizes one Q4_0 block of a packed group (its 256 code bytes and 16
 // float16 scales) to the 16 rows of a bf16 B tile.
 TEXT ·amxDqQ4_0(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ codes+8(FP), SI
-	MOVQ scales+16(FP), AX
-	MOVQ perm+24(FP), BX
-	VMOVDQU64 (BX), Z31
-	VCVTPH2PS (AX), Z29
+	DQARGS
 	MOVL $0x0f0f0f0f, AX
 	VPBROADCASTD AX, Z30
 	MOVL $0xff, AX
