@@ -13,8 +13,8 @@ import (
 )
 
 // Prefill on AMX. On CPUs with AMX-BF16 (Intel Sapphire Rapids and later),
-// a many-row product of packed Q8_0 or Q4_0 weights runs on the tile
-// unit instead of the VNNI kernels:
+// a many-row product of packed Q8_0, Q4_0, Q4_K or Q6_K weights runs on
+// the tile unit instead of the VNNI kernels:
 //
 //   - the activation rows are rounded to bf16 once per product (A tiles:
 //     16 rows × 32 elements, row-major);
@@ -82,9 +82,9 @@ var amxOnce struct {
 	on bool
 }
 
-// amxOn reports whether the many-row products of packed Q8_0 and Q4_0
-// weights run on AMX: the CPU has it, the kernel granted the process its
-// tile state, and LEM_CPU_AMX is not 0.
+// amxOn reports whether the many-row products of packed weights of the
+// types amxDtype names run on AMX: the CPU has it, the kernel granted the
+// process its tile state, and LEM_CPU_AMX is not 0.
 func amxOn() bool {
 	amxOnce.Do(func() {
 		amxOnce.on = os.Getenv("LEM_CPU_AMX") != "0" && amxEnable()
@@ -93,7 +93,13 @@ func amxOn() bool {
 }
 
 // amxDtype reports whether weights of type dt have an AMX dequantizer.
-func amxDtype(dt compute.DType) bool { return dt == compute.Q8_0 || dt == compute.Q4_0 }
+func amxDtype(dt compute.DType) bool {
+	switch dt {
+	case compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K:
+		return true
+	}
+	return false
+}
 
 // amxTask is one AMX product, shared by the pool's workers.
 type amxTask struct {
@@ -169,7 +175,7 @@ func (t *amxTask) product(wk *worker, c int) {
 	}
 	bt := wk.bt[:need]
 	for g := g0; g < g1; g++ {
-		amxDequant(bt[(g-g0)*gb:(g-g0+1)*gb], t.w[g*packRows*t.rb:(g+1)*packRows*t.rb], t.dt, nc)
+		amxDequant(bt[(g-g0)*gb:(g-g0+1)*gb], t.w[g*packRows*t.rb:(g+1)*packRows*t.rb], t.dt, t.k/t.dt.BlockSize())
 	}
 	if g1-g0 < 2*(p1-p0) {
 		clear(bt[(g1-g0)*gb:])
@@ -204,37 +210,50 @@ func (t *amxTask) product(wk *worker, c int) {
 }
 
 // amxDequant writes the B tiles of one packed group gd of type dt (nb
-// blocks of 32) to dst, nb·1024 bytes.
+// stored blocks per row) to dst, 1024 bytes per 32 elements of a row.
 func amxDequant(dst, gd []byte, dt compute.DType, nb int) {
-	if amxAsmDequant {
+	if !amxAsmDequant {
+		amxDequantGo(dst, gd, dt, nb)
+		return
+	}
+	perm := &amxPerm[0]
+	switch dt {
+	case compute.Q4_K:
+		for b := range nb {
+			amxDqQ4_K(&dst[b*8192], &gd[b*2304], &gd[b*2304+192], perm)
+		}
+	case compute.Q6_K:
+		for b := range nb {
+			amxDqQ6_K(&dst[b*8192], &gd[b*3328], &gd[nb*3328+32*b], perm)
+		}
+	default:
 		dq := amxDqQ8_0
 		if dt == compute.Q4_0 {
 			dq = amxDqQ4_0
 		}
 		for b := range nb {
 			co, so := legacyOffsets(dt, nb, b)
-			dq(&dst[b*1024], &gd[co], &gd[so], &amxPerm[0])
+			dq(&dst[b*1024], &gd[co], &gd[so], perm)
 		}
-		return
 	}
-	amxDequantGo(dst, gd, dt, nb)
 }
 
 // amxDequantGo is amxDequant in Go: each row's blocks unpacked to their
 // stored form and dequantized, then rounded to bf16 into the pair layout.
 func amxDequantGo(dst, gd []byte, dt compute.DType, nb int) {
-	var blk [34]byte
-	var f [32]float32
+	var blk [256]byte
+	var f [256]float32
+	bs := dt.BlockSize()
 	for r := range packRows {
 		for b := range nb {
 			unpackBlock(blk[:], gd, dt, nb, r, b)
-			if err := quant.Dequantize(f[:], blk[:dt.BlockBytes()], dt); err != nil {
+			if err := quant.Dequantize(f[:bs], blk[:dt.BlockBytes()], dt); err != nil {
 				panic(fmt.Sprintf("cpu: %v", err))
 			}
-			for p := range 16 {
-				o := b*1024 + p*64 + 4*r
-				putU16(dst[o:], half.F32ToBF16(f[2*p]))
-				putU16(dst[o+2:], half.F32ToBF16(f[2*p+1]))
+			for e := range bs {
+				g := b*bs + e
+				o := g/32*1024 + g%32/2*64 + 4*r + 2*(g%2)
+				putU16(dst[o:], half.F32ToBF16(f[e]))
 			}
 		}
 	}

@@ -16,6 +16,12 @@ func amxDqQ8_0(dst, codes, scales *byte, perm *uint16)
 //go:noescape
 func amxDqQ4_0(dst, codes, scales *byte, perm *uint16)
 
+//go:noescape
+func amxDqQ4_K(dst, codes, scales *byte, perm *uint16)
+
+//go:noescape
+func amxDqQ6_K(dst, codes, scales *byte, perm *uint16)
+
 // amxAsmDequant reports whether the CPU runs the bf16 conversions of
 // amx_amd64.s (AVX-512 BF16 and BW).
 var amxAsmDequant = hasVNNI && cpu.X86.HasAVX512BF16

@@ -125,23 +125,54 @@ cvtdone:
 // Z1..Z4 (elements 4j..4j+3 of the 16 weight rows) with the rows' scales
 // in Z29, rounded to bf16, as pairs (Z1, Z2) at off(DI) and (Z3, Z4) at
 // off+64(DI). Z31 holds the permutation that interleaves the two halves of
-// a VCVTNZ3PS2BF16 result. The conversions are bytes (the assembler does
-// not know them): VCVTNZ3PS2BF16 Z1, Z2, Z5 and VCVTNZ3PS2BF16 Z3, Z4, Z6.
+// a VCVTNZ3PS2BF16 result.
 #define PAIRS(off) \
+	CVT4 \
+	MUL4(Z29) \
+	STORE2(off)
+
+// CVT4 converts Z1..Z4 from int32 to float32.
+#define CVT4 \
 	VCVTDQ2PS Z1, Z1 \
 	VCVTDQ2PS Z2, Z2 \
 	VCVTDQ2PS Z3, Z3 \
-	VCVTDQ2PS Z4, Z4 \
-	VMULPS Z29, Z1, Z1 \
-	VMULPS Z29, Z2, Z2 \
-	VMULPS Z29, Z3, Z3 \
-	VMULPS Z29, Z4, Z4 \
+	VCVTDQ2PS Z4, Z4
+
+// MUL4 multiplies Z1..Z4 by S.
+#define MUL4(S) \
+	VMULPS S, Z1, Z1 \
+	VMULPS S, Z2, Z2 \
+	VMULPS S, Z3, Z3 \
+	VMULPS S, Z4, Z4
+
+// STORE2 rounds Z1..Z4 to bf16 and writes them as pairs (Z1, Z2) at
+// off(DI) and (Z3, Z4) at off+64(DI), through Z5 and Z6. The conversions
+// are bytes (the assembler does not know them): VCVTNZ3PS2BF16 Z1, Z2, Z5
+// and VCVTNZ3PS2BF16 Z3, Z4, Z6.
+#define STORE2(off) \
 	BYTE $0x62; BYTE $0xF2; BYTE $0x6F; BYTE $0x48; BYTE $0x72; BYTE $0xE9 \
 	VPERMW Z5, Z31, Z5 \
 	BYTE $0x62; BYTE $0xF2; BYTE $0x5F; BYTE $0x48; BYTE $0x72; BYTE $0xF3 \
 	VPERMW Z6, Z31, Z6 \
 	VMOVDQU64 Z5, off(DI) \
 	VMOVDQU64 Z6, off+64(DI)
+
+// BYTES4 splits the lanes of V (4 bytes of 4 weight rows' elements each)
+// into Z1..Z4 as int32 values, with Z27 holding 0xff.
+#define BYTES4(V) \
+	VPANDD Z27, V, Z1 \
+	VPSRLD $8, V, Z2 \
+	VPANDD Z27, Z2, Z2 \
+	VPSRLD $16, V, Z3 \
+	VPANDD Z27, Z3, Z3 \
+	VPSRLD $24, V, Z4
+
+// SUB4D subtracts the int32 lanes of C from Z1..Z4.
+#define SUB4D(C) \
+	VPSUBD C, Z1, Z1 \
+	VPSUBD C, Z2, Z2 \
+	VPSUBD C, Z3, Z3 \
+	VPSUBD C, Z4, Z4
 
 // func amxDqQ8_0(dst, codes, scales *byte, perm *uint16)
 //
@@ -172,16 +203,8 @@ q8loop:
 // NIBBLES splits the lanes of V (4 nibbles of 4 weight rows' elements each,
 // 0..15) into Z1..Z4 as int32 values minus 8.
 #define NIBBLES(V) \
-	VPANDD Z27, V, Z1 \
-	VPSRLD $8, V, Z2 \
-	VPANDD Z27, Z2, Z2 \
-	VPSRLD $16, V, Z3 \
-	VPANDD Z27, Z3, Z3 \
-	VPSRLD $24, V, Z4 \
-	VPSUBD Z28, Z1, Z1 \
-	VPSUBD Z28, Z2, Z2 \
-	VPSUBD Z28, Z3, Z3 \
-	VPSUBD Z28, Z4, Z4
+	BYTES4(V) \
+	SUB4D(Z28)
 
 // func amxDqQ4_0(dst, codes, scales *byte, perm *uint16)
 //
@@ -209,5 +232,184 @@ q4loop:
 	ADDQ $128, DI
 	DECQ CX
 	JNZ q4loop
+	VZEROUPPER
+	RET
+
+// SCLO stores the scale and min of Q4_K sub-block j < 4 (sh = 8j) of the
+// 16 rows, times d (Z29) and dmin (Z25), at OFF(SP) and OFF+64(SP).
+#define SCLO(sh, OFF) \
+	VPSRLD $sh, Z21, Z9 \
+	VPANDD Z13, Z9, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VMULPS Z29, Z9, Z9 \
+	VMOVUPS Z9, OFF(SP) \
+	VPSRLD $sh, Z22, Z10 \
+	VPANDD Z13, Z10, Z10 \
+	VCVTDQ2PS Z10, Z10 \
+	VMULPS Z25, Z10, Z10 \
+	VMOVUPS Z10, OFF+64(SP)
+
+// SCHI is SCLO for sub-block j ≥ 4 (sh = 8(j−4), sh2 = sh+2, sh4 = sh+4):
+// the low 4 bits from C's byte j−4, the top 2 from A's or B's.
+#define SCHI(sh, sh2, sh4, OFF) \
+	VPSRLD $sh, Z23, Z9 \
+	VPANDD Z14, Z9, Z9 \
+	VPSRLD $sh2, Z21, Z19 \
+	VPTERNLOGD $0xF8, Z15, Z19, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VMULPS Z29, Z9, Z9 \
+	VMOVUPS Z9, OFF(SP) \
+	VPSRLD $sh4, Z23, Z10 \
+	VPANDD Z14, Z10, Z10 \
+	VPSRLD $sh2, Z22, Z19 \
+	VPTERNLOGD $0xF8, Z15, Z19, Z10 \
+	VCVTDQ2PS Z10, Z10 \
+	VMULPS Z25, Z10, Z10 \
+	VMOVUPS Z10, OFF+64(SP)
+
+// func amxDqQ4_K(dst, codes, scales *byte, perm *uint16)
+//
+// Dequantizes one Q4_K super-block of a packed group (codes: its 2304
+// bytes; scales: its d, followed by dmin) to the 16 rows of 8 bf16 B
+// tiles, as quant does: d·sc·q − dmin·m, rounded after each operation.
+// The 8 sub-blocks' scales and mins of the 16 rows go to the frame first.
+TEXT ·amxDqQ4_K(SB), 0, $1024-32
+	DQARGS
+	VCVTPH2PS 32(AX), Z25
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z30
+	MOVL $0xff, AX
+	VPBROADCASTD AX, Z27
+	MOVL $63, AX
+	VPBROADCASTD AX, Z13
+	MOVL $15, AX
+	VPBROADCASTD AX, Z14
+	MOVL $0x30, AX
+	VPBROADCASTD AX, Z15
+	VMOVDQU64 (SI), Z21
+	VMOVDQU64 64(SI), Z22
+	VMOVDQU64 128(SI), Z23
+	SCLO(0, 0)
+	SCLO(8, 128)
+	SCLO(16, 256)
+	SCLO(24, 384)
+	SCHI(0, 2, 4, 512)
+	SCHI(8, 10, 12, 640)
+	SCHI(16, 18, 20, 768)
+	SCHI(24, 26, 28, 896)
+	ADDQ $256, SI
+	XORQ R8, R8
+	MOVQ $4, DX
+q4kpair:
+	VMOVUPS 0(SP)(R8*1), Z9
+	VMOVUPS 64(SP)(R8*1), Z10
+	VMOVUPS 128(SP)(R8*1), Z11
+	VMOVUPS 192(SP)(R8*1), Z12
+	MOVQ $8, CX
+q4kvec:
+	VMOVDQU64 (SI), Z0
+	VPANDD Z30, Z0, Z7
+	VPSRLD $4, Z0, Z8
+	VPANDD Z30, Z8, Z8
+	BYTES4(Z7)
+	CVT4
+	MUL4(Z9)
+	VSUBPS Z10, Z1, Z1
+	VSUBPS Z10, Z2, Z2
+	VSUBPS Z10, Z3, Z3
+	VSUBPS Z10, Z4, Z4
+	STORE2(0)
+	BYTES4(Z8)
+	CVT4
+	MUL4(Z11)
+	VSUBPS Z12, Z1, Z1
+	VSUBPS Z12, Z2, Z2
+	VSUBPS Z12, Z3, Z3
+	VSUBPS Z12, Z4, Z4
+	STORE2(1024)
+	ADDQ $64, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ q4kvec
+	ADDQ $1024, DI
+	ADDQ $256, R8
+	DECQ DX
+	JNZ q4kpair
+	VZEROUPPER
+	RET
+
+// Q6STORE writes quarter q's 4 elements of the 16 rows from the codes in
+// Z17, times its scales S, at off(DI).
+#define Q6STORE(S, off) \
+	BYTES4(Z17) \
+	SUB4D(Z26) \
+	CVT4 \
+	MUL4(S) \
+	STORE2(off)
+
+// func amxDqQ6_K(dst, codes, scales *byte, perm *uint16)
+//
+// Dequantizes one Q6_K super-block of a packed group (codes: its 3328
+// bytes; scales: its 16 rows' d) to the 16 rows of 8 bf16 B tiles, as
+// quant does: (d·sc)·(q − 32).
+TEXT ·amxDqQ6_K(SB), NOSPLIT, $0-32
+	DQARGS
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z30
+	MOVL $0x30303030, AX
+	VPBROADCASTD AX, Z28
+	MOVL $0xff, AX
+	VPBROADCASTD AX, Z27
+	MOVL $32, AX
+	VPBROADCASTD AX, Z26
+	MOVQ $2, R10
+q6khalf:
+	MOVQ $2, DX
+q6kgroup:
+	// The scales of the 4 sub-blocks of this half and chunk group.
+	VPMOVSXBD 768(SI), Z9
+	VPMOVSXBD 784(SI), Z10
+	VPMOVSXBD 800(SI), Z11
+	VPMOVSXBD 816(SI), Z12
+	VCVTDQ2PS Z9, Z9
+	VCVTDQ2PS Z10, Z10
+	VCVTDQ2PS Z11, Z11
+	VCVTDQ2PS Z12, Z12
+	VMULPS Z29, Z9, Z9
+	VMULPS Z29, Z10, Z10
+	VMULPS Z29, Z11, Z11
+	VMULPS Z29, Z12, Z12
+	MOVQ $4, CX
+q6kchunk:
+	VMOVDQU64 (SI), Z0
+	VMOVDQU64 64(SI), Z7
+	VMOVDQU64 128(SI), Z8
+	VPSLLW $4, Z8, Z18
+	VPANDD Z30, Z0, Z17
+	VPTERNLOGD $0xF8, Z28, Z18, Z17
+	Q6STORE(Z9, 0)
+	VPSLLW $2, Z8, Z18
+	VPANDD Z30, Z7, Z17
+	VPTERNLOGD $0xF8, Z28, Z18, Z17
+	Q6STORE(Z10, 1024)
+	VPSRLW $4, Z0, Z17
+	VPANDD Z30, Z17, Z17
+	VPTERNLOGD $0xF8, Z28, Z8, Z17
+	Q6STORE(Z11, 2048)
+	VPSRLW $4, Z7, Z17
+	VPANDD Z30, Z17, Z17
+	VPSRLW $2, Z8, Z18
+	VPTERNLOGD $0xF8, Z28, Z18, Z17
+	Q6STORE(Z12, 3072)
+	ADDQ $192, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ q6kchunk
+	ADDQ $64, SI
+	DECQ DX
+	JNZ q6kgroup
+	ADDQ $3072, DI
+	DECQ R10
+	JNZ q6khalf
 	VZEROUPPER
 	RET

@@ -35,17 +35,19 @@ func noAMX(t *testing.T) {
 // against the values quant decodes, and the assembly against the Go one.
 func TestAMXDequant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0} {
+	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {
 		for _, nb := range []int{1, 2, 3, 8} {
-			w, wv := randQuantWeights(t, rng, dt, packRows, 32*nb, 0, false)
+			bs := dt.BlockSize()
+			k := bs * nb
+			w, wv := randQuantWeights(t, rng, dt, packRows, k, 0, false)
 			p := withPack(w)
-			got := make([]byte, nb*1024)
+			got := make([]byte, k*32)
 			amxDequantGo(got, p.pack, dt, nb)
 			for r := range packRows {
-				for e := range 32 * nb {
-					b, p, h := e/32, e%32/2, e%2
-					v := uint16(got[b*1024+p*64+4*r+2*h]) | uint16(got[b*1024+p*64+4*r+2*h+1])<<8
-					if want := half.F32ToBF16(float32(wv[r*32*nb+e])); v != want {
+				for e := range k {
+					o := e/32*1024 + e%32/2*64 + 4*r + 2*(e%2)
+					v := uint16(got[o]) | uint16(got[o+1])<<8
+					if want := half.F32ToBF16(float32(wv[r*k+e])); v != want {
 						t.Fatalf("%s nb=%d: row %d element %d = %#04x, want %#04x", dt, nb, r, e, v, want)
 					}
 				}
@@ -53,7 +55,7 @@ func TestAMXDequant(t *testing.T) {
 			if !amxAsmDequant {
 				continue
 			}
-			asm := make([]byte, nb*1024)
+			asm := make([]byte, k*32)
 			amxDequant(asm, p.pack, dt, nb)
 			for i := range asm {
 				if asm[i] != got[i] {
@@ -95,8 +97,11 @@ func TestAMXMatMul(t *testing.T) {
 	for _, threads := range []int{1, 3} {
 		pool := NewPool(threads)
 		defer pool.Close()
-		for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0} {
+		for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {
 			for _, sh := range []struct{ n, m, k int }{{32, 32, 32}, {45, 48, 96}, {70, 80, 160}, {33, 16, 64}, {64, 96, 2304}, {96, 208, 64}} {
+				// The k-quants' rows are whole super-blocks.
+				bs := dt.BlockSize()
+				sh.k = (sh.k + bs - 1) / bs * bs
 				w, wv := randQuantWeights(t, rng, dt, sh.m, sh.k, 0, true)
 				p := withPack(w)
 				x := randVec(rng, sh.n*sh.k)

@@ -99,9 +99,9 @@ func BenchmarkQGEMV(b *testing.B) {
 
 // BenchmarkQGEMM measures prefill with quantized weights: a 512-token
 // prompt through a 2048×2048 projection, in GFLOP/s; bf16 is the float
-// baseline of the same run (as BenchmarkGEMM). Packed Q8_0 and Q4_0 run
-// with the VNNI kernels ("packed") and, where the CPU has AMX, on AMX
-// ("packed+amx").
+// baseline of the same run (as BenchmarkGEMM). Packed Q8_0, Q4_0, Q4_K
+// and Q6_K run with the VNNI kernels ("packed") and, where the CPU has
+// AMX, on AMX ("packed+amx").
 func BenchmarkQGEMM(b *testing.B) {
 	const n, m, k = 512, 2048, 2048
 	x := randVec(rand.New(rand.NewPCG(1, 1)), n*k)
@@ -362,5 +362,31 @@ func BenchmarkQGEMVLayer(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkQPackCompute runs the packed one-row kernels on a matrix that
+// stays in the L2 cache (256×2048), one thread: the GB/s the kernel's
+// instructions allow when memory is not the limit.
+func BenchmarkQPackCompute(b *testing.B) {
+	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {
+		const m, k = 256, 2048
+		if !packable(dt, m, k) {
+			continue
+		}
+		b.Run(dt.String(), func(b *testing.B) {
+			rb, _ := dt.RowBytes(k)
+			w := Weights{DType: dt, Rows: m, Cols: k, Data: benchBuf()[:m*rb]}
+			w.pack = make([]byte, m*rb)
+			packWeights(w.pack, w)
+			x := randVec(rand.New(rand.NewPCG(1, 1)), k)
+			dst := make([]float32, m)
+			pool := NewPool(1)
+			defer pool.Close()
+			b.SetBytes(int64(m * rb))
+			for b.Loop() {
+				MatMul(dst, x, 1, w, pool)
+			}
+		})
 	}
 }
