@@ -450,24 +450,10 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		sb = 3328 // the scales d follow all the super-blocks of a group
 		g.p("MOVQ %d(DI), R12", offNB)
 		g.p("IMUL3Q $%d, R12, R12", sb)
-		if loop {
-			// R11: the bytes of a group's scales d. They are a second
-			// stream, far ahead of the codes the prefetches above cover:
-			// fetch the first group's now, and each group's next one.
-			g.p("MOVQ %d(DI), R11", offNB)
-			g.p("SHLQ $5, R11")
-			g.p("LEAQ (SI)(R12*1), R10")
-			g.prefetchScales(name + "_pf0")
-		}
 	}
 	g.label(name + "_group")
 	if q == q6_k {
 		g.p("LEAQ (SI)(R12*1), AX")
-		if loop {
-			g.p("LEAQ (AX)(R11*1), R10")
-			g.p("ADDQ R12, R10")
-			g.prefetchScales(name + "_pf")
-		}
 	}
 	g.p("MOVQ %d(DI), BX", offX)
 	if R > 1 {
@@ -533,17 +519,6 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	g.p("VZEROUPPER")
 	g.p("RET")
 	return name
-}
-
-// prefetchScales emits a loop of PREFETCHT1 over the R11 bytes at R10
-// (clobbering R9 and R10).
-func (g *gen) prefetchScales(label string) {
-	g.p("MOVQ R11, R9")
-	g.label(label)
-	g.p("PREFETCHT1 (R10)")
-	g.p("ADDQ $64, R10")
-	g.p("SUBQ $64, R9")
-	g.p("JGT %s", label)
 }
 
 // q4k emits one Q4_K super-block: per pair of sub-blocks, 8 code vectors
