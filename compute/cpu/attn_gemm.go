@@ -1,7 +1,5 @@
 package cpu
 
-import "math"
-
 // Attention of a prompt chunk through matrix products. For many queries
 // the per-(query, head) loop of attnJob.chunk spends its time in short dot
 // products and calls; instead, per KV head, the keys and the transposed
@@ -99,32 +97,5 @@ func (g *attnGEMMJob) softmax(r int) {
 	lo, hi := first-g.kmin, p-g.kmin+1
 	clear(row[:lo])
 	clear(row[hi:])
-	valid := row[lo:hi]
-	mx := float32(math.Inf(-1))
-	for k, s := range valid {
-		s *= a.Scale
-		if a.SoftCap > 0 {
-			s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
-		}
-		valid[k] = s
-		mx = max(mx, s)
-	}
-	if j.sinks != nil {
-		mx = max(mx, j.sinks[h])
-	}
-	sum, ok := expSubSum(valid, mx)
-	if !ok {
-		for k, s := range valid {
-			e := float32(math.Exp(float64(s - mx)))
-			valid[k] = e
-			sum += e
-		}
-	}
-	if j.sinks != nil {
-		sum += float32(math.Exp(float64(j.sinks[h] - mx)))
-	}
-	inv := 1 / sum
-	for k := range valid {
-		valid[k] *= inv
-	}
+	j.weights(row[lo:hi], h)
 }

@@ -434,6 +434,36 @@ func (j *attnJob) keyRow(p int) (kr, vr []float32) {
 	return j.cks[slot*kc : (slot+1)*kc], j.cvs[slot*kc : (slot+1)*kc]
 }
 
+// span is a run of positions p0..p0+n−1 whose key and value rows lie kc
+// elements apart, from the first row's start.
+type span struct {
+	p0, n int
+	k, v  []float32
+}
+
+// spans returns the runs of positions first..last: the cached ones (split
+// where a ring wraps) and this call's new rows.
+func (j *attnJob) spans(buf *[3]span, first, last int) []span {
+	kc := j.a.KVHeads * j.a.HeadDim
+	out := buf[:0]
+	for p := first; p <= last; {
+		if p >= j.start {
+			o := (p - j.start) * kc
+			n := last - p + 1
+			out = append(out, span{p, n, j.k[o : o+n*kc], j.v[o : o+n*kc]})
+			break
+		}
+		slot, n := p, min(last+1, j.start)-p
+		if j.cache.Ring {
+			slot = p % j.cache.Capacity
+			n = min(n, j.cache.Capacity-slot)
+		}
+		out = append(out, span{p, n, j.cks[slot*kc : (slot+n)*kc], j.cvs[slot*kc : (slot+n)*kc]})
+		p += n
+	}
+	return out
+}
+
 // chunk computes the (row, head) pairs of piece c.
 func (j *attnJob) chunk(c int) {
 	a := j.a
@@ -444,8 +474,10 @@ func (j *attnJob) chunk(c int) {
 	}
 	hd := a.HeadDim
 	qc := a.Heads * hd
+	kc := a.KVHeads * hd
 	group := a.Heads / a.KVHeads
 	scores := j.scores[c][:j.start+j.n]
+	var buf [3]span
 	for t := lo; t < hi; t++ {
 		i, h := t/a.Heads, t%a.Heads
 		p := j.start + i
@@ -455,34 +487,50 @@ func (j *attnJob) chunk(c int) {
 		}
 		qv := j.q[i*qc+h*hd : i*qc+(h+1)*hd]
 		ko := (h / group) * hd
-		mx := float32(math.Inf(-1))
-		for k := first; k <= p; k++ {
-			kr, _ := j.keyRow(k)
-			s := Dot(qv, kr[ko:ko+hd]) * a.Scale
-			if a.SoftCap > 0 {
-				s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
-			}
-			scores[k] = s
-			mx = max(mx, s)
+		sp := j.spans(&buf, first, p)
+		for _, s := range sp {
+			dots(scores[s.p0:s.p0+s.n], qv, s.k[ko:], kc)
 		}
-		if j.sinks != nil {
-			mx = max(mx, j.sinks[h])
-		}
-		var sum float32
-		for k := first; k <= p; k++ {
-			e := float32(math.Exp(float64(scores[k] - mx)))
-			scores[k] = e
-			sum += e
-		}
-		if j.sinks != nil {
-			sum += float32(math.Exp(float64(j.sinks[h] - mx)))
-		}
+		j.weights(scores[first:p+1], h)
 		o := j.out[i*qc+h*hd : i*qc+(h+1)*hd]
 		clear(o)
-		for k := first; k <= p; k++ {
-			_, vr := j.keyRow(k)
-			Axpy(o, scores[k]/sum, vr[ko:ko+hd])
+		for _, s := range sp {
+			axpys(o, scores[s.p0:s.p0+s.n], s.v[ko:], kc)
 		}
+	}
+}
+
+// weights turns the dot products of query head h with the keys it sees
+// into attention weights: scaled, soft-capped, normalised with the head's
+// sink in the denominator.
+func (j *attnJob) weights(valid []float32, h int) {
+	a := j.a
+	mx := float32(math.Inf(-1))
+	for k, s := range valid {
+		s *= a.Scale
+		if a.SoftCap > 0 {
+			s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
+		}
+		valid[k] = s
+		mx = max(mx, s)
+	}
+	if j.sinks != nil {
+		mx = max(mx, j.sinks[h])
+	}
+	sum, ok := expSubSum(valid, mx)
+	if !ok {
+		for k, s := range valid {
+			e := float32(math.Exp(float64(s - mx)))
+			valid[k] = e
+			sum += e
+		}
+	}
+	if j.sinks != nil {
+		sum += float32(math.Exp(float64(j.sinks[h] - mx)))
+	}
+	inv := 1 / sum
+	for k := range valid {
+		valid[k] *= inv
 	}
 }
 

@@ -51,6 +51,41 @@ func Axpy(y []float32, alpha float32, x []float32) {
 	axpyGeneric(y, alpha, x)
 }
 
+// dots sets out[i] = q·k[i·stride : i·stride+len(q)] for i < len(out):
+// the scores of a query against keys that lie stride elements apart.
+func dots(out, q, k []float32, stride int) {
+	n, hd := len(out), len(q)
+	if n == 0 {
+		return
+	}
+	checkLen("dots", (n-1)*stride+hd, len(k))
+	if active >= levelAVX2 && hd%8 == 0 && hd > 0 {
+		dotsAVX2(&out[0], &q[0], &k[0], stride, n, hd)
+		return
+	}
+	for i := range out {
+		out[i] = Dot(q, k[i*stride:i*stride+hd])
+	}
+}
+
+// axpys adds w[i]·v[i·stride : i·stride+len(o)] to o for each i in turn:
+// the weighted sum of values that lie stride elements apart, as len(w)
+// calls of Axpy would make it.
+func axpys(o, w, v []float32, stride int) {
+	n, hd := len(w), len(o)
+	if n == 0 {
+		return
+	}
+	checkLen("axpys", (n-1)*stride+hd, len(v))
+	if active >= levelAVX2 && hd%8 == 0 && hd > 0 {
+		axpysAVX2(&o[0], &w[0], &v[0], stride, n, hd)
+		return
+	}
+	for i, wi := range w {
+		Axpy(o, wi, v[i*stride:i*stride+hd])
+	}
+}
+
 func axpyGeneric(y []float32, alpha float32, x []float32) {
 	x = x[:len(y)]
 	for i := range y {

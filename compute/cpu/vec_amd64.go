@@ -49,3 +49,9 @@ func readSumAVX2(p *byte, n int) uint64
 //
 //go:noescape
 func readSumAVX512(p *byte, n int) uint64
+
+//go:noescape
+func dotsAVX2(out, q, k *float32, stride, n, hd int)
+
+//go:noescape
+func axpysAVX2(o, w, v *float32, stride, n, hd int)

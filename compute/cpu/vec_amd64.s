@@ -527,3 +527,116 @@ readsum5done:
 	MOVQ AX, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func dotsAVX2(out, q, k *float32, stride, n, hd int)
+//
+// out[i] = Σ_{d<hd} q[d]·k[i·stride+d] for i < n (n ≥ 1; hd a multiple of
+// 8; stride in elements).
+TEXT ·dotsAVX2(SB), NOSPLIT, $0-48
+	MOVQ out+0(FP), DI
+	MOVQ q+8(FP), SI
+	MOVQ k+16(FP), BX
+	MOVQ stride+24(FP), R8
+	SHLQ $2, R8
+	MOVQ n+32(FP), CX
+	MOVQ hd+40(FP), DX
+dotsrow:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+dots16:
+	LEAQ 16(AX), R9
+	CMPQ R9, DX
+	JA dots8
+	VMOVUPS (SI)(AX*4), Y2
+	VMOVUPS 32(SI)(AX*4), Y3
+	VFMADD231PS (BX)(AX*4), Y2, Y0
+	VFMADD231PS 32(BX)(AX*4), Y3, Y1
+	MOVQ R9, AX
+	JMP dots16
+dots8:
+	CMPQ AX, DX
+	JAE dotsred
+	VMOVUPS (SI)(AX*4), Y2
+	VFMADD231PS (BX)(AX*4), Y2, Y0
+dotsred:
+	VADDPS Y1, Y0, Y0
+	HSUM(Y0, X0, X1)
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R8, BX
+	DECQ CX
+	JNZ dotsrow
+	VZEROUPPER
+	RET
+
+// func axpysAVX2(o, w, v *float32, stride, n, hd int)
+//
+// o[d] += w[i]·v[i·stride+d] for i = 0..n−1 in turn (n ≥ 1), d < hd (a
+// multiple of 8): the sums of n Axpy calls, in their order, with the
+// columns of o kept in registers, 64 at a time.
+TEXT ·axpysAVX2(SB), NOSPLIT, $0-48
+	MOVQ o+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ v+16(FP), BX
+	MOVQ stride+24(FP), R8
+	SHLQ $2, R8
+	MOVQ n+32(FP), CX
+	MOVQ hd+40(FP), DX
+	XORQ AX, AX
+axpyscols:
+	MOVQ DX, R9
+	SUBQ AX, R9
+	JBE axpysdone
+	MOVQ BX, R10
+	MOVQ SI, R11
+	MOVQ CX, R12
+	CMPQ R9, $64
+	JB axpys8
+	VMOVUPS (DI)(AX*4), Y0
+	VMOVUPS 32(DI)(AX*4), Y1
+	VMOVUPS 64(DI)(AX*4), Y2
+	VMOVUPS 96(DI)(AX*4), Y3
+	VMOVUPS 128(DI)(AX*4), Y4
+	VMOVUPS 160(DI)(AX*4), Y5
+	VMOVUPS 192(DI)(AX*4), Y6
+	VMOVUPS 224(DI)(AX*4), Y7
+axpysrow64:
+	VBROADCASTSS (R11), Y8
+	VFMADD231PS (R10)(AX*4), Y8, Y0
+	VFMADD231PS 32(R10)(AX*4), Y8, Y1
+	VFMADD231PS 64(R10)(AX*4), Y8, Y2
+	VFMADD231PS 96(R10)(AX*4), Y8, Y3
+	VFMADD231PS 128(R10)(AX*4), Y8, Y4
+	VFMADD231PS 160(R10)(AX*4), Y8, Y5
+	VFMADD231PS 192(R10)(AX*4), Y8, Y6
+	VFMADD231PS 224(R10)(AX*4), Y8, Y7
+	ADDQ $4, R11
+	ADDQ R8, R10
+	DECQ R12
+	JNZ axpysrow64
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	VMOVUPS Y2, 64(DI)(AX*4)
+	VMOVUPS Y3, 96(DI)(AX*4)
+	VMOVUPS Y4, 128(DI)(AX*4)
+	VMOVUPS Y5, 160(DI)(AX*4)
+	VMOVUPS Y6, 192(DI)(AX*4)
+	VMOVUPS Y7, 224(DI)(AX*4)
+	ADDQ $64, AX
+	JMP axpyscols
+axpys8:
+	VMOVUPS (DI)(AX*4), Y0
+axpysrow8:
+	VBROADCASTSS (R11), Y8
+	VFMADD231PS (R10)(AX*4), Y8, Y0
+	ADDQ $4, R11
+	ADDQ R8, R10
+	DECQ R12
+	JNZ axpysrow8
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP axpyscols
+axpysdone:
+	VZEROUPPER
+	RET
