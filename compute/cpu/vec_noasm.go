@@ -20,5 +20,5 @@ func f16ToF32AVX2(dst *float32, src *byte, n int)           { panic("unreachable
 func readSumAVX2(p *byte, n int) uint64                     { panic("unreachable") }
 func readSumAVX512(p *byte, n int) uint64                   { panic("unreachable") }
 
-func dotsAVX2(out, q, k *float32, stride, n, hd int)  { panic("unreachable") }
-func axpysAVX2(o, w, v *float32, stride, n, hd int) { panic("unreachable") }
+func dotsAVX2(out, q, k *float32, stride, n, hd int) { panic("unreachable") }
+func axpysAVX2(o, w, v *float32, stride, n, hd int)  { panic("unreachable") }
