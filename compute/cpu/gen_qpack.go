@@ -116,6 +116,12 @@ type gen struct {
 	// gfni: unpack Q4_0's high nibbles with VGF2P8AFFINEQB (the matrix in
 	// Z29), one instruction instead of a shift and a mask.
 	gfni bool
+	// hi16: take Q4_0's high nibbles in place, 16 times their value, with
+	// one mask (0xF0 in Z30) and no shift; their sums have their own
+	// accumulators, which the caller shifts right by 4 (exact: every
+	// product is a multiple of 16). A shift runs on one port only, the
+	// one VPDPBUSD needs too; a mask runs on two.
+	hi16 bool
 }
 
 func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, "\t"+format+"\n", args...) }
@@ -158,6 +164,9 @@ func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int, o, xo int
 				g.p("VMOVDQU64 %s, %s", off(o+64*j, "SI"), z(H))
 				g.p("VPANDD Z31, %s, %s", z(H), z(L))
 				g.p("VGF2P8AFFINEQB $0, Z29, %s, %s", z(H), z(H))
+			} else if g.hi16 {
+				g.p("VPANDD %s, Z31, %s", off(o+64*j, "SI"), z(L))
+				g.p("VPANDD %s, Z30, %s", off(o+64*j, "SI"), z(H))
 			} else {
 				g.p("VPANDD %s, Z31, %s", off(o+64*j, "SI"), z(L))
 				g.p("VPSRLW $4, %s, %s", off(o+64*j, "SI"), z(H))
@@ -194,6 +203,10 @@ func (g *gen) constants(q qtype) {
 	}
 	if q == q5_0 {
 		g.p("MOVL $0x10101010, AX")
+		g.p("VPBROADCASTD AX, Z30")
+	}
+	if g.hi16 {
+		g.p("MOVL $0xf0f0f0f0, AX")
 		g.p("VPBROADCASTD AX, Z30")
 	}
 	if g.gfni {
@@ -243,6 +256,8 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 	name += pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
+	g.hi16 = q == q4_0 && !g.gfni
+	defer func() { g.hi16 = false }()
 	g.constants(q)
 	g.p("MOVQ %d(DI), SI", offW)
 	g.p("MOVQ %d(DI), R14", offDst)
@@ -265,6 +280,9 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 			g.prefetch(pfs, 0, cb+64)
 		default:
 			g.prefetch(pfs, 0, half)
+		}
+		if g.hi16 {
+			g.p("VPSRAD $4, Z1, Z1")
 		}
 		g.p("VPADDD Z1, Z0, Z0")
 		g.p("VCVTDQ2PS Z0, Z0")
@@ -413,7 +431,8 @@ const kmaxR = 3
 // sub-blocks in hand, Z(2R+t) the super-block's integer sum (sub-block
 // sums times scales), Z(3R+t) its correction (Σ min·Σx for Q4_K, Σ
 // 32·scale·Σx for Q6_K), Z(4R+t) the float accumulator. Z15-Z27
-// temporaries, Z28-Z31 masks.
+// temporaries (Q4_K: Z27 the mask of its high nibbles, see hi16), Z28-Z31
+// masks.
 func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
@@ -427,6 +446,8 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VPBROADCASTD AX, Z29")
 		g.p("MOVL $0x30, AX")
 		g.p("VPBROADCASTD AX, Z28")
+		g.p("MOVL $0xf0f0f0f0, AX") // the high nibbles in place (see hi16)
+		g.p("VPBROADCASTD AX, Z27")
 	} else {
 		g.p("MOVL $0x30303030, AX")
 		g.p("VPBROADCASTD AX, Z30")
@@ -522,7 +543,8 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 }
 
 // q4k emits one Q4_K super-block: per pair of sub-blocks, 8 code vectors
-// whose low nibbles are sub-block 2p's and high nibbles 2p+1's codes, then
+// whose low nibbles are sub-block 2p's and high nibbles 2p+1's codes (taken
+// in place, as hi16 describes, and their sums shifted right by 4), then
 // each sub-block's 6-bit scale and min unpacked from the vectors A, B, C
 // (the 12 scale bytes of each row, 4 per lane).
 func (g *gen) q4k(R int, xs []string) {
@@ -537,8 +559,7 @@ func (g *gen) q4k(R int, xs []string) {
 		for v := 0; v < 8; v++ {
 			o := 256 + 512*p + 64*v
 			g.p("VPANDD %s, Z31, Z15", off(o, "SI"))
-			g.p("VPSRLW $4, %s, Z16", off(o, "SI"))
-			g.p("VPANDD Z31, Z16, Z16")
+			g.p("VPANDD %s, Z27, Z16", off(o, "SI"))
 			for t, xp := range xs {
 				g.p("VPDPBUSD.BCST %s, Z15, %s", off(64*p+4*v, xp), z(t))
 			}
@@ -568,6 +589,9 @@ func (g *gen) q4k(R int, xs []string) {
 			g.p("VCVTDQ2PS Z18, Z18")
 			for t, xp := range xs {
 				I := z(h*R + t)
+				if h == 1 {
+					g.p("VPSRAD $4, %s, %s", I, I) // 16 times the sum
+				}
 				g.p("VPMULLD Z17, %s, %s", I, I)
 				g.p("VPADDD %s, %s, %s", I, z(2*R+t), z(2*R+t))
 				g.p("VFMADD231PS.BCST %s, Z18, %s", off(256+4*j, xp), z(3*R+t))
