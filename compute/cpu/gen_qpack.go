@@ -449,9 +449,12 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("MOVL $0xf0f0f0f0, AX") // the high nibbles in place (see hi16)
 		g.p("VPBROADCASTD AX, Z27")
 	} else {
-		g.p("MOVL $0x30303030, AX")
+		// The masks of q6k: 0x3F in Z31, 0x0F in Z30, 0xFC in Z29.
+		g.p("MOVL $0x3f3f3f3f, AX")
+		g.p("VPBROADCASTD AX, Z31")
+		g.p("MOVL $0x0f0f0f0f, AX")
 		g.p("VPBROADCASTD AX, Z30")
-		g.p("MOVL $0x42000000, AX") // 32.0
+		g.p("MOVL $0xfcfcfcfc, AX")
 		g.p("VPBROADCASTD AX, Z29")
 	}
 	sb := 2304 // bytes of a super-block of 16 rows
@@ -506,7 +509,7 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	} else {
 		g.p("VCVTPH2PS (AX), Z24")
 		g.p("ADDQ $32, AX")
-		g.p("VMULPS Z29, Z24, Z25") // 32·d, for the codes' offset of 32
+		g.p("VMULPS.BCST ·q6kOffset(SB), Z24, Z25") // 32·d, for the codes' offset of 32
 	}
 	for t, xp := range xs {
 		g.p("VCVTDQ2PS %s, %s", z(S+t), z(S+t))
@@ -611,12 +614,13 @@ func (g *gen) shr(n int, src, dst string) {
 
 // q6k emits one Q6_K super-block, its codes in the order the packed
 // layout stores them: per half h and chunk group ch, for 4 chunks c of 4
-// elements the low-bit vectors V0 (ql bytes 4c.., whose nibbles are the
-// codes of quarters 0 and 2) and V1 (ql bytes 32+4c.., quarters 1 and 3)
-// and the high-bit vector U (qh bytes 4c.., two bits per quarter), which
-// make the 6-bit codes of the 4 sub-blocks 8h+2q+ch; then those sub-blocks'
-// sums are scaled by their signed scales (VPMOVSXBD of 16 bytes, one per
-// row) that follow.
+// elements the vectors A, B and C (see q6Mix in qpack.go), which make the
+// 6-bit codes of the 4 sub-blocks 8h+2q+ch: quarters 0-2 are A, B and C
+// masked with 0x3F; quarter 3, times 4, is (A&0xC0 | (B>>2)&0x30 |
+// (C>>4)&0x0C), two shifts and two bitwise selects (VPTERNLOGD 0xE4: the
+// destination's bits where the mask is set, the source's elsewhere), and
+// its sums are shifted right by 2. Then those sub-blocks' sums are scaled
+// by their signed scales (VPMOVSXBD of 16 bytes, one per row) that follow.
 func (g *gen) q6k(R int, xs []string) {
 	for hc := 0; hc < 4; hc++ {
 		h, ch := hc/2, hc%2
@@ -630,32 +634,16 @@ func (g *gen) q6k(R int, xs []string) {
 			g.p("VMOVDQU64 %s, Z21", off(o, "SI"))
 			g.p("VMOVDQU64 %s, Z22", off(o+64, "SI"))
 			g.p("VMOVDQU64 %s, Z23", off(o+128, "SI"))
+			g.p("VPANDD Z31, Z21, Z24")
+			g.p("VPANDD Z31, Z22, Z25")
+			g.p("VPANDD Z31, Z23, Z28")
+			g.p("VPSRLW $2, Z22, Z26")
+			g.p("VPTERNLOGD $0xE4, Z31, Z21, Z26") // bits 0-5 of B>>2, 6-7 of A
+			g.p("VPSRLW $4, Z23, Z27")
+			g.p("VPTERNLOGD $0xE4, Z30, Z26, Z27") // bits 0-3 of C>>4, 4-7 of the above
+			g.p("VPANDD Z29, Z27, Z27")
 			e := 128*h + 4*c
-			for q := 0; q < 4; q++ {
-				V := "Z21"
-				if q%2 == 1 {
-					V = "Z22"
-				}
-				code := z(24 + q%2)
-				if q < 2 {
-					g.p("VPANDD Z31, %s, %s", V, code)
-				} else {
-					g.p("VPSRLW $4, %s, %s", V, code)
-					g.p("VPANDD Z31, %s, %s", code, code)
-				}
-				// U's bits 2q, 2q+1 to bits 4, 5.
-				hb := "Z26"
-				switch q {
-				case 0:
-					g.p("VPSLLW $4, Z23, Z26")
-				case 1:
-					g.p("VPSLLW $2, Z23, Z26")
-				case 2:
-					hb = "Z23"
-				case 3:
-					g.p("VPSRLW $2, Z23, Z26")
-				}
-				g.p("VPTERNLOGD $0xF8, Z30, %s, %s", hb, code)
+			for q, code := range []string{"Z24", "Z25", "Z28", "Z27"} {
 				for t, xp := range xs {
 					g.p("VPDPBUSD.BCST %s, %s, %s", off(e+32*q, xp), code, z(q*R+t))
 				}
@@ -664,12 +652,15 @@ func (g *gen) q6k(R int, xs []string) {
 		for q := 0; q < 4; q++ {
 			j := 8*h + 2*q + ch
 			g.p("VPMOVSXBD %d(SI), Z27", base+768+16*q)
-			g.p("VCVTDQ2PS Z27, Z28")
+			g.p("VCVTDQ2PS Z27, Z26")
 			for t, xp := range xs {
 				I := z(q*R + t)
+				if q == 3 {
+					g.p("VPSRAD $2, %s, %s", I, I)
+				}
 				g.p("VPMULLD Z27, %s, %s", I, I)
 				g.p("VPADDD %s, %s, %s", I, z(4*R+t), z(4*R+t))
-				g.p("VFMADD231PS.BCST %s, Z28, %s", off(256+4*j, xp), z(5*R+t))
+				g.p("VFMADD231PS.BCST %s, Z26, %s", off(256+4*j, xp), z(5*R+t))
 			}
 		}
 	}

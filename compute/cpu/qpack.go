@@ -41,9 +41,13 @@ import (
 //     32 code bytes whose low nibbles are the first sub-block's codes and
 //     high nibbles the second's.
 //   - Q6_K, per super-block: per half h and group ch of 4 chunks of 4
-//     elements, each chunk's low-bit vectors V0, V1 and high-bit vector U,
-//     then the signed scales of the 4 sub-blocks they make (one byte per
-//     row); the d of all the group's super-blocks after them.
+//     elements, each chunk's vectors A, B and C, then the signed scales of
+//     the 4 sub-blocks they make (one byte per row); the d of all the
+//     group's super-blocks after them. A, B and C hold the bytes of ql and
+//     qh that the stored block has in their place, with their bits
+//     rearranged (see q6Mix): the 6-bit codes of quarters 0, 1 and 2 in
+//     their low bits, quarter 3's in their top two bits, so that the
+//     kernels need two shifts for four codes.
 //
 // The kernels read activations in layout xfL32 with the offset that makes
 // the weights' codes unsigned (128 for Q8_0, 8 for Q4_0, 16 for Q5_0), or
@@ -54,6 +58,10 @@ import (
 // packChunkBytes is the most bytes of packed weights a thread takes at a
 // time in a one-row product.
 var packChunkBytes = 256 << 10
+
+// q6kOffset is the offset of Q6_K's codes (32), which the packed Q6_K
+// kernels read from memory (qpack_amd64.s).
+var q6kOffset float32 = 32
 
 const (
 	packRows = 16 // weight rows per packed group
@@ -238,7 +246,8 @@ func packCopies(dt compute.DType, nb, r, b int, f func(dst, src, n int)) {
 		}
 	case compute.Q6_K:
 		// In the order the kernel reads them: per half h and group ch of
-		// 4 chunks of 4 elements, each chunk's vectors V0, V1 and U, then
+		// 4 chunks of 4 elements, each chunk's vectors A, B and C (from
+		// ql, ql+32 and qh, after q6Mix), then
 		// the scales of the sub-blocks 8h+2q+ch; the d of all the
 		// super-blocks after them.
 		base := b * 3328
@@ -313,6 +322,39 @@ func fifthBitsWord(lane []byte) (qh uint32) {
 	return qh
 }
 
+// q6Mix rearranges the bits of a stored Q6_K block (210 bytes) in place
+// into the form its packed copy keeps: for half h and l < 32, the bytes
+// ql[64h+l], ql[64h+32+l] and qh[32h+l], which together hold the 6-bit
+// codes q0..q3 of elements 128h+l, +32, +64 and +96, become
+//
+//	A = q0 | (q3>>4)<<6,  B = q1 | (q3>>2&3)<<6,  C = q2 | (q3&3)<<6.
+//
+// Codes 0, 1 and 2 are then one mask away (0x3F), and code 3, times 4, is
+// (A&0xC0 | B>>2&0x30 | C>>4&0x0C).
+func q6Mix(blk []byte) {
+	for h := range 2 {
+		for l := range 32 {
+			lo, hi, u := blk[64*h+l], blk[64*h+32+l], blk[128+32*h+l]
+			q0, q1 := lo&0xF|u&3<<4, hi&0xF|u>>2&3<<4
+			q2, q3 := lo>>4|u>>4&3<<4, hi>>4|u>>6<<4
+			blk[64*h+l], blk[64*h+32+l], blk[128+32*h+l] = q0|q3>>4<<6, q1|q3>>2&3<<6, q2|q3&3<<6
+		}
+	}
+}
+
+// q6Unmix inverts q6Mix.
+func q6Unmix(blk []byte) {
+	for h := range 2 {
+		for l := range 32 {
+			a, b, c := blk[64*h+l], blk[64*h+32+l], blk[128+32*h+l]
+			q0, q1, q2 := a&0x3F, b&0x3F, c&0x3F
+			q3 := a>>6<<4 | b>>6<<2 | c>>6
+			blk[64*h+l], blk[64*h+32+l] = q0&0xF|q2<<4, q1&0xF|q3<<4
+			blk[128+32*h+l] = q0>>4 | q1>>4<<2 | q2>>4<<4 | q3>>4<<6
+		}
+	}
+}
+
 // packRun is one run of packCopies for row 0: n bytes from offset src of
 // a stored block to offset dst of the group, row r's at dst + r·n.
 type packRun struct{ dst, src, n int }
@@ -331,10 +373,16 @@ func packWeights(dst []byte, w Weights) {
 	}
 	for g := range groups {
 		gd := dst[g*packRows*rb : (g+1)*packRows*rb]
+		var mixed [210]byte // a Q6_K block after q6Mix
 		for r := range packRows {
 			row := w.Data[(g*packRows+r)*rb:]
 			for b, plan := range plans {
 				blk := row[b*bb : (b+1)*bb]
+				if w.DType == compute.Q6_K {
+					copy(mixed[:], blk)
+					q6Mix(mixed[:])
+					blk = mixed[:]
+				}
 				for _, p := range plan {
 					o := p.dst + r*p.n
 					switch p.n {
@@ -376,6 +424,8 @@ func unpackBlock(dst, gd []byte, dt compute.DType, nb, r, b int) {
 	case compute.Q5_0:
 		co, _ := legacyOffsets(dt, nb, b)
 		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[co+256+4*r:]))
+	case compute.Q6_K:
+		q6Unmix(dst)
 	}
 }
 

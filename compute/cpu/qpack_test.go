@@ -82,6 +82,38 @@ var packShapes = []struct{ n, m, k int }{
 
 // TestPackedMatMul checks the packed products, assembly and pure Go, against
 // float64 and against the unpacked products.
+// TestQ6Mix checks the bit arrangement of packed Q6_K blocks: the codes
+// the kernels take from A, B and C are the stored block's (as the
+// reference dequantization reads them), and q6Unmix gives the block back.
+func TestQ6Mix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for range 100 {
+		var blk, mixed [210]byte
+		for i := range blk {
+			blk[i] = byte(rng.Uint32())
+		}
+		mixed = blk
+		q6Mix(mixed[:])
+		for h := range 2 {
+			for l := range 32 {
+				lo, hi, u := blk[64*h+l], blk[64*h+32+l], blk[128+32*h+l]
+				want := [4]byte{lo&0xF | u&3<<4, hi&0xF | u>>2&3<<4, lo>>4 | u>>4&3<<4, hi>>4 | u>>6<<4}
+				a, b, c := mixed[64*h+l], mixed[64*h+32+l], mixed[128+32*h+l]
+				// The kernels' selects: bits 6-7 of a, 4-5 of b>>2, 2-3 of c>>4.
+				q3x4 := (a&0xC0 | (b>>2)&0x3F&^0x0F | (c>>4)&0x0F) & 0xFC
+				got := [4]byte{a & 0x3F, b & 0x3F, c & 0x3F, q3x4 >> 2}
+				if got != want {
+					t.Fatalf("half %d, element %d: codes %v, want %v", h, l, got, want)
+				}
+			}
+		}
+		q6Unmix(mixed[:])
+		if mixed != blk {
+			t.Fatalf("q6Unmix(q6Mix(b)) != b")
+		}
+	}
+}
+
 func TestPackedMatMul(t *testing.T) {
 	noAMX(t) // TestAMXMatMul checks those products
 	rng := rand.New(rand.NewPCG(33, 34))
