@@ -116,12 +116,14 @@ type gen struct {
 	// gfni: unpack Q4_0's high nibbles with VGF2P8AFFINEQB (the matrix in
 	// Z29), one instruction instead of a shift and a mask.
 	gfni bool
-	// hi16: take Q4_0's high nibbles in place, 16 times their value, with
-	// one mask (0xF0 in Z30) and no shift; their sums have their own
-	// accumulators, which the caller shifts right by 4 (exact: every
-	// product is a multiple of 16). A shift runs on one port only, the
-	// one VPDPBUSD needs too; a mask runs on two.
-	hi16 bool
+	// hiShift: in the one-row kernel, take the high codes of Q4_0 (4, the
+	// high nibbles with one mask, 0xF0 in Z30, and no shift) and Q5_0 (3,
+	// see q5Mix) in place, 2^hiShift times their value; their sums have
+	// their own accumulator, which the kernel shifts right by hiShift per
+	// block (exact: every product is a multiple of 2^hiShift). A shift
+	// runs on one port only, the one VPDPBUSD needs too; a mask runs on
+	// two. 0: the codes are shifted down before the products.
+	hiShift int
 }
 
 func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, "\t"+format+"\n", args...) }
@@ -154,17 +156,14 @@ func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int, o, xo int
 				g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+4*j, xp), z(W), z(acc(t, j)))
 			}
 		}
-	case q4_0, q5_0:
-		if q == q5_0 {
-			g.p("VMOVDQU64 %s, Z22", off(o+256, "SI"))
-		}
+	case q4_0:
 		for j := 0; j < 4; j++ {
 			L, H := 16+2*(j%2), 17+2*(j%2)
 			if g.gfni {
 				g.p("VMOVDQU64 %s, %s", off(o+64*j, "SI"), z(H))
 				g.p("VPANDD Z31, %s, %s", z(H), z(L))
 				g.p("VGF2P8AFFINEQB $0, Z29, %s, %s", z(H), z(H))
-			} else if g.hi16 {
+			} else if g.hiShift > 0 {
 				g.p("VPANDD %s, Z31, %s", off(o+64*j, "SI"), z(L))
 				g.p("VPANDD %s, Z30, %s", off(o+64*j, "SI"), z(H))
 			} else {
@@ -172,27 +171,45 @@ func (g *gen) blockCodes(q qtype, xs []string, acc func(t, j int) int, o, xo int
 				g.p("VPSRLW $4, %s, %s", off(o+64*j, "SI"), z(H))
 				g.p("VPANDD Z31, %s, %s", z(H), z(H))
 			}
-			if q == q5_0 {
-				// Bit 4 of each code from the fifth-bit vector: byte i
-				// holds in bit j the bit of element 4j+i, in bit 4+j that
-				// of element 16+4j+i. 0xD8 selects Z30's bit (0x10) from
-				// the shifted vector, the others from the nibbles.
-				g.p("VPSLLD $%d, Z22, Z20", 4-j)
-				g.p("VPTERNLOGD $0xD8, Z30, Z20, %s", z(L))
-				hs := "Z22"
-				if j > 0 {
-					g.p("VPSRLD $%d, Z22, Z21", j)
-					hs = "Z21"
-				}
-				g.p("VPTERNLOGD $0xD8, Z30, %s, %s", hs, z(H))
-			}
-			for t, xp := range xs {
-				g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+4*j, xp), z(L), z(acc(t, 2*j)))
-			}
-			for t, xp := range xs {
-				g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+16+4*j, xp), z(H), z(acc(t, 2*j+1)))
-			}
+			g.dots(xs, acc, L, H, j, xo)
 		}
+	case q5_0:
+		// The fifth-bit vector (see q5Mix): byte i holds in bits 2j and
+		// 2j+1 the bits chunk j's codes lack. Its nibbles index the
+		// lookups (Z28: chunks 0 and 2, Z29: 1 and 3), which give bit 4
+		// of the low code (0x10) and bit 0 of the high code, in place
+		// (0x08); a select by the mask 0x0F (Z31) merges them with the
+		// code bytes.
+		g.p("VMOVDQU64 %s, Z22", off(o+256, "SI"))
+		g.p("VPSRLW $4, Z22, Z21")
+		g.p("VPANDD Z31, Z21, Z21")
+		g.p("VPANDD Z31, Z22, Z22")
+		for j := 0; j < 4; j++ {
+			L, H := 16+2*(j%2), 17+2*(j%2)
+			idx, tab := "Z22", 28+j%2
+			if j >= 2 {
+				idx = "Z21"
+			}
+			g.p("VPSHUFB %s, %s, %s", idx, z(tab), z(L))
+			g.p("VPSHUFB %s, %s, %s", idx, z(tab), z(H))
+			g.p("VPTERNLOGD $0xB8, %s, Z31, %s", off(o+64*j, "SI"), z(L)) // mask ? codes : lookup
+			g.p("VPTERNLOGD $0xE2, %s, Z31, %s", off(o+64*j, "SI"), z(H)) // mask ? lookup : codes
+			if g.hiShift == 0 {
+				g.p("VPSRLW $3, %s, %s", z(H), z(H))
+			}
+			g.dots(xs, acc, L, H, j, xo)
+		}
+	}
+}
+
+// dots emits the products of chunk j's low codes (in L) and high codes
+// (in H) with the activation codes at each of xs.
+func (g *gen) dots(xs []string, acc func(t, j int) int, L, H, j, xo int) {
+	for t, xp := range xs {
+		g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+4*j, xp), z(L), z(acc(t, 2*j)))
+	}
+	for t, xp := range xs {
+		g.p("VPDPBUSD.BCST %s, %s, %s", off(xo+16+4*j, xp), z(H), z(acc(t, 2*j+1)))
 	}
 }
 
@@ -202,10 +219,10 @@ func (g *gen) constants(q qtype) {
 		g.p("VPBROADCASTD AX, Z31")
 	}
 	if q == q5_0 {
-		g.p("MOVL $0x10101010, AX")
-		g.p("VPBROADCASTD AX, Z30")
+		g.p("VBROADCASTI32X4 ·q5Lookup(SB), Z28")
+		g.p("VBROADCASTI32X4 ·q5Lookup+16(SB), Z29")
 	}
-	if g.hi16 {
+	if g.hiShift == 4 {
 		g.p("MOVL $0xf0f0f0f0, AX")
 		g.p("VPBROADCASTD AX, Z30")
 	}
@@ -256,8 +273,13 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 	name += pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
-	g.hi16 = q == q4_0 && !g.gfni
-	defer func() { g.hi16 = false }()
+	switch {
+	case q == q4_0 && !g.gfni:
+		g.hiShift = 4
+	case q == q5_0:
+		g.hiShift = 3
+	}
+	defer func() { g.hiShift = 0 }()
 	g.constants(q)
 	g.p("MOVQ %d(DI), SI", offW)
 	g.p("MOVQ %d(DI), R14", offDst)
@@ -281,8 +303,8 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 		default:
 			g.prefetch(pfs, 0, half)
 		}
-		if g.hi16 {
-			g.p("VPSRAD $4, Z1, Z1")
+		if g.hiShift > 0 {
+			g.p("VPSRAD $%d, Z1, Z1", g.hiShift)
 		}
 		g.p("VPADDD Z1, Z0, Z0")
 		g.p("VCVTDQ2PS Z0, Z0")
@@ -431,7 +453,7 @@ const kmaxR = 3
 // sub-blocks in hand, Z(2R+t) the super-block's integer sum (sub-block
 // sums times scales), Z(3R+t) its correction (Σ min·Σx for Q4_K, Σ
 // 32·scale·Σx for Q6_K), Z(4R+t) the float accumulator. Z15-Z27
-// temporaries (Q4_K: Z27 the mask of its high nibbles, see hi16), Z28-Z31
+// temporaries (Q4_K: Z27 the mask of its high nibbles, see hiShift), Z28-Z31
 // masks.
 func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
@@ -446,7 +468,7 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VPBROADCASTD AX, Z29")
 		g.p("MOVL $0x30, AX")
 		g.p("VPBROADCASTD AX, Z28")
-		g.p("MOVL $0xf0f0f0f0, AX") // the high nibbles in place (see hi16)
+		g.p("MOVL $0xf0f0f0f0, AX") // the high nibbles in place (see hiShift)
 		g.p("VPBROADCASTD AX, Z27")
 	} else {
 		// The masks of q6k: 0x3F in Z31, 0x0F in Z30, 0xFC in Z29.
@@ -547,7 +569,7 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 
 // q4k emits one Q4_K super-block: per pair of sub-blocks, 8 code vectors
 // whose low nibbles are sub-block 2p's and high nibbles 2p+1's codes (taken
-// in place, as hi16 describes, and their sums shifted right by 4), then
+// in place, as hiShift describes, and their sums shifted right by 4), then
 // each sub-block's 6-bit scale and min unpacked from the vectors A, B, C
 // (the 12 scale bytes of each row, 4 per lane).
 func (g *gen) q4k(R int, xs []string) {

@@ -307,10 +307,15 @@ func BenchmarkQGEMVLayer(b *testing.B) {
 			"separate": {{h, h}, {kv, h}, {kv, h}, {h, h}, {f, h}, {f, h}, {h, f}},
 			"stacked":  {{h + 2*kv, h}, {h, h}, {2 * f, h}, {h, f}},
 		}
-		for _, dt := range []compute.DType{compute.Q4_0, compute.Q4_K, compute.Q6_K, compute.Q8_0} {
+		for _, dt := range []compute.DType{compute.Q4_0, compute.Q4_K, compute.Q6_K, compute.Q8_0, compute.Q5_0} {
 			for _, lay := range []string{"separate", "stacked"} {
 				b.Run(fmt.Sprintf("%s/%s/%s", md.name, dt, lay), func(b *testing.B) {
 					shapes := layouts[lay]
+					for _, s := range shapes {
+						if s.k%dt.BlockSize() != 0 {
+							b.Skipf("%d columns: not whole %s blocks", s.k, dt)
+						}
+					}
 					// As many layers as fit in benchBuf, used in turn.
 					var layers [][]Weights
 					total := 0
@@ -369,7 +374,7 @@ func BenchmarkQGEMVLayer(b *testing.B) {
 // stays in the L2 cache (256×2048), one thread: the GB/s the kernel's
 // instructions allow when memory is not the limit.
 func BenchmarkQPackCompute(b *testing.B) {
-	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {
+	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q5_0, compute.Q4_K, compute.Q6_K} {
 		const m, k = 256, 2048
 		if !packable(dt, m, k) {
 			continue

@@ -32,10 +32,10 @@ import (
 //     blocks, then their float16 scales (an odd last block: its codes, then
 //     its scales). A block's codes are cb bytes (512 for Q8_0, 256 for
 //     Q4_0, 320 for Q5_0): vector j holds bytes 4j..4j+3 of each row's
-//     codes, Q8_0's with 128 added (made unsigned), Q4_0's and Q5_0's
-//     packed nibbles as they are, whose low nibbles are elements 4j..4j+3
-//     and high ones 16+4j..16+4j+3; Q5_0 adds a vector of the rows' fifth
-//     bits (see fifthBits).
+//     codes, Q8_0's with 128 added (made unsigned), Q4_0's packed nibbles
+//     as they are, whose low nibbles are elements 4j..4j+3 and high ones
+//     16+4j..16+4j+3; Q5_0's the same after q5Mix, followed by a vector
+//     of the bits the nibbles lack (the 4 bytes q5Mix leaves in qh).
 //   - Q4_K, per super-block: the 12 scale bytes of each row as three
 //     vectors, d and dmin, then per pair of sub-blocks 8 vectors of the
 //     32 code bytes whose low nibbles are the first sub-block's codes and
@@ -219,8 +219,8 @@ func legacyOffsets(dt compute.DType, nb, b int) (codes, scales int) {
 
 // packCopies calls f for each run of bytes of block b of row r (of nb
 // blocks) of a group: n bytes at offset src of the stored block go to
-// offset dst of the group, Q8_0's codes with 128 added. Q5_0's fifth bits
-// are not a plain copy and are left to the caller.
+// offset dst of the group, Q8_0's codes with 128 added, Q5_0's and Q6_K's
+// after q5Mix and q6Mix.
 func packCopies(dt compute.DType, nb, r, b int, f func(dst, src, n int)) {
 	switch dt {
 	case compute.Q8_0, compute.Q4_0, compute.Q5_0:
@@ -229,6 +229,9 @@ func packCopies(dt compute.DType, nb, r, b int, f func(dst, src, n int)) {
 		f(so+2*r, 0, 2)
 		for j := range (dt.BlockBytes() - nib) / 4 {
 			f(co+64*j+4*r, nib+4*j, 4)
+		}
+		if dt == compute.Q5_0 {
+			f(co+256+4*r, 2, 4)
 		}
 	case compute.Q4_K:
 		// The scale bytes 4q..4q+3 of the rows as vector q, d, dmin,
@@ -300,27 +303,48 @@ func packNibbles(dt compute.DType) int {
 	return 2
 }
 
-// fifthBits spreads a Q5_0 block's 32 fifth bits (qh) over the 4-byte lane
-// the packed layout keeps them in: bit j of byte i is the bit of element
-// 4j+i, bit 4+j that of element 16+4j+i.
-func fifthBits(qh uint32) (lane [4]byte) {
-	for i := range 4 {
-		for j := range 4 {
-			lane[i] |= byte(qh>>(4*j+i)&1)<<j | byte(qh>>(16+4*j+i)&1)<<(4+j)
-		}
+// q5Mix rearranges the bits of a stored Q5_0 block (22 bytes) in place
+// into the form its packed copy keeps. Of byte k of qs, which holds the
+// low 4 bits of the 5-bit codes a of element k and b of element 16+k, the
+// high nibble becomes b's top 4 bits; the 4 bytes of qh become a lane
+// whose byte k%4 holds in bit 2(k/4) the top bit of a and in bit 2(k/4)+1
+// the low bit of b. A kernel then has a (low nibble | bit·0x10) and 8b
+// (high nibble | bit·0x08) without shifting the codes, and the lane's
+// nibbles index a lookup of the bits (q5Lookup).
+func q5Mix(blk []byte) {
+	qh := binary.LittleEndian.Uint32(blk[2:])
+	var lane [4]byte
+	for k := range 16 {
+		c := blk[6+k]
+		b := c>>4 | byte(qh>>(16+k)&1)<<4
+		blk[6+k] = c&0xF | b>>1<<4
+		lane[k%4] |= byte(qh>>k&1)<<(2*(k/4)) | (b&1)<<(2*(k/4)+1)
 	}
-	return lane
+	copy(blk[2:6], lane[:])
 }
 
-// fifthBitsWord inverts fifthBits.
-func fifthBitsWord(lane []byte) (qh uint32) {
-	for i := range 4 {
-		for j := range 4 {
-			qh |= uint32(lane[i]>>j&1)<<(4*j+i) | uint32(lane[i]>>(4+j)&1)<<(16+4*j+i)
-		}
+// q5Unmix inverts q5Mix.
+func q5Unmix(blk []byte) {
+	var qh uint32
+	for k := range 16 {
+		l, c := blk[2+k%4]>>(2*(k/4)), blk[6+k]
+		b := c>>4<<1 | l>>1&1
+		blk[6+k] = c&0xF | b<<4
+		qh |= uint32(l&1)<<k | uint32(b>>4)<<(16+k)
 	}
-	return qh
+	binary.LittleEndian.PutUint32(blk[2:], qh)
 }
+
+// q5Lookup holds, per nibble n of a lane q5Mix writes, the bits of the
+// codes of chunks 0 and 2 (bytes 0-15: bit 0 of n as 0x10, bit 1 as 0x08)
+// and of chunks 1 and 3 (bytes 16-31: bits 2 and 3), for VPSHUFB.
+var q5Lookup = func() (t [32]byte) {
+	for n := range 16 {
+		t[n] = byte(n&1)<<4 | byte(n>>1&1)<<3
+		t[16+n] = byte(n>>2&1)<<4 | byte(n>>3&1)<<3
+	}
+	return t
+}()
 
 // q6Mix rearranges the bits of a stored Q6_K block (210 bytes) in place
 // into the form its packed copy keeps: for half h and l < 32, the bytes
@@ -373,12 +397,17 @@ func packWeights(dst []byte, w Weights) {
 	}
 	for g := range groups {
 		gd := dst[g*packRows*rb : (g+1)*packRows*rb]
-		var mixed [210]byte // a Q6_K block after q6Mix
+		var mixed [210]byte // a Q5_0 or Q6_K block after q5Mix or q6Mix
 		for r := range packRows {
 			row := w.Data[(g*packRows+r)*rb:]
 			for b, plan := range plans {
 				blk := row[b*bb : (b+1)*bb]
-				if w.DType == compute.Q6_K {
+				switch w.DType {
+				case compute.Q5_0:
+					copy(mixed[:], blk)
+					q5Mix(mixed[:bb])
+					blk = mixed[:bb]
+				case compute.Q6_K:
 					copy(mixed[:], blk)
 					q6Mix(mixed[:])
 					blk = mixed[:]
@@ -394,17 +423,12 @@ func packWeights(dst []byte, w Weights) {
 						gd[o] = blk[p.src]
 					}
 				}
-				switch w.DType {
-				case compute.Q8_0:
+				if w.DType == compute.Q8_0 {
 					co, _ := legacyOffsets(w.DType, nb, b)
 					for j := range 8 {
 						o := co + 64*j + 4*r
 						binary.LittleEndian.PutUint32(gd[o:], binary.LittleEndian.Uint32(gd[o:])^0x80808080)
 					}
-				case compute.Q5_0:
-					co, _ := legacyOffsets(w.DType, nb, b)
-					l := fifthBits(binary.LittleEndian.Uint32(blk[2:]))
-					copy(gd[co+256+4*r:], l[:])
 				}
 			}
 		}
@@ -422,8 +446,7 @@ func unpackBlock(dst, gd []byte, dt compute.DType, nb, r, b int) {
 			dst[i] ^= 0x80
 		}
 	case compute.Q5_0:
-		co, _ := legacyOffsets(dt, nb, b)
-		binary.LittleEndian.PutUint32(dst[2:], fifthBitsWord(gd[co+256+4*r:]))
+		q5Unmix(dst)
 	case compute.Q6_K:
 		q6Unmix(dst)
 	}
@@ -460,7 +483,7 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 		codes := gd[co : co+cb]
 		for r := range packRows {
 			is := bias
-			var hi [4]byte // Q5_0: fifth bits
+			var hi [4]byte // Q5_0: the lane of bits (see q5Mix)
 			if dt == compute.Q5_0 {
 				copy(hi[:], codes[256+4*r:])
 			}
@@ -475,8 +498,10 @@ func packDotGo(out *[packRows]float32, gd, x []byte, dt compute.DType, nb int) {
 						continue
 					}
 					lo, up := int32(c&0xF), int32(c>>4)
-					lo |= int32(hi[i]>>j&1) << 4
-					up |= int32(hi[i]>>(4+j)&1) << 4
+					if dt == compute.Q5_0 {
+						lo |= int32(hi[i]>>(2*j)&1) << 4
+						up = up<<1 | int32(hi[i]>>(2*j+1)&1)
+					}
 					is += lo*int32(int8(xb[4*j+i])) + up*int32(int8(xb[16+4*j+i]))
 				}
 			}

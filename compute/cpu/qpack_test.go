@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -80,8 +81,41 @@ var packShapes = []struct{ n, m, k int }{
 	{1, 16, 256}, {1, 50, 768}, {2, 33, 512}, {3, 17, 256}, {4, 47, 1280}, {7, 64, 256},
 }
 
-// TestPackedMatMul checks the packed products, assembly and pure Go, against
-// float64 and against the unpacked products.
+// TestQ5Mix checks the bit arrangement of packed Q5_0 blocks: the codes a
+// kernel makes from the mixed bytes and q5Lookup are the stored block's,
+// and q5Unmix gives the block back.
+func TestQ5Mix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 100 {
+		var blk, mixed [22]byte
+		for i := range blk {
+			blk[i] = byte(rng.Uint32())
+		}
+		mixed = blk
+		q5Mix(mixed[:])
+		qh := binary.LittleEndian.Uint32(blk[2:])
+		for k := range 16 {
+			want := [2]byte{blk[6+k]&0xF | byte(qh>>k&1)<<4, blk[6+k]>>4 | byte(qh>>(16+k)&1)<<4}
+			// The kernel's lookup: chunk j = k/4 of lane byte k%4.
+			j, l := k/4, mixed[2+k%4]
+			n := l & 0xF
+			if j >= 2 {
+				n = l >> 4
+			}
+			bits := q5Lookup[16*(j%2)+int(n)]
+			c := mixed[6+k]
+			got := [2]byte{c&0x0F | bits&0xF0, (c&0xF0 | bits&0x0F) >> 3}
+			if got != want {
+				t.Fatalf("element %d: codes %v, want %v", k, got, want)
+			}
+		}
+		q5Unmix(mixed[:])
+		if mixed != blk {
+			t.Fatalf("q5Unmix(q5Mix(b)) != b")
+		}
+	}
+}
+
 // TestQ6Mix checks the bit arrangement of packed Q6_K blocks: the codes
 // the kernels take from A, B and C are the stored block's (as the
 // reference dequantization reads them), and q6Unmix gives the block back.
@@ -114,6 +148,8 @@ func TestQ6Mix(t *testing.T) {
 	}
 }
 
+// TestPackedMatMul checks the packed products, assembly and pure Go, against
+// float64 and against the unpacked products.
 func TestPackedMatMul(t *testing.T) {
 	noAMX(t) // TestAMXMatMul checks those products
 	rng := rand.New(rand.NewPCG(33, 34))
