@@ -180,8 +180,15 @@ var (
 		compute.Q8_0: "2048+16384t2", compute.Q4_0: "2048+16384t2", compute.Q5_0: "2048+16384t2",
 		compute.Q4_K: "2048+16384t2", compute.Q6_K: "4096",
 	}
-	// An AMD EPYC Zen 4 measured no steady gain.
-	prefetchAMD = map[compute.DType]string{}
+	// An AMD EPYC (a "Turin-like" virtual machine, 2 cores; session 11,
+	// after the kernels of sessions 10 and 11 took shifts out): 4096
+	// bytes ahead, non-temporal, read Q4_0 at 42-44 GB/s (37-41 without
+	// prefetch), Q5_0 43-46 (33-35), Q4_K 48-50 (39-42); Q6_K was best at
+	// PREFETCHT0 4096 (43-46; 36-37 without). Q8_0 measured no steady gain
+	// (57-61 against 57-59).
+	prefetchAMD = map[compute.DType]string{
+		compute.Q4_0: "4096nta", compute.Q5_0: "4096nta", compute.Q4_K: "4096nta", compute.Q6_K: "4096",
+	}
 )
 
 // packable reports whether weights of type dt and rows×cols are packed at
