@@ -82,9 +82,6 @@ func (k *flashKernels) add(t map[string]*uintptr) {
 	}
 }
 
-// cuFuncAttributeMaxDynamicShared is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-const cuFuncAttributeMaxDynamicShared = 8
-
 // openFlash reads the mode and lets the kernels use their shared memory
 // (owner thread).
 func (b *Backend) openFlash() error {
@@ -95,7 +92,7 @@ func (b *Backend) openFlash() error {
 	b.flash.mode = mode
 	return b.do(func(w *owner) error {
 		set := func(fn uintptr, c flashConfig) error {
-			r := call(w.d.cuFuncSetAttribute, fn, cuFuncAttributeMaxDynamicShared, uintptr(c.shared()))
+			r := call(w.d.cuFuncSetAttribute, fn, funcAttrMaxDynamicShared, uintptr(c.shared()))
 			return w.check(fmt.Sprintf("cuFuncSetAttribute(%s, %d bytes)", c.name, c.shared()), r)
 		}
 		for i, c := range flashConfigs {
