@@ -38,10 +38,12 @@ func fitAffine(x, w []float32, nmax int, L []uint8) (scale, offset float32) {
 		clear(L)
 		return 0, -lo
 	}
-	var sw, swx float64
+	var sw, swx, swxx float64
 	for i, v := range x {
+		wv := float64(w[i]) * float64(v)
 		sw += float64(w[i])
-		swx += float64(w[i]) * float64(v)
+		swx += wv
+		swxx += wv * float64(v)
 	}
 	span := hi - lo
 	bestScale, bestMin := span/float32(nmax), lo
@@ -68,11 +70,8 @@ func fitAffine(x, w []float32, nmax int, L []uint8) (scale, offset float32) {
 		if m > 0 { // keep the minimum at or below zero
 			m, s = 0, sxl/sl2
 		}
-		var e float64
-		for i, v := range x {
-			r := s*float64(tl[i]) + m - float64(v)
-			e += float64(w[i]) * r * r
-		}
+		// Σ w·(s·q + m − x)², expanded over the sums in hand.
+		e := s*s*sl2 + 2*s*m*sl - 2*s*sxl + m*m*sw - 2*m*swx + swxx
 		if e < bestErr {
 			bestErr, bestScale, bestMin = e, float32(s), float32(m)
 			copy(L, tl)
