@@ -199,30 +199,26 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	MatMul(f32(dst), f32(x), n, ws, b.pool)
 }
 
-// broadcast applies op to a and b, repeating b's single row when it has one.
-func broadcast(dst, a, bt *compute.Tensor, op func(x, y float32) float32) {
+// broadcast applies the vector operation op to a and b, repeating b's
+// single row when it has one.
+func broadcast(dst, a, bt *compute.Tensor, op func(dst, a, b []float32)) {
 	d, as, bs := f32(dst), f32(a), f32(bt)
 	if len(bs) == len(as) {
-		for i := range as {
-			d[i] = op(as[i], bs[i])
-		}
+		op(d, as, bs)
 		return
 	}
 	c := len(bs)
-	for i := range as {
-		d[i] = op(as[i], bs[i%c])
+	for i := 0; i < len(as); i += c {
+		e := min(i+c, len(as))
+		op(d[i:e], as[i:e], bs[:e-i])
 	}
 }
 
 // Add implements compute.Backend.
-func (b *Backend) Add(dst, x, y *compute.Tensor) {
-	broadcast(dst, x, b.asF32(y), func(p, q float32) float32 { return p + q })
-}
+func (b *Backend) Add(dst, x, y *compute.Tensor) { broadcast(dst, x, b.asF32(y), Add) }
 
 // Mul implements compute.Backend.
-func (b *Backend) Mul(dst, x, y *compute.Tensor) {
-	broadcast(dst, x, b.asF32(y), func(p, q float32) float32 { return p * q })
-}
+func (b *Backend) Mul(dst, x, y *compute.Tensor) { broadcast(dst, x, b.asF32(y), Mul) }
 
 // asF32 returns t as an F32 tensor, widening stored weights (small vectors
 // such as biases and norm weights).
@@ -505,14 +501,17 @@ func (j *attnJob) chunk(c int) {
 // sink in the denominator.
 func (j *attnJob) weights(valid []float32, h int) {
 	a := j.a
-	mx := float32(math.Inf(-1))
-	for k, s := range valid {
-		s *= a.Scale
-		if a.SoftCap > 0 {
-			s = a.SoftCap * float32(math.Tanh(float64(s/a.SoftCap)))
+	var mx float32
+	if a.SoftCap > 0 {
+		mx = float32(math.Inf(-1))
+		for k, s := range valid {
+			s = a.SoftCap * float32(math.Tanh(float64(s*a.Scale/a.SoftCap)))
+			valid[k] = s
+			mx = max(mx, s)
 		}
-		valid[k] = s
-		mx = max(mx, s)
+	} else {
+		Scale(valid, a.Scale)
+		mx = Max(valid)
 	}
 	if j.sinks != nil {
 		mx = max(mx, j.sinks[h])
@@ -528,10 +527,7 @@ func (j *attnJob) weights(valid []float32, h int) {
 	if j.sinks != nil {
 		sum += float32(math.Exp(float64(j.sinks[h] - mx)))
 	}
-	inv := 1 / sum
-	for k := range valid {
-		valid[k] *= inv
-	}
+	Scale(valid, 1/sum)
 }
 
 // Attend implements compute.Backend.

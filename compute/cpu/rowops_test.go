@@ -20,6 +20,27 @@ func TestRowOps(t *testing.T) {
 		want []float32
 	}{
 		{
+			name: "Add repeats a single row over every row",
+			run: func() *compute.Tensor {
+				x := tensor(2, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30, 40, 50, 60, 70, 80, 90)
+				bias := tensor(1, 9, 1, 1, 1, 1, 1, 1, 1, 1, -1)
+				b.Add(x, x, bias)
+				return x
+			},
+			want: []float32{2, 3, 4, 5, 6, 7, 8, 9, 8, 11, 21, 31, 41, 51, 61, 71, 81, 89},
+		},
+		{
+			name: "Mul of equal shapes is elementwise",
+			run: func() *compute.Tensor {
+				x := tensor(1, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+				y := tensor(1, 9, 2, 2, 2, 2, 2, 2, 2, 2, -1)
+				dst := b.Alloc(compute.F32, 1, 9)
+				b.Mul(dst, x, y)
+				return dst
+			},
+			want: []float32{2, 4, 6, 8, 10, 12, 14, 16, -9},
+		},
+		{
 			name: "AxpyRows uses each row's coefficient",
 			run: func() *compute.Tensor {
 				dst := tensor(2, 3, 1, 1, 1, 2, 2, 2)
