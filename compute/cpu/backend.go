@@ -237,9 +237,11 @@ func (b *Backend) asF32(t *compute.Tensor) *compute.Tensor {
 // Scale implements compute.Backend.
 func (b *Backend) Scale(dst, x *compute.Tensor, s float32) {
 	d, xs := f32(dst), f32(x)
-	for i := range xs {
-		d[i] = xs[i] * s
+	d = d[:len(xs)]
+	if len(d) > 0 && &d[0] != &xs[0] {
+		copy(d, xs)
 	}
+	Scale(d, s)
 }
 
 // RMSNorm implements compute.Backend.
