@@ -402,22 +402,25 @@ func packWeights(dst []byte, w Weights) {
 	for b := range plans {
 		packCopies(w.DType, nb, 0, b, func(d, s, n int) { plans[b] = append(plans[b], packRun{d, s, n}) })
 	}
+	// Q5_0 and Q6_K blocks are rearranged before they are copied.
+	var mix func([]byte)
+	switch w.DType {
+	case compute.Q5_0:
+		mix = q5Mix
+	case compute.Q6_K:
+		mix = q6Mix
+	}
 	for g := range groups {
 		gd := dst[g*packRows*rb : (g+1)*packRows*rb]
-		var mixed [210]byte // a Q5_0 or Q6_K block after q5Mix or q6Mix
+		var mixed [210]byte // a block after mix
 		for r := range packRows {
 			row := w.Data[(g*packRows+r)*rb:]
 			for b, plan := range plans {
 				blk := row[b*bb : (b+1)*bb]
-				switch w.DType {
-				case compute.Q5_0:
+				if mix != nil {
 					copy(mixed[:], blk)
-					q5Mix(mixed[:bb])
 					blk = mixed[:bb]
-				case compute.Q6_K:
-					copy(mixed[:], blk)
-					q6Mix(mixed[:])
-					blk = mixed[:]
+					mix(blk)
 				}
 				for _, p := range plan {
 					o := p.dst + r*p.n
