@@ -118,17 +118,25 @@ func init() {
 
 // packPrefetch returns the software prefetch of the one-row packed
 // kernels of type dt on a CPU of the given vendor: the setting
-// (LEM_CPU_PREFETCH) where it is well formed, else the vendor's choice
-// for dt (prefetchIntel, prefetchAMD), else "0", none.
+// (LEM_CPU_PREFETCH) for dt where it is well formed, else the vendor's
+// choice for dt (prefetchIntel, prefetchAMD), else "0", none.
 //
 // A setting is "0" or one or two distances in bytes joined by "+", each
 // with an optional hint: "4096" is PREFETCHT0 4096 bytes ahead of the
 // codes being read, "8192t2" PREFETCHT2, "8192nta" PREFETCHNTA,
-// "1024+8192t2" both a near and a far prefetch. A setting that names no
-// generated kernel (qpackExtra) means none.
+// "1024+8192t2" both a near and a far prefetch. It applies to every type,
+// or, as a comma-separated list of type=setting ("q6_k=4096,q4_0=0"), to
+// the types it names. A setting that names no generated kernel
+// (qpackExtra) means none.
 func packPrefetch(vendor, setting string, dt compute.DType) string {
 	if validPrefetch(setting) {
 		return setting
+	}
+	for _, item := range strings.Split(setting, ",") {
+		name, pf, ok := strings.Cut(item, "=")
+		if ok && strings.EqualFold(strings.TrimSpace(name), dt.String()) && validPrefetch(pf) {
+			return pf
+		}
 	}
 	var pf string
 	switch vendor {

@@ -305,6 +305,11 @@ func TestPackPrefetch(t *testing.T) {
 		{"GenuineIntel", "1+2+3", q4, intel},
 		{"GenuineIntel", "+4096", q4, intel},
 		{"GenuineIntel", "4096+", q4, intel},
+		{"GenuineIntel", "q4_0=4096nta", q4, "4096nta"},
+		{"GenuineIntel", "q6_k=0,Q4_0=0", q4, "0"},
+		{"GenuineIntel", "q6_k=0", q4, intel},
+		{"GenuineIntel", "q6_k=0,q4_0=near", q4, intel},
+		{"AuthenticAMD", "q8_0=8192t2,q4_0=1024", q8, "8192t2"},
 	} {
 		if got := packPrefetch(tc.vendor, tc.setting, tc.dt); got != tc.want {
 			t.Errorf("packPrefetch(%q, %q, %s) = %q, want %q", tc.vendor, tc.setting, tc.dt, got, tc.want)

@@ -61,6 +61,7 @@ type Backend struct {
 	reads          readRing  // pinned slots for ReadAsync (feed.go)
 	fuse           bool      // fold one-row operations into fewer launches (fuse.go)
 	fgemvBlocks    int       // most blocks of an fgemv launch (0: no limit)
+	stageK         int       // longest input row fgemv stages in shared memory
 	attendChunk    int32     // fewest keys per split of attend_dec (attend.go)
 	argmaxOneBlock bool      // TopK(…, 1) never splits a row (decode.go)
 	pdl            bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
@@ -152,6 +153,9 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	if err == nil {
 		err = b.openFlash()
+	}
+	if err == nil {
+		err = b.openDecode()
 	}
 	if err != nil {
 		close(b.reqs)

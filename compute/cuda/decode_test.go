@@ -18,8 +18,8 @@ import (
 func TestFusedDecode(t *testing.T) {
 	h := newHarness(t)
 	const hid, ff, ctx = 256, 512, 80
-	saved := h.g.fgemvBlocks
-	defer func() { h.g.fgemvBlocks = saved }()
+	saved, savedK := h.g.fgemvBlocks, h.g.stageK
+	defer func() { h.g.fgemvBlocks, h.g.stageK = saved, savedK }()
 	type setting struct {
 		dt          compute.DType
 		blocks      int // fgemv grid limit: 0 none (two rows per warp), 1 and 3 stride far
@@ -27,22 +27,29 @@ func TestFusedDecode(t *testing.T) {
 		hd          int // 64: the rotation folds into attention; 32: it does not
 		interleaved bool
 		kernels     int // launches of the captured step
+		stageK      int // longest input row staged in shared memory (0: the device's)
 	}
 	var settings []setting
 	for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
-		settings = append(settings, setting{dt, saved, 4, 2, 64, false, 5})
+		settings = append(settings, setting{dt, saved, 4, 2, 64, false, 5, 0})
 	}
 	for _, blocks := range []int{0, 1, 3} {
-		settings = append(settings, setting{compute.BF16, blocks, 4, 2, 64, false, 5})
+		settings = append(settings, setting{compute.BF16, blocks, 4, 2, 64, false, 5, 0})
 	}
 	settings = append(settings,
-		setting{compute.BF16, saved, 4, 1, 64, true, 5},
-		setting{compute.BF16, saved, 8, 2, 32, false, 6})
+		setting{compute.BF16, saved, 4, 1, 64, true, 5, 0},
+		setting{compute.BF16, saved, 8, 2, 32, false, 6, 0},
+		// The down product's input (ff) read from global memory.
+		setting{compute.BF16, saved, 4, 2, 64, false, 5, hid},
+		setting{compute.F32, saved, 4, 2, 64, false, 5, hid})
 	for _, set := range settings {
 		dt, heads, kvh, hd := set.dt, set.heads, set.kvh, set.hd
-		t.Run(fmt.Sprintf("%s/blocks%d/%dx%d/hd%d/interleaved=%v", dt, set.blocks, heads, kvh, hd, set.interleaved), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/blocks%d/%dx%d/hd%d/interleaved=%v/stage%d", dt, set.blocks, heads, kvh, hd, set.interleaved, set.stageK), func(t *testing.T) {
 			h.t = t
-			h.g.fgemvBlocks = set.blocks
+			h.g.fgemvBlocks, h.g.stageK = set.blocks, savedK
+			if set.stageK > 0 {
+				h.g.stageK = set.stageK
+			}
 			inv := make([]float32, hd/2)
 			for j := range inv {
 				inv[j] = float32(math.Pow(10000, -2*float64(j)/float64(hd)))
@@ -117,6 +124,55 @@ func TestFusedDecode(t *testing.T) {
 			h.compare("cache K", pair{cc.K, gc.K}, 1e-4)
 			h.compare("cache V", pair{cc.V, gc.V}, 1e-4)
 		})
+	}
+}
+
+// TestFusedLongRows runs fgemv on input rows about the longest it stages
+// in shared memory: a norm and its product in one launch up to that bound
+// and in two past it, and a product with a residual add, staged or read
+// from global memory.
+func TestFusedLongRows(t *testing.T) {
+	h := newHarness(t)
+	if !h.g.fuse {
+		t.Skip("fusion off (LEM_CUDA_FUSE=0)")
+	}
+	for _, dt := range []compute.DType{compute.BF16, compute.F32} {
+		for _, k := range []int{defaultStageK + 8, h.g.stageK, h.g.stageK + 8} {
+			t.Run(fmt.Sprintf("%s/k%d", dt, k), func(t *testing.T) {
+				h.t = t
+				const m = 70
+				nw, w := h.vec(dt, 1, k), h.weight(dt, 0.02, m, k)
+				x, hh := h.act(1, 1, k), h.zeros(1, k)
+				y, r := h.zeros(1, m), h.act(1, 1, m)
+				step := func(b compute.Backend, T func(pair) *compute.Tensor) {
+					b.RMSNorm(T(hh), T(x), T(nw), 1e-5, 0)
+					b.MatMul(T(y), T(hh), T(w))
+				}
+				residual := func(b compute.Backend, T func(pair) *compute.Tensor) {
+					b.MatMul(T(y), T(x), T(w))
+					b.Add(T(r), T(r), T(y))
+				}
+				for i, fn := range []func(compute.Backend, func(pair) *compute.Tensor){step, residual} {
+					fn(h.c, func(p pair) *compute.Tensor { return p.c })
+					graph, err := h.g.Capture(func() { fn(h.g, func(p pair) *compute.Tensor { return p.g }) })
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := 1
+					if i == 0 && k > h.g.stageK {
+						want = 2
+					}
+					if n := graph.(*Graph).Kernels(); n != want {
+						t.Errorf("%d kernels, want %d", n, want)
+					}
+					defer graph.Close()
+					graph.Launch()
+				}
+				h.compare("norm", hh, 1e-5)
+				h.compare("product", y, 1e-4)
+				h.compare("residual", r, 1e-4)
+			})
+		}
 	}
 }
 

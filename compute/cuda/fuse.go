@@ -183,10 +183,11 @@ type fgemvArgs struct {
 }
 
 const (
-	fgModeNorm = 1
-	fgModeGLU  = 2
-	fgModeOne  = 4
-	fgSumToAdd = 16
+	fgModeNorm  = 1
+	fgModeGLU   = 2
+	fgModeOne   = 4
+	fgModeStage = 8
+	fgSumToAdd  = 16
 )
 
 var _ [208 - unsafe.Sizeof(fgemvArgs{})]byte
@@ -207,7 +208,7 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 		fn, quant = b.k.dec.fqgemv[qt][a.mode&fgModeNorm], 1
 	}
 	var units int
-	a.mode &^= fgModeOne
+	a.mode &^= fgModeOne | fgModeStage
 	if a.mode&fgModeGLU != 0 {
 		units = int(a.m[0])
 	} else {
@@ -239,6 +240,9 @@ func (b *Backend) setFgemv(o *op, a *fgemvArgs, dt compute.DType) {
 		o.shared = uint32(fqShared(int(a.k)))
 	case norm:
 		o.shared = uint32(4 * a.k)
+	case int(a.k) <= b.stageK:
+		o.shared = uint32(4 * a.k)
+		a.mode |= fgModeStage
 	}
 	*(*fgemvArgs)(unsafe.Pointer(&o.args[0])) = *a
 }
@@ -268,8 +272,32 @@ func dtIndex(dt compute.DType) int {
 	return 0
 }
 
-// maxNormK bounds the row a fused norm stages in shared memory (48 KiB).
-const maxNormK = 12288
+// maxStageK bounds the input row fgemv stages in shared memory, normalised
+// or as it is: 96 KiB, so that two blocks fit an SM of sm_80 and later.
+// Where the driver refuses fgemv that much (openDecode), the bound is
+// defaultStageK, the 48 KiB any block may have. A longer row without a
+// norm is read from global memory, and the norm before one is not fused.
+const (
+	maxStageK     = 24576
+	defaultStageK = 12288
+)
+
+// openDecode lets the fgemv kernels stage rows of up to maxStageK values
+// (owner thread).
+func (b *Backend) openDecode() error {
+	allowed := true
+	err := b.do(func(w *owner) error {
+		for _, fn := range append(b.k.dec.fgemv[:], b.k.dec.fgemvNorm[:]...) {
+			allowed = allowed && call(w.d.cuFuncSetAttribute, fn, funcAttrMaxDynamicShared, 4*maxStageK) == 0
+		}
+		return nil
+	})
+	b.stageK = defaultStageK
+	if allowed {
+		b.stageK = maxStageK
+	}
+	return err
+}
 
 // fusedMatMul records a one-row MatMul as an fgemv launch, folded into the
 // previous one when it can be. It reports false when the shapes need the
@@ -310,7 +338,7 @@ func (b *Backend) fusedMatMul(dst, x, w *compute.Tensor) bool {
 	a.setMat(0, w, dst)
 	reads := []span{xs}
 	// The norm that made x.
-	if f := b.last(fuseRMS); f != nil && f.rmsDst == xs && f.rmsG == k && k <= maxNormK &&
+	if f := b.last(fuseRMS); f != nil && f.rmsDst == xs && f.rmsG == k && k <= b.stageK &&
 		!f.rmsSrc.overlaps(f.rmsDst) && !ds.overlaps(f.rmsSrc) {
 		a.x, a.h = uint64(f.rmsSrc.lo), uint64(xs.lo)
 		a.mode = fgModeNorm

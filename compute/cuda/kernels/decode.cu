@@ -48,6 +48,7 @@ struct FGemv {
 #define FG_MODE_NORM 1
 #define FG_MODE_GLU 2
 #define FG_MODE_ONE 4 // one row per unit (few rows: more warps busy)
+#define FG_MODE_STAGE 8 // without a norm: x copied to shared memory first
 #define FG_SUM_TO_ADD 16
 
 // fg_row finds matrix and row of row r of the matrices stacked.
@@ -110,6 +111,25 @@ __device__ __forceinline__ void fg_stage(float* xs, const void* w, int k, float 
             if (WT == DT_BF16) f = bf2f((u16)__float_as_uint(f));
             if (WT == DT_F16) f = h2f((u16)__float_as_uint(f));
             xs[c] = f + off;
+        }
+    }
+}
+
+// fg_copy copies x[0:k] (k a multiple of 4, x 16-byte aligned) to xs,
+// FG_NB loads of 16 bytes in flight per thread.
+__device__ __forceinline__ void fg_copy(float* xs, const float* x, int k) {
+    int n = k / 4;
+    for (int c0 = threadIdx.x; c0 < n; c0 += FG_WARPS * 32 * FG_NB) {
+        F4 v[FG_NB];
+#pragma unroll
+        for (int i = 0; i < FG_NB; i++) {
+            int c = c0 + FG_WARPS * 32 * i;
+            if (c < n) v[i] = ((const F4*)x)[c];
+        }
+#pragma unroll
+        for (int i = 0; i < FG_NB; i++) {
+            int c = c0 + FG_WARPS * 32 * i;
+            if (c < n) ((F4*)xs)[c] = v[i];
         }
     }
 }
@@ -218,6 +238,12 @@ __device__ __forceinline__ void fgemv_t(const FGemv& a) {
                 if (blockIdx.x == 0) a.h[c] = o;
             }
         }
+        __syncthreads();
+        x = xs;
+    } else if (a.mode & FG_MODE_STAGE) {
+        // Read from shared memory, the input no longer competes with the
+        // weights for the L1 path (about twice their bytes).
+        fg_copy(xs, x, k);
         __syncthreads();
         x = xs;
     }
