@@ -98,3 +98,69 @@ func BenchmarkAttendDecode(b *testing.B) {
 		})
 	}
 }
+
+// TestAttendGrouped checks that attention computed a kv head's query heads
+// at a time (groupChunk) is bitwise what the per-head loop computes: decode
+// steps and short chunks, over grouped heads of several sizes, windows
+// (ring caches included), soft caps and sinks.
+func TestAttendGrouped(t *testing.T) {
+	if !groupedHeads(64) {
+		t.Skip("no grouped kernels on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(45, 46))
+	defer func(g bool) { attnGrouped = g }(attnGrouped)
+	for _, c := range []struct {
+		heads, kv, hd, window int
+		softcap               float32
+		sinks, ring           bool
+	}{
+		{32, 8, 64, 0, 0, false, false},
+		{14, 2, 64, 0, 0, false, false},
+		{6, 2, 128, 13, 0, false, true},
+		{16, 2, 80, 0, 20, true, false},
+		{4, 4, 64, 0, 0, false, false},
+		{9, 1, 48, 0, 0, false, false},
+	} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			a := &compute.Attention{Heads: c.heads, KVHeads: c.kv, HeadDim: c.hd,
+				Scale: float32(1 / math.Sqrt(float64(c.hd))), SoftCap: c.softcap, Window: c.window}
+			b := New(2)
+			if c.sinks {
+				s := b.Alloc(compute.F32, c.heads)
+				b.Upload(s, randVec(rng, c.heads))
+				a.Sinks = s
+			}
+			capacity := 64
+			if c.ring {
+				capacity = c.window
+			}
+			caches := [2]*compute.KVCache{b.NewKVCache(capacity, c.kv*c.hd, c.ring), b.NewKVCache(capacity, c.kv*c.hd, c.ring)}
+			start := 0
+			for _, n := range []int{5, 1, 1, 3, 1, 9, 1} {
+				q, k, v := b.Alloc(compute.F32, n, c.heads*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd)
+				b.Upload(q, randVec(rng, n*c.heads*c.hd))
+				b.Upload(k, randVec(rng, n*c.kv*c.hd))
+				b.Upload(v, randVec(rng, n*c.kv*c.hd))
+				pos := b.Alloc(compute.I32, n)
+				ps := make([]int32, n)
+				for i := range ps {
+					ps[i] = int32(start + i)
+				}
+				b.UploadInts(pos, ps)
+				var outs [2][]float32
+				for path, grouped := range []bool{false, true} {
+					attnGrouped = grouped
+					dst := b.Alloc(compute.F32, n, c.heads*c.hd)
+					b.Attend(dst, q, k, v, caches[path], pos, a)
+					outs[path] = dst.Buf.([]float32)
+				}
+				for i, want := range outs[0] {
+					if math.Float32bits(outs[1][i]) != math.Float32bits(want) {
+						t.Fatalf("start %d, %d queries: out[%d] = %g grouped, %g per head", start, n, i, outs[1][i], want)
+					}
+				}
+				start += n
+			}
+		})
+	}
+}

@@ -405,15 +405,24 @@ func (b *Backend) NewKVCache(capacity, kvDim int, ring bool) *compute.KVCache {
 	}
 }
 
-// attnJob is one Attend call, split over the pool by (row, head) pairs.
+// attnJob is one Attend call, split over the pool by (row, head) pairs,
+// or, where the grouped kernels run (groupedHeads), by (row, kv head, up
+// to attnGroup of its query heads).
 type attnJob struct {
 	q, k, v, out, cks, cvs []float32
 	cache                  *compute.KVCache
 	a                      *compute.Attention
 	sinks                  []float32
 	start, n, chunks       int
+	passes                 int         // grouped: units per kv head; 0: one head a unit
 	scores                 [][]float32 // per chunk slot: grows to the longest context
 }
+
+// attnGroup is how many query heads of a kv head a grouped unit takes.
+const attnGroup = 4
+
+// attnGrouped turns the grouped units on (tests compare both forms).
+var attnGrouped = true
 
 // attnChunks is the number of pieces an Attend call is cut into.
 const attnChunks = 64
@@ -462,8 +471,12 @@ func (j *attnJob) spans(buf *[3]span, first, last int) []span {
 	return out
 }
 
-// chunk computes the (row, head) pairs of piece c.
+// chunk computes the units of piece c.
 func (j *attnJob) chunk(c int) {
+	if j.passes > 0 {
+		j.groupChunk(c)
+		return
+	}
 	a := j.a
 	total := j.n * a.Heads
 	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
@@ -494,6 +507,47 @@ func (j *attnJob) chunk(c int) {
 		clear(o)
 		for _, s := range sp {
 			axpys(o, scores[s.p0:s.p0+s.n], s.v[ko:], kc)
+		}
+	}
+}
+
+// groupChunk computes the units of piece c in grouped form: the query
+// heads h0…h0+g−1 of kv head kv at row i, their scores L = start+n apart in
+// the chunk's slot, each key and value row read once for all g. The
+// results are bitwise those of the per-head loop.
+func (j *attnJob) groupChunk(c int) {
+	a := j.a
+	group := a.Heads / a.KVHeads
+	total := j.n * a.KVHeads * j.passes
+	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
+	hd := a.HeadDim
+	qc, kc := a.Heads*hd, a.KVHeads*hd
+	L := j.start + j.n
+	var buf [3]span
+	for t := lo; t < hi; t++ {
+		i, u := t/(a.KVHeads*j.passes), t%(a.KVHeads*j.passes)
+		kv, pass := u/j.passes, u%j.passes
+		h0 := kv*group + pass*attnGroup
+		g := min(attnGroup, group-pass*attnGroup)
+		p := j.start + i
+		first := 0
+		if a.Window > 0 {
+			first = max(0, p-a.Window+1)
+		}
+		scores := j.scores[c][:g*L]
+		q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
+		ko := kv * hd
+		sp := j.spans(&buf, first, p)
+		for _, s := range sp {
+			dotsGroup(scores[s.p0:], L, q, g, s.k[ko:], kc, s.n)
+		}
+		for h := range g {
+			j.weights(scores[h*L+first:h*L+p+1], h0+h)
+		}
+		o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
+		clear(o)
+		for _, s := range sp {
+			axpysGroup(o, scores[s.p0:], L, g, s.v[ko:], kc, s.n)
 		}
 	}
 }
@@ -544,15 +598,20 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 	if a.Sinks != nil {
 		j.sinks = f32(b.asF32(a.Sinks))
 	}
+	units, slot := j.n*a.Heads, j.start+j.n
+	if group := a.Heads / a.KVHeads; group > 1 && attnGrouped && groupedHeads(a.HeadDim) {
+		j.passes = (group + attnGroup - 1) / attnGroup
+		units, slot = j.n*a.KVHeads*j.passes, min(group, attnGroup)*slot
+	}
 	if len(j.scores) < attnChunks {
 		j.scores = make([][]float32, attnChunks)
 	}
 	for c := range j.scores {
-		if cap(j.scores[c]) < j.start+j.n {
-			j.scores[c] = make([]float32, j.start+j.n, 2*(j.start+j.n))
+		if cap(j.scores[c]) < slot {
+			j.scores[c] = make([]float32, slot, 2*slot)
 		}
 	}
-	j.chunks = min(attnChunks, j.n*a.Heads)
+	j.chunks = min(attnChunks, units)
 	if !b.attendGEMM(j) {
 		b.pool.Run(j.chunks, b.attnFunc)
 	}

@@ -86,6 +86,62 @@ func axpys(o, w, v []float32, stride int) {
 	}
 }
 
+// groupedHeads reports whether dotsGroup and axpysGroup have kernels for
+// heads of hd values (else they loop over dots and axpys).
+func groupedHeads(hd int) bool { return active >= levelAVX512 && hd > 0 && hd%16 == 0 }
+
+// dotsGroup is dots for the g query heads whose rows follow each other in
+// q (hd = len(q)/g values each) against the same n keys: head h's scores go
+// to out[h·ldo : h·ldo+n]. Each key row is read once for all g; the scores
+// are bitwise those of dots.
+func dotsGroup(out []float32, ldo int, q []float32, g int, k []float32, stride, n int) {
+	if n == 0 || g == 0 {
+		return
+	}
+	hd := len(q) / g
+	checkLen("dotsGroup", (g-1)*ldo+n, len(out))
+	checkLen("dotsGroup", (n-1)*stride+hd, len(k))
+	for h := 0; h < g; {
+		switch {
+		case !groupedHeads(hd) || g-h == 1:
+			dots(out[h*ldo:h*ldo+n], q[h*hd:(h+1)*hd], k, stride)
+			h++
+		case g-h >= 4:
+			dotsG4AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
+			h += 4
+		default:
+			dotsG2AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
+			h += 2
+		}
+	}
+}
+
+// axpysGroup is axpys for g heads at once: head h adds the weighted sum
+// of the n value rows with weights w[h·ldw : h·ldw+n] to its output row,
+// o[h·hd : (h+1)·hd] (hd = len(o)/g). Each value row is read once for all
+// g; the sums are bitwise those of axpys.
+func axpysGroup(o, w []float32, ldw, g int, v []float32, stride, n int) {
+	if n == 0 || g == 0 {
+		return
+	}
+	hd := len(o) / g
+	checkLen("axpysGroup", (g-1)*ldw+n, len(w))
+	checkLen("axpysGroup", (n-1)*stride+hd, len(v))
+	for h := 0; h < g; {
+		switch {
+		case !groupedHeads(hd) || g-h == 1:
+			axpys(o[h*hd:(h+1)*hd], w[h*ldw:h*ldw+n], v, stride)
+			h++
+		case g-h >= 4:
+			axpysG4AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
+			h += 4
+		default:
+			axpysG2AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
+			h += 2
+		}
+	}
+}
+
 func axpyGeneric(y []float32, alpha float32, x []float32) {
 	x = x[:len(y)]
 	for i := range y {

@@ -640,3 +640,308 @@ axpysrow8:
 axpysdone:
 	VZEROUPPER
 	RET
+
+// The grouped attention kernels: G query heads of one key-value head at
+// once (GQA), each key and value row read once for all G. They compute
+// exactly what dotsAVX2 and axpysAVX2 compute per head: the same products
+// and sums in the same order (the 16 lanes of a Z accumulator are
+// dotsAVX2's Y0 and Y1), so the results are bitwise the same. hd is a
+// multiple of 16 and n at least 1.
+
+// GDOTRED reduces dot accumulator z (its Y half y, X x) as dotsAVX2 does
+// and stores the sum at p.
+#define GDOTRED(z, y, x, p) \
+	VEXTRACTF64X4 $1, z, Y5; \
+	VADDPS Y5, y, y; \
+	HSUM(y, x, X5); \
+	VMOVSS x, p
+
+// func dotsG4AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
+//
+// out[g·ldo+i] = q[g·hd : (g+1)·hd] · k[i·stride : i·stride+hd], g < 4.
+TEXT ·dotsG4AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ ldo+8(FP), R13
+	SHLQ $2, R13
+	MOVQ q+16(FP), SI
+	MOVQ k+24(FP), BX
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	MOVQ hd+48(FP), DX
+	LEAQ (SI)(DX*4), R10
+	LEAQ (R10)(DX*4), R11
+	LEAQ (R11)(DX*4), R12
+	LEAQ (DI)(R13*1), R9
+g4row:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ AX, AX
+g4col:
+	VMOVUPS (BX)(AX*4), Z4
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	VFMADD231PS (R10)(AX*4), Z4, Z1
+	VFMADD231PS (R11)(AX*4), Z4, Z2
+	VFMADD231PS (R12)(AX*4), Z4, Z3
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JB g4col
+	GDOTRED(Z0, Y0, X0, (DI))
+	GDOTRED(Z1, Y1, X1, (R9))
+	GDOTRED(Z2, Y2, X2, (DI)(R13*2))
+	GDOTRED(Z3, Y3, X3, (R9)(R13*2))
+	ADDQ $4, DI
+	ADDQ $4, R9
+	ADDQ R8, BX
+	DECQ CX
+	JNZ g4row
+	VZEROUPPER
+	RET
+
+// func dotsG2AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
+TEXT ·dotsG2AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ ldo+8(FP), R13
+	SHLQ $2, R13
+	MOVQ q+16(FP), SI
+	MOVQ k+24(FP), BX
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	MOVQ hd+48(FP), DX
+	LEAQ (SI)(DX*4), R10
+	LEAQ (DI)(R13*1), R9
+g2row:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	XORQ AX, AX
+g2col:
+	VMOVUPS (BX)(AX*4), Z4
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	VFMADD231PS (R10)(AX*4), Z4, Z1
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JB g2col
+	GDOTRED(Z0, Y0, X0, (DI))
+	GDOTRED(Z1, Y1, X1, (R9))
+	ADDQ $4, DI
+	ADDQ $4, R9
+	ADDQ R8, BX
+	DECQ CX
+	JNZ g2row
+	VZEROUPPER
+	RET
+
+// func axpysG4AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)
+//
+// o[g·hd+c] += w[g·ldw+i]·v[i·stride+c] for i in order, g < 4: columns in
+// blocks of 64 (4 Z per head), then of 16. Head g's rows: o at DI, R10,
+// DI+2·hd, R10+2·hd (R11 = hd bytes); w at SI, R9, SI+2·ldw, R9+2·ldw
+// (R12 = ldw bytes), moving on by a row each step.
+TEXT ·axpysG4AVX512(SB), NOSPLIT, $0-56
+	MOVQ o+0(FP), DI
+	MOVQ ldw+16(FP), R12
+	SHLQ $2, R12
+	MOVQ v+24(FP), BX
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	MOVQ hd+48(FP), AX
+	LEAQ (AX*4), R11
+	LEAQ (DI)(R11*1), R10
+ag4cols:
+	TESTQ AX, AX
+	JLE ag4done
+	MOVQ w+8(FP), SI
+	LEAQ (SI)(R12*1), R9
+	MOVQ BX, DX
+	MOVQ CX, R13
+	CMPQ AX, $64
+	JB ag4b16
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS (R10), Z4
+	VMOVUPS 64(R10), Z5
+	VMOVUPS 128(R10), Z6
+	VMOVUPS 192(R10), Z7
+	VMOVUPS (DI)(R11*2), Z8
+	VMOVUPS 64(DI)(R11*2), Z9
+	VMOVUPS 128(DI)(R11*2), Z10
+	VMOVUPS 192(DI)(R11*2), Z11
+	VMOVUPS (R10)(R11*2), Z12
+	VMOVUPS 64(R10)(R11*2), Z13
+	VMOVUPS 128(R10)(R11*2), Z14
+	VMOVUPS 192(R10)(R11*2), Z15
+ag4row64:
+	VMOVUPS (DX), Z16
+	VMOVUPS 64(DX), Z17
+	VMOVUPS 128(DX), Z18
+	VMOVUPS 192(DX), Z19
+	VBROADCASTSS (SI), Z20
+	VBROADCASTSS (R9), Z21
+	VBROADCASTSS (SI)(R12*2), Z22
+	VBROADCASTSS (R9)(R12*2), Z23
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	VFMADD231PS Z16, Z21, Z4
+	VFMADD231PS Z17, Z21, Z5
+	VFMADD231PS Z18, Z21, Z6
+	VFMADD231PS Z19, Z21, Z7
+	VFMADD231PS Z16, Z22, Z8
+	VFMADD231PS Z17, Z22, Z9
+	VFMADD231PS Z18, Z22, Z10
+	VFMADD231PS Z19, Z22, Z11
+	VFMADD231PS Z16, Z23, Z12
+	VFMADD231PS Z17, Z23, Z13
+	VFMADD231PS Z18, Z23, Z14
+	VFMADD231PS Z19, Z23, Z15
+	ADDQ R8, DX
+	ADDQ $4, SI
+	ADDQ $4, R9
+	DECQ R13
+	JNZ ag4row64
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z4, (R10)
+	VMOVUPS Z5, 64(R10)
+	VMOVUPS Z6, 128(R10)
+	VMOVUPS Z7, 192(R10)
+	VMOVUPS Z8, (DI)(R11*2)
+	VMOVUPS Z9, 64(DI)(R11*2)
+	VMOVUPS Z10, 128(DI)(R11*2)
+	VMOVUPS Z11, 192(DI)(R11*2)
+	VMOVUPS Z12, (R10)(R11*2)
+	VMOVUPS Z13, 64(R10)(R11*2)
+	VMOVUPS Z14, 128(R10)(R11*2)
+	VMOVUPS Z15, 192(R10)(R11*2)
+	ADDQ $256, DI
+	ADDQ $256, R10
+	ADDQ $256, BX
+	SUBQ $64, AX
+	JMP ag4cols
+ag4b16:
+	VMOVUPS (DI), Z0
+	VMOVUPS (R10), Z4
+	VMOVUPS (DI)(R11*2), Z8
+	VMOVUPS (R10)(R11*2), Z12
+ag4row16:
+	VMOVUPS (DX), Z16
+	VBROADCASTSS (SI), Z20
+	VBROADCASTSS (R9), Z21
+	VBROADCASTSS (SI)(R12*2), Z22
+	VBROADCASTSS (R9)(R12*2), Z23
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z16, Z21, Z4
+	VFMADD231PS Z16, Z22, Z8
+	VFMADD231PS Z16, Z23, Z12
+	ADDQ R8, DX
+	ADDQ $4, SI
+	ADDQ $4, R9
+	DECQ R13
+	JNZ ag4row16
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z4, (R10)
+	VMOVUPS Z8, (DI)(R11*2)
+	VMOVUPS Z12, (R10)(R11*2)
+	ADDQ $64, DI
+	ADDQ $64, R10
+	ADDQ $64, BX
+	SUBQ $16, AX
+	JMP ag4cols
+ag4done:
+	VZEROUPPER
+	RET
+
+// func axpysG2AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)
+TEXT ·axpysG2AVX512(SB), NOSPLIT, $0-56
+	MOVQ o+0(FP), DI
+	MOVQ ldw+16(FP), R12
+	SHLQ $2, R12
+	MOVQ v+24(FP), BX
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	MOVQ hd+48(FP), AX
+	LEAQ (DI)(AX*4), R10
+ag2cols:
+	TESTQ AX, AX
+	JLE ag2done
+	MOVQ w+8(FP), SI
+	LEAQ (SI)(R12*1), R9
+	MOVQ BX, DX
+	MOVQ CX, R13
+	CMPQ AX, $64
+	JB ag2b16
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+	VMOVUPS (R10), Z4
+	VMOVUPS 64(R10), Z5
+	VMOVUPS 128(R10), Z6
+	VMOVUPS 192(R10), Z7
+ag2row64:
+	VMOVUPS (DX), Z16
+	VMOVUPS 64(DX), Z17
+	VMOVUPS 128(DX), Z18
+	VMOVUPS 192(DX), Z19
+	VBROADCASTSS (SI), Z20
+	VBROADCASTSS (R9), Z21
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	VFMADD231PS Z16, Z21, Z4
+	VFMADD231PS Z17, Z21, Z5
+	VFMADD231PS Z18, Z21, Z6
+	VFMADD231PS Z19, Z21, Z7
+	ADDQ R8, DX
+	ADDQ $4, SI
+	ADDQ $4, R9
+	DECQ R13
+	JNZ ag2row64
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z4, (R10)
+	VMOVUPS Z5, 64(R10)
+	VMOVUPS Z6, 128(R10)
+	VMOVUPS Z7, 192(R10)
+	ADDQ $256, DI
+	ADDQ $256, R10
+	ADDQ $256, BX
+	SUBQ $64, AX
+	JMP ag2cols
+ag2b16:
+	VMOVUPS (DI), Z0
+	VMOVUPS (R10), Z4
+ag2row16:
+	VMOVUPS (DX), Z16
+	VBROADCASTSS (SI), Z20
+	VBROADCASTSS (R9), Z21
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z16, Z21, Z4
+	ADDQ R8, DX
+	ADDQ $4, SI
+	ADDQ $4, R9
+	DECQ R13
+	JNZ ag2row16
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z4, (R10)
+	ADDQ $64, DI
+	ADDQ $64, R10
+	ADDQ $64, BX
+	SUBQ $16, AX
+	JMP ag2cols
+ag2done:
+	VZEROUPPER
+	RET

@@ -22,3 +22,8 @@ func readSumAVX512(p *byte, n int) uint64                   { panic("unreachable
 
 func dotsAVX2(out, q, k *float32, stride, n, hd int) { panic("unreachable") }
 func axpysAVX2(o, w, v *float32, stride, n, hd int)  { panic("unreachable") }
+
+func dotsG4AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int) { panic("unreachable") }
+func dotsG2AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int) { panic("unreachable") }
+func axpysG4AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)  { panic("unreachable") }
+func axpysG2AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)  { panic("unreachable") }

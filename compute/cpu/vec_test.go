@@ -221,3 +221,46 @@ func TestStreamRead(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupedHeads checks that dotsGroup and axpysGroup give, bitwise, what
+// dots and axpys give head by head, for groups of 1 to 9 heads (the 4- and
+// 2-head kernels and the single head after them) and head sizes with and
+// without a 64-value tail, over keys that lie a row of kv heads apart.
+func TestGroupedHeads(t *testing.T) {
+	if !groupedHeads(16) {
+		t.Log("no AVX-512 here: the loops over dots and axpys are tested")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, hd := range []int{16, 48, 64, 80, 96, 128, 256} {
+		for _, g := range []int{1, 2, 3, 4, 5, 7, 8, 9} {
+			for _, n := range []int{1, 2, 7, 33} {
+				const kvh = 3
+				stride, ld := kvh*hd, n+5
+				q := randVec(rng, g*hd)
+				k, v := randVec(rng, (n-1)*stride+hd), randVec(rng, (n-1)*stride+hd)
+				w := randVec(rng, (g-1)*ld+n)
+				got, want := make([]float32, (g-1)*ld+n), make([]float32, (g-1)*ld+n)
+				dotsGroup(got, ld, q, g, k, stride, n)
+				for h := range g {
+					dots(want[h*ld:h*ld+n], q[h*hd:(h+1)*hd], k, stride)
+				}
+				og, ow := randVec(rng, g*hd), make([]float32, g*hd)
+				copy(ow, og)
+				axpysGroup(og, w, ld, g, v, stride, n)
+				for h := range g {
+					axpys(ow[h*hd:(h+1)*hd], w[h*ld:h*ld+n], v, stride)
+				}
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("hd %d, %d heads, %d keys: score %d = %g, dots %g", hd, g, n, i, got[i], want[i])
+					}
+				}
+				for i := range ow {
+					if math.Float32bits(og[i]) != math.Float32bits(ow[i]) {
+						t.Fatalf("hd %d, %d heads, %d values: out %d = %g, axpys %g", hd, g, n, i, og[i], ow[i])
+					}
+				}
+			}
+		}
+	}
+}
