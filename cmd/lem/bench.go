@@ -81,6 +81,7 @@ type benchTest struct {
 	Name      string    `json:"name"`
 	NPrompt   int       `json:"n_prompt"`
 	NGen      int       `json:"n_gen"`
+	NDepth    int       `json:"n_depth,omitempty"` // tokens in the context before the test's
 	SamplesNS []int64   `json:"samples_ns"`
 	SamplesTS []float64 `json:"samples_ts"` // tokens per second, one per repetition
 	AvgTS     float64   `json:"avg_ts"`
@@ -94,6 +95,7 @@ type benchTest struct {
 // benchOptions are bench's flags.
 type benchOptions struct {
 	prompt, gen, reps, threads int
+	depth                      int // tokens in the context before each test's (-d)
 	memMiB                     int
 	device                     string
 	hostSampling               bool
@@ -111,7 +113,9 @@ func newBenchCmd() *cobra.Command {
 of -p random prompt tokens in a fresh session (ppN) and the greedy decode of
 -n tokens after a one-token prompt, stop tokens ignored (tgN), in tokens per
 second as mean ± standard deviation over the repetitions. A warm-up run of
-each test's size precedes them.
+each test's size precedes them. With -d, each test starts with that many
+random tokens already in the context, prefilled untimed (ppN @ dD, tgN @ dD):
+decode then also reads a KV cache of that length per token.
 
 Decode reads the weights once per token, so its speed is also given as the
 weight bandwidth it achieves (bytes of weights read per token × tokens per
@@ -126,6 +130,7 @@ The memory line compares the peak resident set with the weights plus the
 largest session's state: KV caches, and for hybrid and state-space models
 the recurrent state and the checkpoints of it kept for prefix reuse.`,
 		Example: `  lem bench /tmp/qwen05b -p 512 -n 128 -r 3
+  lem bench /tmp/qwen05b -p 0 -n 64 -d 4096
   lem bench model-dir --threads 8 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -149,6 +154,7 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.IntVarP(&o.prompt, "n-prompt", "p", 512, "prompt tokens to prefill (0: skip the prefill test)")
 	fs.IntVarP(&o.gen, "n-gen", "n", 128, "tokens to decode (0: skip the decode test)")
 	fs.IntVarP(&o.reps, "repetitions", "r", 3, "repetitions of each test")
+	fs.IntVarP(&o.depth, "n-depth", "d", 0, "tokens already in the context when each test starts (prefilled, not timed)")
 	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
 	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
@@ -161,8 +167,8 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 // runBench measures the model at path.
 func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, error) {
 	switch {
-	case o.prompt < 0 || o.gen < 0:
-		return nil, fmt.Errorf("-p and -n must not be negative (got %d and %d)", o.prompt, o.gen)
+	case o.prompt < 0 || o.gen < 0 || o.depth < 0:
+		return nil, fmt.Errorf("-p, -n and -d must not be negative (got %d, %d and %d)", o.prompt, o.gen, o.depth)
 	case o.prompt == 0 && o.gen == 0:
 		return nil, errors.New("nothing to measure: -p and -n are both 0")
 	case o.reps < 1:
@@ -198,7 +204,7 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return nil, err
 	}
 	cfg := m.Net.Config()
-	if n := max(o.prompt, o.gen+1); n > m.ContextLength() {
+	if n := o.depth + max(o.prompt, o.gen+1); n > m.ContextLength() {
 		return nil, fmt.Errorf("%d positions exceed the model's context of %d", n, m.ContextLength())
 	}
 	rep.ModelType = cfg.ModelType
@@ -235,7 +241,12 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return ids
 	}
 	prefill := func(n int) (time.Duration, error) {
-		s := m.NewSession(n)
+		s := m.NewSession(o.depth + n)
+		if o.depth > 0 {
+			if _, err := s.Append(randomIDs(o.depth)); err != nil {
+				return 0, err
+			}
+		}
 		ids := randomIDs(n)
 		t0 := time.Now()
 		_, err := s.Append(ids)
@@ -253,9 +264,9 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 	}()
 	decode := func(n int) (time.Duration, error) {
-		req := engine.Request{Prompt: randomIDs(1), MaxTokens: n + 1, IgnoreModelStops: true, HostSampling: o.hostSampling}
+		req := engine.Request{Prompt: randomIDs(o.depth + 1), MaxTokens: n + 1, IgnoreModelStops: true, HostSampling: o.hostSampling}
 		if ds == nil {
-			ds = m.NewSession(o.gen + 1)
+			ds = m.NewSession(o.depth + o.gen + 1)
 		}
 		ds.Reset()
 		res, err := m.Generate(ctx, ds, req, nil)
@@ -299,7 +310,10 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		defer pprof.StopCPUProfile()
 	}
 	run := func(name string, np, ng int, once func(int) (time.Duration, error)) error {
-		t := benchTest{Name: name, NPrompt: np, NGen: ng}
+		if o.depth > 0 {
+			name += fmt.Sprintf(" @ d%d", o.depth)
+		}
+		t := benchTest{Name: name, NPrompt: np, NGen: ng, NDepth: o.depth}
 		for i := range o.reps {
 			if err := ctx.Err(); err != nil {
 				return err

@@ -82,6 +82,33 @@ func TestBenchCmdJSON(t *testing.T) {
 	}
 }
 
+// TestBenchCmdDepth runs the tests after a context of -d tokens: their
+// names and n_depth say so, and the largest session holds the depth too.
+func TestBenchCmdDepth(t *testing.T) {
+	dir := synthTiny(t)
+	out, err := execLem(t, "bench", dir, "-p", "8", "-n", "4", "-d", "20", "-r", "1", "--threads", "2", "--mem-buffer", "16", "--json")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("bench --json: %v\n%s", err, out)
+	}
+	if len(rep.Tests) != 2 {
+		t.Fatalf("%d tests, want 2: %+v", len(rep.Tests), rep.Tests)
+	}
+	for i, want := range []string{"pp8 @ d20", "tg4 @ d20"} {
+		if tt := rep.Tests[i]; tt.Name != want || tt.NDepth != 20 || !(tt.AvgTS > 0) {
+			t.Errorf("test %d: %+v, want %s at depth 20", i, tt, want)
+		}
+	}
+	// The prefill's session: 20 + 8 positions, F32 caches.
+	g, _ := synth.Like("tiny")
+	if want := int64(g.Layers * 2 * g.KVHeads * g.HeadDim * 28 * 4); rep.KVBytes != want {
+		t.Errorf("KV bytes %d, want %d", rep.KVBytes, want)
+	}
+}
+
 func TestBenchCmdTable(t *testing.T) {
 	dir := synthTiny(t)
 	out, err := execLem(t, "bench", dir, "-p", "8", "-n", "0", "-r", "1", "--threads", "1", "--mem-buffer", "16")
@@ -109,6 +136,8 @@ func TestBenchCmdErrors(t *testing.T) {
 		{"no reps", []string{"bench", dir, "-r", "0"}, "-r must be at least 1"},
 		{"negative", []string{"bench", dir, "-p", "-3"}, "must not be negative"},
 		{"too long", []string{"bench", dir, "-p", "5000", "-n", "1", "--mem-buffer", "1"}, "exceed the model's context of 4096"},
+		{"too deep", []string{"bench", dir, "-p", "0", "-n", "8", "-d", "4088", "--mem-buffer", "1"}, "4097 positions exceed the model's context of 4096"},
+		{"negative depth", []string{"bench", dir, "-d", "-1"}, "must not be negative"},
 		{"missing model", []string{"bench", filepath.Join(dir, "missing")}, "missing"},
 		{"no path", []string{"bench"}, "accepts 1 arg"},
 	}
