@@ -74,12 +74,27 @@ func TestAttendGEMM(t *testing.T) {
 
 // BenchmarkAttendDecode measures the attention of one decode step at the
 // geometry of llama-3.2-1b (32 query heads over 8 KV heads of 64) after
-// ctx cached positions, two threads.
+// ctx cached positions, two threads, with the kernels of each level, a
+// head at a time and grouped.
 func BenchmarkAttendDecode(b *testing.B) {
+	defer func(g bool) { attnGrouped = g }(attnGrouped)
+	for _, l := range levels() {
+		for _, grouped := range []bool{false, true} {
+			attnGrouped = grouped
+			name := levelNames[l]
+			if grouped {
+				name += "/grouped"
+			}
+			atLevel(b, l, func() { benchAttendDecode(b, name) })
+		}
+	}
+}
+
+func benchAttendDecode(b *testing.B, name string) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const heads, kv, hd = 32, 8, 64
 	for _, ctx := range []int{128, 1024, 4096} {
-		b.Run(fmt.Sprintf("ctx=%d", ctx), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/ctx=%d", name, ctx), func(b *testing.B) {
 			be := New(2)
 			a := &compute.Attention{Heads: heads, KVHeads: kv, HeadDim: hd, Scale: 0.125}
 			cache := be.NewKVCache(ctx+1, kv*hd, false)
@@ -104,9 +119,12 @@ func BenchmarkAttendDecode(b *testing.B) {
 // steps and short chunks, over grouped heads of several sizes, windows
 // (ring caches included), soft caps and sinks.
 func TestAttendGrouped(t *testing.T) {
-	if !groupedHeads(64) {
-		t.Skip("no grouped kernels on this CPU")
+	for _, l := range levels()[1:] {
+		t.Run(levelNames[l], func(t *testing.T) { atLevel(t, l, func() { testAttendGrouped(t) }) })
 	}
+}
+
+func testAttendGrouped(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	defer func(g bool) { attnGrouped = g }(attnGrouped)
 	for _, c := range []struct {

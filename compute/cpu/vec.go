@@ -88,7 +88,7 @@ func axpys(o, w, v []float32, stride int) {
 
 // groupedHeads reports whether dotsGroup and axpysGroup have kernels for
 // heads of hd values (else they loop over dots and axpys).
-func groupedHeads(hd int) bool { return active >= levelAVX512 && hd > 0 && hd%16 == 0 }
+func groupedHeads(hd int) bool { return active >= levelAVX2 && hd > 0 && hd%16 == 0 }
 
 // dotsGroup is dots for the g query heads whose rows follow each other in
 // q (hd = len(q)/g values each) against the same n keys: head h's scores go
@@ -101,16 +101,20 @@ func dotsGroup(out []float32, ldo int, q []float32, g int, k []float32, stride, 
 	hd := len(q) / g
 	checkLen("dotsGroup", (g-1)*ldo+n, len(out))
 	checkLen("dotsGroup", (n-1)*stride+hd, len(k))
+	g4, g2 := dotsG4AVX2, dotsG2AVX2
+	if active >= levelAVX512 {
+		g4, g2 = dotsG4AVX512, dotsG2AVX512
+	}
 	for h := 0; h < g; {
 		switch {
 		case !groupedHeads(hd) || g-h == 1:
 			dots(out[h*ldo:h*ldo+n], q[h*hd:(h+1)*hd], k, stride)
 			h++
 		case g-h >= 4:
-			dotsG4AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
+			g4(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
 			h += 4
 		default:
-			dotsG2AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
+			g2(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
 			h += 2
 		}
 	}
@@ -127,16 +131,20 @@ func axpysGroup(o, w []float32, ldw, g int, v []float32, stride, n int) {
 	hd := len(o) / g
 	checkLen("axpysGroup", (g-1)*ldw+n, len(w))
 	checkLen("axpysGroup", (n-1)*stride+hd, len(v))
+	g4, g2 := axpysG4AVX2, axpysG2AVX2
+	if active >= levelAVX512 {
+		g4, g2 = axpysG4AVX512, axpysG2AVX512
+	}
 	for h := 0; h < g; {
 		switch {
 		case !groupedHeads(hd) || g-h == 1:
 			axpys(o[h*hd:(h+1)*hd], w[h*ldw:h*ldw+n], v, stride)
 			h++
 		case g-h >= 4:
-			axpysG4AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
+			g4(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
 			h += 4
 		default:
-			axpysG2AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
+			g2(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
 			h += 2
 		}
 	}

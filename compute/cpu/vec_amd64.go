@@ -56,10 +56,11 @@ func dotsAVX2(out, q, k *float32, stride, n, hd int)
 //go:noescape
 func axpysAVX2(o, w, v *float32, stride, n, hd int)
 
-// The grouped attention kernels (vec_amd64.s): what dotsAVX2 and
-// axpysAVX2 compute for each of 4 or 2 query heads, bitwise, reading each
-// key and value row once. hd is a multiple of 16 and n ≥ 1; q, o are the
-// heads' rows hd apart, out and w theirs ldo and ldw apart.
+// The grouped attention kernels (vec_amd64.s), in AVX-512 and AVX2 forms:
+// what dotsAVX2 and axpysAVX2 compute for each of 4 or 2 query heads,
+// bitwise, reading each key and value row once. hd is a multiple of 16
+// and n ≥ 1; q, o are the heads' rows hd apart, out and w theirs ldo and
+// ldw apart.
 
 //go:noescape
 func dotsG4AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
@@ -72,3 +73,15 @@ func axpysG4AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)
 
 //go:noescape
 func axpysG2AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)
+
+//go:noescape
+func dotsG4AVX2(out *float32, ldo int, q, k *float32, stride, n, hd int)
+
+//go:noescape
+func dotsG2AVX2(out *float32, ldo int, q, k *float32, stride, n, hd int)
+
+//go:noescape
+func axpysG4AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)
+
+//go:noescape
+func axpysG2AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)

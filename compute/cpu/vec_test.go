@@ -227,9 +227,12 @@ func TestStreamRead(t *testing.T) {
 // 2-head kernels and the single head after them) and head sizes with and
 // without a 64-value tail, over keys that lie a row of kv heads apart.
 func TestGroupedHeads(t *testing.T) {
-	if !groupedHeads(16) {
-		t.Log("no AVX-512 here: the loops over dots and axpys are tested")
+	for _, l := range levels() {
+		t.Run(levelNames[l], func(t *testing.T) { atLevel(t, l, func() { testGroupedHeads(t) }) })
 	}
+}
+
+func testGroupedHeads(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, hd := range []int{16, 48, 64, 80, 96, 128, 256} {
 		for _, g := range []int{1, 2, 3, 4, 5, 7, 8, 9} {
