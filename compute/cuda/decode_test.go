@@ -159,7 +159,7 @@ func TestFusedLongRows(t *testing.T) {
 						t.Fatal(err)
 					}
 					want := 1
-					if i == 0 && k > h.g.stageK {
+					if i == 0 && k > h.g.normK() {
 						want = 2
 					}
 					if n := graph.(*Graph).Kernels(); n != want {
@@ -172,6 +172,26 @@ func TestFusedLongRows(t *testing.T) {
 				h.compare("product", y, 1e-4)
 				h.compare("residual", r, 1e-4)
 			})
+		}
+	}
+}
+
+// TestFgemvStageK checks the longest staged row on the shared memory of
+// some GPUs: two blocks must fit an SM.
+func TestFgemvStageK(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		perSM, perBlock int
+		want            int
+	}{
+		{"sm_90 (H100, H200)", 233472, 232448, maxStageK},
+		{"sm_80 (A100)", 167936, 166912, 20672},
+		{"sm_86, sm_89 (100 KiB an SM)", 102400, 101376, 12480},
+		{"sm_75 (64 KiB an SM)", 65536, 65536, 7872},
+		{"none reported", 0, 0, 0},
+	} {
+		if got := fgemvStageK(c.perSM, c.perBlock); got != c.want {
+			t.Errorf("%s: fgemvStageK(%d, %d) = %d, want %d", c.name, c.perSM, c.perBlock, got, c.want)
 		}
 	}
 }

@@ -225,7 +225,9 @@ type DeviceInfo struct {
 	Major, Minor int // compute capability
 	SMs          int
 	Memory       int64 // bytes
-	Driver       int   // CUDA version the driver supports, 1000*major + 10*minor
+	// Shared memory in bytes: an SM's, and the most a block may ask for.
+	SharedPerSM, SharedPerBlock int
+	Driver                      int // CUDA version the driver supports, 1000*major + 10*minor
 }
 
 func (i DeviceInfo) String() string {
@@ -297,6 +299,10 @@ func probe() ([]DeviceInfo, error) {
 			SMs:     attr(16), // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 			Memory:  int64(mem),
 			Driver:  int(ver),
+			// CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR and
+			// CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.
+			SharedPerSM:    attr(81),
+			SharedPerBlock: attr(97),
 		}
 	}
 	return infos, nil

@@ -272,29 +272,46 @@ func dtIndex(dt compute.DType) int {
 	return 0
 }
 
-// maxStageK bounds the input row fgemv stages in shared memory, normalised
-// or as it is: 96 KiB, so that two blocks fit an SM of sm_80 and later.
-// Where the driver refuses fgemv that much (openDecode), the bound is
-// defaultStageK, the 48 KiB any block may have. A longer row without a
-// norm is read from global memory, and the norm before one is not fused.
+// maxStageK bounds the input row fgemv stages in shared memory: 96 KiB.
+// Rows are staged, normalised or as they are, only up to the length of
+// which fgemvResident blocks fit an SM (fgemvStageK; 24,576 values on an
+// H200, 12,480 on an SM of 100 KiB); a longer row without a norm is read
+// from global memory. A norm is fused up to that length, or up to
+// defaultStageK (48 KiB, what any block may have) where that is longer.
 const (
 	maxStageK     = 24576
 	defaultStageK = 12288
 )
 
-// openDecode lets the fgemv kernels stage rows of up to maxStageK values
-// (owner thread).
+// fgemvStageK returns the longest row fgemv stages in shared memory on a
+// device with perSM bytes of shared memory an SM, of which a block may ask
+// for perBlock: fgemvResident blocks must fit, each with the 1 KiB the
+// runtime keeps per block and the kernel's 256 static bytes.
+func fgemvStageK(perSM, perBlock int) int {
+	bytes := min(perBlock, perSM/fgemvResident-1024) - 256
+	return max(0, min(maxStageK, bytes/4/8*8))
+}
+
+// normK returns the longest row a fused norm takes.
+func (b *Backend) normK() int { return max(b.stageK, defaultStageK) }
+
+// openDecode lets the fgemv kernels have the shared memory of the rows
+// they stage (owner thread); where the driver refuses, rows of up to
+// defaultStageK values are staged.
 func (b *Backend) openDecode() error {
+	b.stageK = fgemvStageK(b.info.SharedPerSM, b.info.SharedPerBlock)
+	if b.normK() <= defaultStageK {
+		return nil
+	}
 	allowed := true
 	err := b.do(func(w *owner) error {
 		for _, fn := range append(b.k.dec.fgemv[:], b.k.dec.fgemvNorm[:]...) {
-			allowed = allowed && call(w.d.cuFuncSetAttribute, fn, funcAttrMaxDynamicShared, 4*maxStageK) == 0
+			allowed = allowed && call(w.d.cuFuncSetAttribute, fn, funcAttrMaxDynamicShared, uintptr(4*b.normK())) == 0
 		}
 		return nil
 	})
-	b.stageK = defaultStageK
-	if allowed {
-		b.stageK = maxStageK
+	if !allowed {
+		b.stageK = min(b.stageK, defaultStageK)
 	}
 	return err
 }
@@ -338,7 +355,7 @@ func (b *Backend) fusedMatMul(dst, x, w *compute.Tensor) bool {
 	a.setMat(0, w, dst)
 	reads := []span{xs}
 	// The norm that made x.
-	if f := b.last(fuseRMS); f != nil && f.rmsDst == xs && f.rmsG == k && k <= b.stageK &&
+	if f := b.last(fuseRMS); f != nil && f.rmsDst == xs && f.rmsG == k && k <= b.normK() &&
 		!f.rmsSrc.overlaps(f.rmsDst) && !ds.overlaps(f.rmsSrc) {
 		a.x, a.h = uint64(f.rmsSrc.lo), uint64(xs.lo)
 		a.mode = fgModeNorm
