@@ -73,9 +73,10 @@ func TestAttendGEMM(t *testing.T) {
 }
 
 // BenchmarkAttendDecode measures the attention of one decode step at the
-// geometry of llama-3.2-1b (32 query heads over 8 KV heads of 64) after
-// ctx cached positions, two threads, with the kernels of each level, a
-// head at a time and grouped.
+// geometries of llama-3.2-1b (32 query heads over 8 KV heads of 64) and
+// phi-3-mini (32 heads of 96, one query head per kv head) after ctx cached
+// positions, two threads, with the kernels of each level, a head at a time
+// and grouped.
 func BenchmarkAttendDecode(b *testing.B) {
 	defer func(g bool) { attnGrouped = g }(attnGrouped)
 	for _, l := range levels() {
@@ -92,26 +93,31 @@ func BenchmarkAttendDecode(b *testing.B) {
 
 func benchAttendDecode(b *testing.B, name string) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	const heads, kv, hd = 32, 8, 64
-	for _, ctx := range []int{128, 1024, 4096} {
-		b.Run(fmt.Sprintf("%s/ctx=%d", name, ctx), func(b *testing.B) {
-			be := New(2)
-			a := &compute.Attention{Heads: heads, KVHeads: kv, HeadDim: hd, Scale: 0.125}
-			cache := be.NewKVCache(ctx+1, kv*hd, false)
-			be.Upload(cache.K, randVec(rng, (ctx+1)*kv*hd))
-			be.Upload(cache.V, randVec(rng, (ctx+1)*kv*hd))
-			q, k, v := be.Alloc(compute.F32, 1, heads*hd), be.Alloc(compute.F32, 1, kv*hd), be.Alloc(compute.F32, 1, kv*hd)
-			be.Upload(q, randVec(rng, heads*hd))
-			be.Upload(k, randVec(rng, kv*hd))
-			be.Upload(v, randVec(rng, kv*hd))
-			pos := be.Alloc(compute.I32, 1)
-			be.UploadInts(pos, []int32{int32(ctx)})
-			dst := be.Alloc(compute.F32, 1, heads*hd)
-			for b.Loop() {
-				be.Attend(dst, q, k, v, cache, pos, a)
-			}
-		})
+	for _, geo := range []struct{ heads, kv, hd int }{{32, 8, 64}, {32, 32, 96}} {
+		for _, ctx := range []int{128, 1024, 4096} {
+			benchAttendDecodeAt(b, fmt.Sprintf("%s/%dx%dx%d/ctx=%d", name, geo.heads, geo.kv, geo.hd, ctx), rng, geo.heads, geo.kv, geo.hd, ctx)
+		}
 	}
+}
+
+func benchAttendDecodeAt(b *testing.B, name string, rng *rand.Rand, heads, kv, hd, ctx int) {
+	b.Run(name, func(b *testing.B) {
+		be := New(2)
+		a := &compute.Attention{Heads: heads, KVHeads: kv, HeadDim: hd, Scale: 0.125}
+		cache := be.NewKVCache(ctx+1, kv*hd, false)
+		be.Upload(cache.K, randVec(rng, (ctx+1)*kv*hd))
+		be.Upload(cache.V, randVec(rng, (ctx+1)*kv*hd))
+		q, k, v := be.Alloc(compute.F32, 1, heads*hd), be.Alloc(compute.F32, 1, kv*hd), be.Alloc(compute.F32, 1, kv*hd)
+		be.Upload(q, randVec(rng, heads*hd))
+		be.Upload(k, randVec(rng, kv*hd))
+		be.Upload(v, randVec(rng, kv*hd))
+		pos := be.Alloc(compute.I32, 1)
+		be.UploadInts(pos, []int32{int32(ctx)})
+		dst := be.Alloc(compute.F32, 1, heads*hd)
+		for b.Loop() {
+			be.Attend(dst, q, k, v, cache, pos, a)
+		}
+	})
 }
 
 // TestAttendGrouped checks that attention computed a kv head's query heads

@@ -599,7 +599,9 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 		j.sinks = f32(b.asF32(a.Sinks))
 	}
 	units, slot := j.n*a.Heads, j.start+j.n
-	if group := a.Heads / a.KVHeads; group > 1 && attnGrouped && groupedHeads(a.HeadDim) {
+	// One query head per kv head is worth a unit of its own only where it
+	// gets a kernel of its own (AVX-512).
+	if group := a.Heads / a.KVHeads; (group > 1 || active >= levelAVX512) && attnGrouped && groupedHeads(a.HeadDim) {
 		j.passes = (group + attnGroup - 1) / attnGroup
 		units, slot = j.n*a.KVHeads*j.passes, min(group, attnGroup)*slot
 	}

@@ -107,8 +107,11 @@ func dotsGroup(out []float32, ldo int, q []float32, g int, k []float32, stride, 
 	}
 	for h := 0; h < g; {
 		switch {
-		case !groupedHeads(hd) || g-h == 1:
+		case !groupedHeads(hd) || g-h == 1 && active < levelAVX512:
 			dots(out[h*ldo:h*ldo+n], q[h*hd:(h+1)*hd], k, stride)
+			h++
+		case g-h == 1:
+			dotsG1AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
 			h++
 		case g-h >= 4:
 			g4(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
@@ -137,8 +140,11 @@ func axpysGroup(o, w []float32, ldw, g int, v []float32, stride, n int) {
 	}
 	for h := 0; h < g; {
 		switch {
-		case !groupedHeads(hd) || g-h == 1:
+		case !groupedHeads(hd) || g-h == 1 && active < levelAVX512:
 			axpys(o[h*hd:(h+1)*hd], w[h*ldw:h*ldw+n], v, stride)
+			h++
+		case g-h == 1:
+			axpysG1AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
 			h++
 		case g-h >= 4:
 			g4(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)

@@ -85,3 +85,9 @@ func axpysG4AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)
 
 //go:noescape
 func axpysG2AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)
+
+//go:noescape
+func dotsG1AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
+
+//go:noescape
+func axpysG1AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)

@@ -1163,3 +1163,88 @@ b2row:
 b2done:
 	VZEROUPPER
 	RET
+
+// func dotsG1AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
+//
+// dotsAVX2 for one head with Z registers: lanes 0–7 and 8–15 of Z0 are
+// its Y0 and Y1.
+TEXT ·dotsG1AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DI
+	MOVQ q+16(FP), SI
+	MOVQ k+24(FP), BX
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	MOVQ hd+48(FP), DX
+g1row:
+	VPXORD Z0, Z0, Z0
+	XORQ AX, AX
+g1col:
+	VMOVUPS (BX)(AX*4), Z4
+	VFMADD231PS (SI)(AX*4), Z4, Z0
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JB g1col
+	GDOTRED(Z0, Y0, X0, (DI))
+	ADDQ $4, DI
+	ADDQ R8, BX
+	DECQ CX
+	JNZ g1row
+	VZEROUPPER
+	RET
+
+// func axpysG1AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)
+TEXT ·axpysG1AVX512(SB), NOSPLIT, $0-56
+	MOVQ o+0(FP), DI
+	MOVQ v+24(FP), BX
+	MOVQ stride+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	MOVQ hd+48(FP), AX
+ag1cols:
+	TESTQ AX, AX
+	JLE ag1done
+	MOVQ w+8(FP), SI
+	MOVQ BX, DX
+	MOVQ CX, R13
+	CMPQ AX, $64
+	JB ag1b16
+	VMOVUPS (DI), Z0
+	VMOVUPS 64(DI), Z1
+	VMOVUPS 128(DI), Z2
+	VMOVUPS 192(DI), Z3
+ag1row64:
+	VBROADCASTSS (SI), Z20
+	VFMADD231PS (DX), Z20, Z0
+	VFMADD231PS 64(DX), Z20, Z1
+	VFMADD231PS 128(DX), Z20, Z2
+	VFMADD231PS 192(DX), Z20, Z3
+	ADDQ R8, DX
+	ADDQ $4, SI
+	DECQ R13
+	JNZ ag1row64
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	ADDQ $256, DI
+	ADDQ $256, BX
+	SUBQ $64, AX
+	JMP ag1cols
+ag1b16:
+	VMOVUPS (DI), Z0
+ag1row16:
+	VBROADCASTSS (SI), Z20
+	VFMADD231PS (DX), Z20, Z0
+	ADDQ R8, DX
+	ADDQ $4, SI
+	DECQ R13
+	JNZ ag1row16
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, BX
+	SUBQ $16, AX
+	JMP ag1cols
+ag1done:
+	VZEROUPPER
+	RET

@@ -31,3 +31,5 @@ func dotsG4AVX2(out *float32, ldo int, q, k *float32, stride, n, hd int)   { pan
 func dotsG2AVX2(out *float32, ldo int, q, k *float32, stride, n, hd int)   { panic("unreachable") }
 func axpysG4AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)    { panic("unreachable") }
 func axpysG2AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)    { panic("unreachable") }
+func dotsG1AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int) { panic("unreachable") }
+func axpysG1AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)  { panic("unreachable") }
