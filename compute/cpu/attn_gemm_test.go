@@ -9,6 +9,60 @@ import (
 	"lem/compute"
 )
 
+// attnCase is an attention geometry of the Attend tests.
+type attnCase struct {
+	heads, kv, hd, window int
+	softcap               float32
+	sinks, ring           bool
+}
+
+// compareAttendPaths runs Attend on chunks of the given sizes (positions
+// counting on from 0) twice per chunk, each time with path(0) or path(1)
+// called first and its own cache of capacity positions (window for a
+// ring), and fails when same(got, want) is false for an output of the
+// second run against the first.
+func compareAttendPaths(t *testing.T, rng *rand.Rand, c attnCase, capacity int, sizes []int, path func(int), same func(got, want float32) bool) {
+	t.Helper()
+	a := &compute.Attention{Heads: c.heads, KVHeads: c.kv, HeadDim: c.hd,
+		Scale: float32(1 / math.Sqrt(float64(c.hd))), SoftCap: c.softcap, Window: c.window}
+	b := New(3)
+	if c.sinks {
+		s := b.Alloc(compute.F32, c.heads)
+		b.Upload(s, randVec(rng, c.heads))
+		a.Sinks = s
+	}
+	if c.ring {
+		capacity = c.window
+	}
+	caches := [2]*compute.KVCache{b.NewKVCache(capacity, c.kv*c.hd, c.ring), b.NewKVCache(capacity, c.kv*c.hd, c.ring)}
+	start := 0
+	for _, n := range sizes {
+		q, k, v := b.Alloc(compute.F32, n, c.heads*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd)
+		b.Upload(q, randVec(rng, n*c.heads*c.hd))
+		b.Upload(k, randVec(rng, n*c.kv*c.hd))
+		b.Upload(v, randVec(rng, n*c.kv*c.hd))
+		pos := b.Alloc(compute.I32, n)
+		ps := make([]int32, n)
+		for i := range ps {
+			ps[i] = int32(start + i)
+		}
+		b.UploadInts(pos, ps)
+		var outs [2][]float32
+		for p := range outs {
+			path(p)
+			dst := b.Alloc(compute.F32, n, c.heads*c.hd)
+			b.Attend(dst, q, k, v, caches[p], pos, a)
+			outs[p] = dst.Buf.([]float32)
+		}
+		for i, want := range outs[0] {
+			if !same(outs[1][i], want) {
+				t.Fatalf("start %d, %d queries: out[%d] = %g, against %g", start, n, i, outs[1][i], want)
+			}
+		}
+		start += n
+	}
+}
+
 // TestAttendGEMM checks attention of prompt chunks by matrix products
 // against the per-query loop, over a fresh cache and one holding a previous
 // chunk, with grouped heads, sliding windows (ring caches included), soft
@@ -16,11 +70,7 @@ import (
 func TestAttendGEMM(t *testing.T) {
 	rng := rand.New(rand.NewPCG(43, 44))
 	defer func(m int) { attnGEMMMin = m }(attnGEMMMin)
-	for _, c := range []struct {
-		heads, kv, hd, window int
-		softcap               float32
-		sinks, ring           bool
-	}{
+	for _, c := range []attnCase{
 		{4, 4, 16, 0, 0, false, false},
 		{6, 2, 32, 0, 0, false, false},
 		{6, 2, 32, 17, 0, false, false},
@@ -29,45 +79,11 @@ func TestAttendGEMM(t *testing.T) {
 		{8, 1, 64, 0, 0, false, false},
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
-			a := &compute.Attention{Heads: c.heads, KVHeads: c.kv, HeadDim: c.hd,
-				Scale: float32(1 / math.Sqrt(float64(c.hd))), SoftCap: c.softcap, Window: c.window}
-			b := New(3)
-			if c.sinks {
-				s := b.Alloc(compute.F32, c.heads)
-				b.Upload(s, randVec(rng, c.heads))
-				a.Sinks = s
-			}
-			capacity := 100
-			if c.ring {
-				capacity = c.window
-			}
-			caches := [2]*compute.KVCache{b.NewKVCache(capacity, c.kv*c.hd, c.ring), b.NewKVCache(capacity, c.kv*c.hd, c.ring)}
-			start := 0
-			for _, n := range []int{40, 23, 17} {
-				q, k, v := b.Alloc(compute.F32, n, c.heads*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd)
-				b.Upload(q, randVec(rng, n*c.heads*c.hd))
-				b.Upload(k, randVec(rng, n*c.kv*c.hd))
-				b.Upload(v, randVec(rng, n*c.kv*c.hd))
-				pos := b.Alloc(compute.I32, n)
-				ps := make([]int32, n)
-				for i := range ps {
-					ps[i] = int32(start + i)
-				}
-				b.UploadInts(pos, ps)
-				var outs [2][]float32
-				for path, min := range []int{1 << 30, 1} {
-					attnGEMMMin = min
-					dst := b.Alloc(compute.F32, n, c.heads*c.hd)
-					b.Attend(dst, q, k, v, caches[path], pos, a)
-					outs[path] = dst.Buf.([]float32)
-				}
-				for i, want := range outs[0] {
-					if d := math.Abs(float64(outs[1][i] - want)); d > 1e-5*(1+math.Abs(float64(want))) {
-						t.Fatalf("start %d, %d queries: out[%d] = %g, per-query loop %g", start, n, i, outs[1][i], want)
-					}
-				}
-				start += n
-			}
+			compareAttendPaths(t, rng, c, 100, []int{40, 23, 17},
+				func(p int) { attnGEMMMin = []int{1 << 30, 1}[p] },
+				func(got, want float32) bool {
+					return math.Abs(float64(got-want)) <= 1e-5*(1+math.Abs(float64(want)))
+				})
 		})
 	}
 }
@@ -133,11 +149,7 @@ func TestAttendGrouped(t *testing.T) {
 func testAttendGrouped(t *testing.T) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	defer func(g bool) { attnGrouped = g }(attnGrouped)
-	for _, c := range []struct {
-		heads, kv, hd, window int
-		softcap               float32
-		sinks, ring           bool
-	}{
+	for _, c := range []attnCase{
 		{32, 8, 64, 0, 0, false, false},
 		{14, 2, 64, 0, 0, false, false},
 		{6, 2, 128, 13, 0, false, true},
@@ -146,45 +158,9 @@ func testAttendGrouped(t *testing.T) {
 		{9, 1, 48, 0, 0, false, false},
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
-			a := &compute.Attention{Heads: c.heads, KVHeads: c.kv, HeadDim: c.hd,
-				Scale: float32(1 / math.Sqrt(float64(c.hd))), SoftCap: c.softcap, Window: c.window}
-			b := New(2)
-			if c.sinks {
-				s := b.Alloc(compute.F32, c.heads)
-				b.Upload(s, randVec(rng, c.heads))
-				a.Sinks = s
-			}
-			capacity := 64
-			if c.ring {
-				capacity = c.window
-			}
-			caches := [2]*compute.KVCache{b.NewKVCache(capacity, c.kv*c.hd, c.ring), b.NewKVCache(capacity, c.kv*c.hd, c.ring)}
-			start := 0
-			for _, n := range []int{5, 1, 1, 3, 1, 9, 1} {
-				q, k, v := b.Alloc(compute.F32, n, c.heads*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd), b.Alloc(compute.F32, n, c.kv*c.hd)
-				b.Upload(q, randVec(rng, n*c.heads*c.hd))
-				b.Upload(k, randVec(rng, n*c.kv*c.hd))
-				b.Upload(v, randVec(rng, n*c.kv*c.hd))
-				pos := b.Alloc(compute.I32, n)
-				ps := make([]int32, n)
-				for i := range ps {
-					ps[i] = int32(start + i)
-				}
-				b.UploadInts(pos, ps)
-				var outs [2][]float32
-				for path, grouped := range []bool{false, true} {
-					attnGrouped = grouped
-					dst := b.Alloc(compute.F32, n, c.heads*c.hd)
-					b.Attend(dst, q, k, v, caches[path], pos, a)
-					outs[path] = dst.Buf.([]float32)
-				}
-				for i, want := range outs[0] {
-					if math.Float32bits(outs[1][i]) != math.Float32bits(want) {
-						t.Fatalf("start %d, %d queries: out[%d] = %g grouped, %g per head", start, n, i, outs[1][i], want)
-					}
-				}
-				start += n
-			}
+			compareAttendPaths(t, rng, c, 64, []int{5, 1, 1, 3, 1, 9, 1},
+				func(p int) { attnGrouped = p == 1 },
+				func(got, want float32) bool { return math.Float32bits(got) == math.Float32bits(want) })
 		})
 	}
 }
