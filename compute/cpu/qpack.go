@@ -183,11 +183,12 @@ var (
 	// PREFETCHT0 2048 bytes ahead with a far PREFETCHT2 16384 bytes ahead
 	// read Q4_0 at 24.1 GB/s (15.4 without prefetch, 19.6 with 4096
 	// alone), Q8_0 24.5 (19.9, 21.1), Q5_0 24.3 (15.9, 19.5), Q4_K 24.2
-	// (18.6, 18.7). Session 12, after the kernels lost shifts (two
-	// passes; streaming read 26–27 GB/s on that host minutes before): the same pair stayed among the
-	// fastest for those four (Q4_0 25.0, 25.4; 16.2, 19.8 without), and
-	// became the fastest for Q6_K too (23.8, 25.4; 22.4, 20.9 with 4096
-	// alone, its choice since session 6; 20.7, 17.2 without).
+	// (18.6, 18.7). In session 12, after the kernels lost shifts (two
+	// passes; streaming read 26–27 GB/s on that host minutes before), the
+	// same pair stayed among the fastest for those four (Q4_0 25.0, 25.4;
+	// 16.2, 19.8 without), and became the fastest for Q6_K too (23.8,
+	// 25.4; 22.4, 20.9 with 4096 alone, its choice since session 6; 20.7,
+	// 17.2 without).
 	prefetchIntel = map[compute.DType]string{
 		compute.Q8_0: "2048+16384t2", compute.Q4_0: "2048+16384t2", compute.Q5_0: "2048+16384t2",
 		compute.Q4_K: "2048+16384t2", compute.Q6_K: "2048+16384t2",

@@ -92,7 +92,8 @@ func groupedHeads(hd int) bool { return active >= levelAVX2 && hd > 0 && hd%16 =
 
 // dotsGroup is dots for the g query heads whose rows follow each other in
 // q (hd = len(q)/g values each) against the same n keys: head h's scores go
-// to out[h·ldo : h·ldo+n]. Each key row is read once for all g; the scores
+// to out[h·ldo : h·ldo+n]. Each key row is read once for 4 or 2 heads (and
+// a last single head has a kernel of its own with AVX-512); the scores
 // are bitwise those of dots.
 func dotsGroup(out []float32, ldo int, q []float32, g int, k []float32, stride, n int) {
 	if n == 0 || g == 0 {
