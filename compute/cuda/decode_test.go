@@ -138,6 +138,9 @@ func TestFusedLongRows(t *testing.T) {
 	}
 	for _, dt := range []compute.DType{compute.BF16, compute.F32} {
 		for _, k := range []int{defaultStageK + 8, h.g.stageK, h.g.stageK + 8} {
+			if k < 16 {
+				continue // a device that reports no shared memory stages nothing
+			}
 			t.Run(fmt.Sprintf("%s/k%d", dt, k), func(t *testing.T) {
 				h.t = t
 				const m = 70
