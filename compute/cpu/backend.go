@@ -405,20 +405,20 @@ func (b *Backend) NewKVCache(capacity, kvDim int, ring bool) *compute.KVCache {
 	}
 }
 
-// attnJob is one Attend call, split over the pool by (row, head) pairs,
-// or, where the grouped kernels run (groupedHeads), by (row, kv head, up
-// to attnGroup of its query heads).
+// attnJob is one Attend call, split over the pool by units of (row, kv
+// head, width of its query heads).
 type attnJob struct {
 	q, k, v, out, cks, cvs []float32
 	cache                  *compute.KVCache
 	a                      *compute.Attention
 	sinks                  []float32
 	start, n, chunks       int
-	passes                 int         // grouped: units per kv head; 0: one head a unit
+	width, passes          int         // query heads a unit takes at most; units per kv head
 	scores                 [][]float32 // per chunk slot: grows to the longest context
 }
 
-// attnGroup is how many query heads of a kv head a grouped unit takes.
+// attnGroup is how many query heads of a kv head a unit takes where the
+// grouped kernels run (groupedHeads); elsewhere a unit is one head.
 const attnGroup = 4
 
 // attnGrouped turns the grouped units on (tests compare both forms).
@@ -471,51 +471,10 @@ func (j *attnJob) spans(buf *[3]span, first, last int) []span {
 	return out
 }
 
-// chunk computes the units of piece c.
+// chunk computes the units of piece c: the query heads h0…h0+g−1 of kv
+// head kv at row i, their scores L = start+n apart in the chunk's slot,
+// each key and value row read once for all g.
 func (j *attnJob) chunk(c int) {
-	if j.passes > 0 {
-		j.groupChunk(c)
-		return
-	}
-	a := j.a
-	total := j.n * a.Heads
-	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
-	if lo >= hi {
-		return
-	}
-	hd := a.HeadDim
-	qc := a.Heads * hd
-	kc := a.KVHeads * hd
-	group := a.Heads / a.KVHeads
-	scores := j.scores[c][:j.start+j.n]
-	var buf [3]span
-	for t := lo; t < hi; t++ {
-		i, h := t/a.Heads, t%a.Heads
-		p := j.start + i
-		first := 0
-		if a.Window > 0 {
-			first = max(0, p-a.Window+1)
-		}
-		qv := j.q[i*qc+h*hd : i*qc+(h+1)*hd]
-		ko := (h / group) * hd
-		sp := j.spans(&buf, first, p)
-		for _, s := range sp {
-			dots(scores[s.p0:s.p0+s.n], qv, s.k[ko:], kc)
-		}
-		j.weights(scores[first:p+1], h)
-		o := j.out[i*qc+h*hd : i*qc+(h+1)*hd]
-		clear(o)
-		for _, s := range sp {
-			axpys(o, scores[s.p0:s.p0+s.n], s.v[ko:], kc)
-		}
-	}
-}
-
-// groupChunk computes the units of piece c in grouped form: the query
-// heads h0…h0+g−1 of kv head kv at row i, their scores L = start+n apart in
-// the chunk's slot, each key and value row read once for all g. The
-// results are bitwise those of the per-head loop.
-func (j *attnJob) groupChunk(c int) {
 	a := j.a
 	group := a.Heads / a.KVHeads
 	total := j.n * a.KVHeads * j.passes
@@ -527,8 +486,8 @@ func (j *attnJob) groupChunk(c int) {
 	for t := lo; t < hi; t++ {
 		i, u := t/(a.KVHeads*j.passes), t%(a.KVHeads*j.passes)
 		kv, pass := u/j.passes, u%j.passes
-		h0 := kv*group + pass*attnGroup
-		g := min(attnGroup, group-pass*attnGroup)
+		h0 := kv*group + pass*j.width
+		g := min(j.width, group-pass*j.width)
 		p := j.start + i
 		first := 0
 		if a.Window > 0 {
@@ -598,19 +557,19 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 	if a.Sinks != nil {
 		j.sinks = f32(b.asF32(a.Sinks))
 	}
-	units, slot := j.n*a.Heads, j.start+j.n
-	// One query head per kv head is worth a unit of its own only where it
-	// gets a kernel of its own (AVX-512).
-	if group := a.Heads / a.KVHeads; (group > 1 || active >= levelAVX512) && attnGrouped && groupedHeads(a.HeadDim) {
-		j.passes = (group + attnGroup - 1) / attnGroup
-		units, slot = j.n*a.KVHeads*j.passes, min(group, attnGroup)*slot
+	group := a.Heads / a.KVHeads
+	j.width = 1
+	if attnGrouped && groupedHeads(a.HeadDim) {
+		j.width = min(group, attnGroup)
 	}
+	j.passes = (group + j.width - 1) / j.width
+	units, need := j.n*a.KVHeads*j.passes, j.width*(j.start+j.n)
 	if len(j.scores) < attnChunks {
 		j.scores = make([][]float32, attnChunks)
 	}
 	for c := range j.scores {
-		if cap(j.scores[c]) < slot {
-			j.scores[c] = make([]float32, slot, 2*slot)
+		if cap(j.scores[c]) < need {
+			j.scores[c] = make([]float32, need, 2*need)
 		}
 	}
 	j.chunks = min(attnChunks, units)
