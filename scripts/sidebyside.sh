@@ -11,8 +11,10 @@
 # Decode GB/s is the bytes a token reads (lem bench's
 # weight_bytes_per_token, the same file for both engines) times tokens per
 # second; % is that against the streaming-read bandwidth lem bench measures
-# with the same threads on the same cores right after each of its tests
-# (the highest of the file's measurements).
+# with the same threads on the same cores right after each of its tests and
+# decode repetitions (the highest of the file's measurements). "% paired" is
+# lem bench's paired_bandwidth_pct: each of lem's decode repetitions against
+# the bandwidth measured right after it, averaged.
 # lem RSS/file is lem bench's peak resident set over the file's weight bytes.
 #
 # Settings (environment):
@@ -100,18 +102,22 @@ for base in files:
             for i in (0, 1):
                 a, b = got["lem"][i][0], got["llama.cpp"][i][0]
                 ratio[i] = f"{a / b:.2f}" if a and b else ""
+        paired = None
+        if eng == "lem" and lem["tg"] and lem["tg"].get("tests"):
+            paired = lem["tg"]["tests"][0].get("paired_bandwidth_pct")
         rows.append([model, typ.upper(), eng,
                      f"{p:.2f} ± {psd:.2f}" if p else "",
                      f"{g:.2f} ± {gsd:.2f}" if g else "",
                      f"{gbs:.2f}" if gbs else "",
                      f"{pct:.1f}%" if pct else "",
+                     f"{paired:.1f}%" if paired else "",
                      ratio[0], ratio[1],
                      f"{per_tok / 2**20:.0f} MiB" if per_tok and eng == "lem" else "",
                      f"{bw:.2f}" if bw and eng == "lem" else "",
                      f"{rss:.2f}" if rss and eng == "lem" else ""])
-head = ["model", "type", "engine", f"pp{pp} t/s", f"tg{tg} t/s", "decode GB/s", "% of mem bw",
+head = ["model", "type", "engine", f"pp{pp} t/s", f"tg{tg} t/s", "decode GB/s", "% of mem bw", "% paired",
         "pp lem/llama", "tg lem/llama", "read/token", "mem bw GB/s", "lem RSS/file"]
-right = [False, False, False] + [True] * 9
+right = [False, False, False] + [True] * 10
 w = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
 def line(r):
     return "| " + " | ".join(c.rjust(w[i]) if right[i] else c.ljust(w[i]) for i, c in enumerate(r)) + " |"

@@ -62,8 +62,8 @@ type benchReport struct {
 	// LoadSeconds is the time engine.Open took: reading the weights and,
 	// on a GPU, uploading them.
 	LoadSeconds float64 `json:"load_seconds"`
-	// PeakRSSBytes is the process's peak resident set while the tests ran
-	// (before the bandwidth measurement). KVBytes, StateBytes and
+	// PeakRSSBytes is the process's peak resident set while the tests ran,
+	// the buffers of the bandwidth measurements left out. KVBytes, StateBytes and
 	// CheckpointBytes are the per-sequence state of the largest session:
 	// its KV caches, its recurrent state (delta-rule and SSM states,
 	// convolution windows) and the checkpoints of that state kept for
@@ -90,6 +90,15 @@ type benchTest struct {
 	// of MemBandwidthGBs.
 	WeightGBs    float64 `json:"weight_gbs,omitempty"`
 	BandwidthPct float64 `json:"bandwidth_pct,omitempty"`
+	// Decode on the CPU only: the streaming-read bandwidth measured right
+	// after each repetition, and the mean over the repetitions of each
+	// one's weight bandwidth as a percentage of the bandwidth measured
+	// after it. On a machine whose bandwidth drifts with other tenants'
+	// load, this pairs each decode with the bandwidth of its moment;
+	// BandwidthPct compares the mean decode with the best bandwidth of the
+	// whole run instead.
+	SamplesBandwidthGBs []float64 `json:"samples_bandwidth_gbs,omitempty"`
+	PairedBandwidthPct  float64   `json:"paired_bandwidth_pct,omitempty"`
 }
 
 // benchOptions are bench's flags.
@@ -121,7 +130,10 @@ Decode reads the weights once per token, so its speed is also given as the
 weight bandwidth it achieves (bytes of weights read per token × tokens per
 second) and as a percentage of the machine's memory bandwidth, measured in
 the same run by streaming reads of a buffer much larger than the caches with
-the same number of threads. The bytes per token are what the loaded model
+the same number of threads: the best of the measurements after each decode
+repetition (on the CPU) and after the tests. On the CPU each decode
+repetition is also compared with the bandwidth measured right after it, for
+machines whose bandwidth moves with other load. The bytes per token are what the loaded model
 reads: embedding tables (the token's, Gemma's per-layer ones) count one row,
 the output projection all of it, and a mixture-of-experts layer its router,
 its shared experts and the k routed experts a token runs, not all of them.
@@ -309,6 +321,20 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 		defer pprof.StopCPUProfile()
 	}
+	// bandwidth measures the memory bandwidth. Its buffer would raise the
+	// peak resident set, so the peak so far is noted first and reset after
+	// (where Linux allows; elsewhere only the last measurement, after the
+	// tests, is taken).
+	var peak int64
+	bandwidth := func() (float64, error) {
+		peak = max(peak, peakRSS())
+		if onGPU {
+			bps, err := gpu.CopyBandwidth(rep.MemBufferBytes)
+			return bps / 1e9, err
+		}
+		return memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+	}
+	paired := !onGPU && canResetPeakRSS()
 	run := func(name string, np, ng int, once func(int) (time.Duration, error)) error {
 		if o.depth > 0 {
 			name += fmt.Sprintf(" @ d%d", o.depth)
@@ -326,10 +352,28 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 			t.SamplesNS = append(t.SamplesNS, d.Nanoseconds())
 			t.SamplesTS = append(t.SamplesTS, ts)
 			logf("bench: %s %d/%d: %.2f t/s\n", name, i+1, o.reps, ts)
+			if ng > 0 && paired {
+				bw, err := bandwidth()
+				if err != nil {
+					return err
+				}
+				if err := resetPeakRSS(); err != nil {
+					return fmt.Errorf("peak resident set: %w", err)
+				}
+				t.SamplesBandwidthGBs = append(t.SamplesBandwidthGBs, bw)
+				logf("bench: %s %d/%d: memory bandwidth %.2f GB/s\n", name, i+1, o.reps, bw)
+			}
 		}
 		t.AvgTS, t.StddevTS = meanStddev(t.SamplesTS)
 		if ng > 0 {
 			t.WeightGBs = float64(rep.WeightBytesPerToken) * t.AvgTS / 1e9
+		}
+		if len(t.SamplesBandwidthGBs) == len(t.SamplesTS) && len(t.SamplesTS) > 0 {
+			pct := make([]float64, len(t.SamplesTS))
+			for i, ts := range t.SamplesTS {
+				pct[i] = 100 * float64(rep.WeightBytesPerToken) * ts / 1e9 / t.SamplesBandwidthGBs[i]
+			}
+			t.PairedBandwidthPct, _ = meanStddev(pct)
 		}
 		rep.Tests = append(rep.Tests, t)
 		return nil
@@ -344,23 +388,22 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 			return nil, err
 		}
 	}
-	rep.PeakRSSBytes = peakRSS()
 	if o.cpuProfile != "" {
 		pprof.StopCPUProfile()
 	}
-	// The bandwidth baseline runs last so that its buffer stays out of the
-	// resident-set figure.
-	var bw float64
-	if onGPU {
-		bps, err := gpu.CopyBandwidth(rep.MemBufferBytes)
-		if err != nil {
-			return nil, err
-		}
-		bw = bps / 1e9
-	} else if bw, err = memBandwidth(int(rep.MemBufferBytes), rep.Threads); err != nil {
+	// The run's bandwidth is the best of its measurements: this last one
+	// and those after the decode repetitions.
+	bw, err := bandwidth()
+	if err != nil {
 		return nil, err
 	}
+	rep.PeakRSSBytes = peak
 	rep.MemBandwidthGBs = bw
+	for _, t := range rep.Tests {
+		for _, b := range t.SamplesBandwidthGBs {
+			rep.MemBandwidthGBs = max(rep.MemBandwidthGBs, b)
+		}
+	}
 	for i := range rep.Tests {
 		if t := &rep.Tests[i]; t.NGen > 0 && rep.MemBandwidthGBs > 0 {
 			t.BandwidthPct = 100 * t.WeightGBs / rep.MemBandwidthGBs
@@ -384,6 +427,22 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// resetPeakRSS resets the process's peak resident set size (VmHWM) to its
+// current resident set, as Linux allows since 4.0.
+func resetPeakRSS() error {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// canResetPeakRSS reports whether resetPeakRSS can work, without resetting.
+func canResetPeakRSS() bool {
+	f, err := os.OpenFile("/proc/self/clear_refs", os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 // storedTensor is a weight as the model file stores it.
@@ -555,6 +614,15 @@ func printBench(w io.Writer, r *benchReport) error {
 	}
 	if r.DecodeKernels > 0 {
 		fmt.Fprintf(&b, "; %d kernels per decode step", r.DecodeKernels)
+	}
+	for _, t := range r.Tests {
+		if len(t.SamplesBandwidthGBs) > 0 {
+			bws := make([]string, len(t.SamplesBandwidthGBs))
+			for i, bw := range t.SamplesBandwidthGBs {
+				bws[i] = fmt.Sprintf("%.2f", bw)
+			}
+			fmt.Fprintf(&b, "\n%s: %.1f%% of the bandwidth measured after each repetition (%s GB/s)", t.Name, t.PairedBandwidthPct, strings.Join(bws, ", "))
+		}
 	}
 	if r.LoadSeconds > 0 {
 		fmt.Fprintf(&b, "\nload: %.2f s (%.2f GB/s of weights)", r.LoadSeconds, float64(r.SizeBytes)/r.LoadSeconds/1e9)

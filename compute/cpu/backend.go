@@ -16,7 +16,12 @@ type Backend struct {
 	threads int
 	pool    *Pool
 
-	cos, sin []float32 // RoPE scratch
+	// RoPE scratch: the rotation of position ropePos under ropeOf (nil:
+	// none yet). The layers of a decode step share a position and mostly
+	// a Rope, so they reuse it.
+	cos, sin []float32
+	ropeOf   *compute.Rope
+	ropePos  int32
 
 	attn     attnJob
 	attnFunc func(int) // b.attn.chunk, bound once
@@ -370,13 +375,17 @@ func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
 	half := r.Dims / 2
 	if cap(b.cos) < half {
 		b.cos, b.sin = make([]float32, half), make([]float32, half)
+		b.ropeOf = nil
 	}
 	cos, sin := b.cos[:half], b.sin[:half]
 	for i, p := range ps {
-		for j, f := range r.InvFreq {
-			a := float32(p) * f
-			cos[j] = float32(math.Cos(float64(a))) * r.Scale
-			sin[j] = float32(math.Sin(float64(a))) * r.Scale
+		if b.ropeOf != r || b.ropePos != p {
+			for j, f := range r.InvFreq {
+				a := float32(p) * f
+				cos[j] = float32(math.Cos(float64(a))) * r.Scale
+				sin[j] = float32(math.Sin(float64(a))) * r.Scale
+			}
+			b.ropeOf, b.ropePos = r, p
 		}
 		for h := range heads {
 			v := xs[i*cols+h*hd : i*cols+h*hd+r.Dims]

@@ -9,6 +9,18 @@ import (
 
 var _ compute.TokenPicker = (*Backend)(nil)
 
+// topCand is a candidate of TopK: a value and its index.
+type topCand struct {
+	v float32
+	i int
+}
+
+// better orders candidates by value, then lower index.
+func (a topCand) better(c topCand) bool { return a.v > c.v || a.v == c.v && a.i < c.i }
+
+// topKBlock is how many values TopK tests at once against the k-th best.
+const topKBlock = 256
+
 // TopK implements compute.TokenPicker with a bounded selection per row.
 func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 	rows, n := x.Rows(), x.Cols()
@@ -16,33 +28,18 @@ func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 		panic(fmt.Sprintf("cpu: TopK %d of %v into %v", k, x.Shape, dst.Shape))
 	}
 	xs, out := f32(x), f32(dst)
-	type cand struct {
-		v float32
-		i int
-	}
-	// better orders by value, then lower index.
-	better := func(a, c cand) bool { return a.v > c.v || a.v == c.v && a.i < c.i }
-	top := make([]cand, 0, k+1)
+	top := make([]topCand, 0, k+1)
 	for r := range rows {
 		row := xs[r*n : (r+1)*n]
 		top = top[:0]
-		for i, v := range row {
-			c := cand{v, i}
-			if len(top) == k && !better(c, top[k-1]) {
+		for lo := 0; lo < n; lo += topKBlock {
+			blk := row[lo:min(lo+topKBlock, n)]
+			// Once k candidates are held, a block with no value above
+			// the k-th best changes nothing: its later indices lose ties.
+			if len(top) == k && !anyAbove(blk, top[k-1].v) {
 				continue
 			}
-			// Insert in order; k is small.
-			j := len(top)
-			if j == k {
-				j--
-			} else {
-				top = append(top, cand{})
-			}
-			for j > 0 && better(c, top[j-1]) {
-				top[j] = top[j-1]
-				j--
-			}
-			top[j] = c
+			top = insertTop(top, blk, lo, k)
 		}
 		o := out[r*2*k : (r+1)*2*k]
 		for j, c := range slices.Clip(top) {
@@ -50,4 +47,28 @@ func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 			o[k+j] = float32(c.i)
 		}
 	}
+}
+
+// insertTop inserts the values of blk, at indices from lo, into top, the
+// best candidates so far in order, keeping at most k.
+func insertTop(top []topCand, blk []float32, lo, k int) []topCand {
+	for i, v := range blk {
+		c := topCand{v, lo + i}
+		if len(top) == k && !c.better(top[k-1]) {
+			continue
+		}
+		// Insert in order; k is small.
+		j := len(top)
+		if j == k {
+			j--
+		} else {
+			top = append(top, topCand{})
+		}
+		for j > 0 && c.better(top[j-1]) {
+			top[j] = top[j-1]
+			j--
+		}
+		top[j] = c
+	}
+	return top
 }

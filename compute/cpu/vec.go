@@ -257,6 +257,23 @@ func Max(x []float32) float32 {
 	return mx
 }
 
+// anyAbove reports whether some element of x is greater than t (never,
+// when t is NaN; NaN elements are greater than nothing).
+func anyAbove(x []float32, t float32) bool {
+	if m, ok := vecAsm(len(x)); ok {
+		if anyAboveAVX2(&x[0], m, t) {
+			return true
+		}
+		x = x[m:]
+	}
+	for _, v := range x {
+		if v > t {
+			return true
+		}
+	}
+	return false
+}
+
 // SiLU computes dst = x·sigmoid(x) over len(dst) elements. dst may be x.
 func SiLU(dst, x []float32) {
 	n := len(dst)

@@ -26,6 +26,9 @@ func mulScaleAVX2(dst, x, w *float32, s float32, n int)
 func maxAVX2(x *float32, n int) float32
 
 //go:noescape
+func anyAboveAVX2(x *float32, n int, t float32) bool
+
+//go:noescape
 func expSubAVX2(x *float32, m float32, n int) float32
 
 //go:noescape

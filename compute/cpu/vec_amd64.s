@@ -356,6 +356,48 @@ maxdone:
 	VZEROUPPER
 	RET
 
+// func anyAboveAVX2(x *float32, n int, t float32) bool
+// n is a multiple of 8. Ordered compares: NaN is above nothing and nothing
+// is above NaN.
+TEXT ·anyAboveAVX2(SB), NOSPLIT, $0-25
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS t+16(FP), Y0
+	XORQ AX, AX
+above32:
+	LEAQ 32(AX), DX
+	CMPQ DX, CX
+	JA above8
+	VCMPPS $0x11, (SI)(AX*4), Y0, Y1
+	VCMPPS $0x11, 32(SI)(AX*4), Y0, Y2
+	VCMPPS $0x11, 64(SI)(AX*4), Y0, Y3
+	VCMPPS $0x11, 96(SI)(AX*4), Y0, Y4
+	VORPS Y2, Y1, Y1
+	VORPS Y4, Y3, Y3
+	VORPS Y3, Y1, Y1
+	VMOVMSKPS Y1, DX
+	TESTL DX, DX
+	JNZ abovefound
+	ADDQ $32, AX
+	JMP above32
+above8:
+	CMPQ AX, CX
+	JAE abovenone
+	VCMPPS $0x11, (SI)(AX*4), Y0, Y1
+	VMOVMSKPS Y1, DX
+	TESTL DX, DX
+	JNZ abovefound
+	ADDQ $8, AX
+	JMP above8
+abovenone:
+	MOVB $0, ret+24(FP)
+	VZEROUPPER
+	RET
+abovefound:
+	MOVB $1, ret+24(FP)
+	VZEROUPPER
+	RET
+
 // func expSubAVX2(x *float32, m float32, n int) float32
 TEXT ·expSubAVX2(SB), NOSPLIT, $0-28
 	MOVQ x+0(FP), DI

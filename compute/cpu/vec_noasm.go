@@ -12,6 +12,7 @@ func mulAVX2(dst, a, b *float32, n int)                     { panic("unreachable
 func scaleAVX2(x *float32, s float32, n int)                { panic("unreachable") }
 func mulScaleAVX2(dst, x, w *float32, s float32, n int)     { panic("unreachable") }
 func maxAVX2(x *float32, n int) float32                     { panic("unreachable") }
+func anyAboveAVX2(x *float32, n int, t float32) bool        { panic("unreachable") }
 func expSubAVX2(x *float32, m float32, n int) float32       { panic("unreachable") }
 func siluAVX2(dst, x *float32, n int)                       { panic("unreachable") }
 func geluAVX2(dst, x *float32, n int)                       { panic("unreachable") }
