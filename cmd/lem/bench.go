@@ -63,8 +63,8 @@ type benchReport struct {
 	// on a GPU, uploading them.
 	LoadSeconds float64 `json:"load_seconds"`
 	// PeakRSSBytes is the process's peak resident set while the tests ran,
-	// the buffers of the bandwidth measurements left out. KVBytes, StateBytes and
-	// CheckpointBytes are the per-sequence state of the largest session:
+	// the buffers of the bandwidth measurements left out. KVBytes,
+	// StateBytes and CheckpointBytes are the per-sequence state of the largest session:
 	// its KV caches, its recurrent state (delta-rule and SSM states,
 	// convolution windows) and the checkpoints of that state kept for
 	// prefix reuse.
@@ -133,10 +133,11 @@ the same run by streaming reads of a buffer much larger than the caches with
 the same number of threads: the best of the measurements after each decode
 repetition (on the CPU) and after the tests. On the CPU each decode
 repetition is also compared with the bandwidth measured right after it, for
-machines whose bandwidth moves with other load. The bytes per token are what the loaded model
-reads: embedding tables (the token's, Gemma's per-layer ones) count one row,
-the output projection all of it, and a mixture-of-experts layer its router,
-its shared experts and the k routed experts a token runs, not all of them.
+machines whose bandwidth moves with other load. The bytes per token are
+what the loaded model reads: embedding tables (the token's, Gemma's
+per-layer ones) count one row, the output projection all of it, and a
+mixture-of-experts layer its router, its shared experts and the k routed
+experts a token runs, not all of them.
 
 The memory line compares the peak resident set with the weights plus the
 largest session's state: KV caches, and for hybrid and state-space models
@@ -171,7 +172,7 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up; the bandwidth reads between decode repetitions show under cpu.StreamRead) to this file")
 	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
 	return cmd
 }
