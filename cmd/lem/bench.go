@@ -323,19 +323,26 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		defer pprof.StopCPUProfile()
 	}
 	// bandwidth measures the memory bandwidth. Its buffer would raise the
-	// peak resident set, so the peak so far is noted first and reset after
-	// (where Linux allows; elsewhere only the last measurement, after the
-	// tests, is taken).
+	// peak resident set, so the peak so far is noted first and, where
+	// decode repetitions are paired with measurements, reset after (where
+	// Linux allows; elsewhere only the last measurement, after the tests,
+	// is taken).
 	var peak int64
+	paired := !onGPU && canResetPeakRSS()
 	bandwidth := func() (float64, error) {
 		peak = max(peak, peakRSS())
 		if onGPU {
 			bps, err := gpu.CopyBandwidth(rep.MemBufferBytes)
 			return bps / 1e9, err
 		}
-		return memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+		bw, err := memBandwidth(int(rep.MemBufferBytes), rep.Threads)
+		if err == nil && paired {
+			if err := resetPeakRSS(); err != nil {
+				return 0, fmt.Errorf("peak resident set: %w", err)
+			}
+		}
+		return bw, err
 	}
-	paired := !onGPU && canResetPeakRSS()
 	run := func(name string, np, ng int, once func(int) (time.Duration, error)) error {
 		if o.depth > 0 {
 			name += fmt.Sprintf(" @ d%d", o.depth)
@@ -357,9 +364,6 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 				bw, err := bandwidth()
 				if err != nil {
 					return err
-				}
-				if err := resetPeakRSS(); err != nil {
-					return fmt.Errorf("peak resident set: %w", err)
 				}
 				t.SamplesBandwidthGBs = append(t.SamplesBandwidthGBs, bw)
 				logf("bench: %s %d/%d: memory bandwidth %.2f GB/s\n", name, i+1, o.reps, bw)

@@ -107,20 +107,18 @@ func dotsGroup(out []float32, ldo int, q []float32, g int, k []float32, stride, 
 		g4, g2 = dotsG4AVX512, dotsG2AVX512
 	}
 	for h := 0; h < g; {
+		w, grouped := groupWidth(g-h, hd)
 		switch {
-		case !groupedHeads(hd) || g-h == 1 && active < levelAVX512:
+		case !grouped:
 			dots(out[h*ldo:h*ldo+n], q[h*hd:(h+1)*hd], k, stride)
-			h++
-		case g-h == 1:
-			dotsG1AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
-			h++
-		case g-h >= 4:
+		case w == 4:
 			g4(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
-			h += 4
-		default:
+		case w == 2:
 			g2(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
-			h += 2
+		default:
+			dotsG1AVX512(&out[h*ldo], ldo, &q[h*hd], &k[0], stride, n, hd)
 		}
+		h += w
 	}
 }
 
@@ -140,21 +138,35 @@ func axpysGroup(o, w []float32, ldw, g int, v []float32, stride, n int) {
 		g4, g2 = axpysG4AVX512, axpysG2AVX512
 	}
 	for h := 0; h < g; {
+		width, grouped := groupWidth(g-h, hd)
 		switch {
-		case !groupedHeads(hd) || g-h == 1 && active < levelAVX512:
+		case !grouped:
 			axpys(o[h*hd:(h+1)*hd], w[h*ldw:h*ldw+n], v, stride)
-			h++
-		case g-h == 1:
-			axpysG1AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
-			h++
-		case g-h >= 4:
+		case width == 4:
 			g4(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
-			h += 4
-		default:
+		case width == 2:
 			g2(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
-			h += 2
+		default:
+			axpysG1AVX512(&o[h*hd], &w[h*ldw], ldw, &v[0], stride, n, hd)
 		}
+		h += width
 	}
+}
+
+// groupWidth returns how many of the r remaining heads of hd values the
+// next kernel call of dotsGroup or axpysGroup takes (4, 2 or 1), and
+// whether a grouped kernel takes them rather than dots or axpys: a last
+// single head has a grouped kernel of its own only with AVX-512.
+func groupWidth(r, hd int) (int, bool) {
+	switch {
+	case !groupedHeads(hd) || r == 1 && active < levelAVX512:
+		return 1, false
+	case r >= 4:
+		return 4, true
+	case r >= 2:
+		return 2, true
+	}
+	return 1, true
 }
 
 func axpyGeneric(y []float32, alpha float32, x []float32) {
