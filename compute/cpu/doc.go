@@ -12,6 +12,6 @@
 // a distance chosen per weight type and CPU vendor (LEM_CPU_PREFETCH
 // overrides it).
 //
-// The generated files (gen_*.go, run with go generate) write the repetitive
-// assembly; edit the generators, not their output.
+// The repetitive assembly is written by the generators gen_*.go (through
+// go generate); edit a generator, not its output.
 package cpu
