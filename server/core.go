@@ -274,7 +274,7 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 			sm.format = detectOutputFormat(t)
 		}
 	}
-	sm.quoter = newQuoter(m, sm.format)
+	sm.quoter = newQuoter(m.Tokenizer, m.Templates, sm.format)
 	return sm, nil
 }
 

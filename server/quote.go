@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"lem/chat"
-	"lem/engine"
 	"lem/tokenizer"
 )
 
@@ -27,15 +26,15 @@ import (
 // special), but not added tokens of white space or other vocabulary
 // (Gemma's "\n\n" and "<table>") that a client's text may hold and that
 // the model reads as text.
-func newQuoter(m *engine.Model, format outputFormat) *tokenizer.Quoter {
+func newQuoter(tok *tokenizer.Tokenizer, templates *chat.Set, format outputFormat) *tokenizer.Quoter {
 	var markup []string
-	if m.Templates != nil {
-		for _, name := range m.Templates.Names() {
-			markup = append(markup, m.Templates.Lookup(name).Source())
+	if templates != nil {
+		for _, name := range templates.Names() {
+			markup = append(markup, templates.Lookup(name).Source())
 		}
 	}
 	markers := []string{format.ThinkStart, format.ThinkEnd}
-	return m.Tokenizer.NewQuoter(func(a tokenizer.AddedToken) bool {
+	return tok.NewQuoter(func(a tokenizer.AddedToken) bool {
 		if a.Special {
 			return true
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"lem/chat"
+	"lem/internal/fixtures"
 	"lem/tokenizer"
 )
 
@@ -348,4 +349,54 @@ func TestInlineReasoningInHistory(t *testing.T) {
 	if strings.Contains(inline.PromptText(), "Add them") || !strings.Contains(inline.PromptText(), "<|im_start|>assistant\n4<|im_end|>") {
 		t.Errorf("the earlier turn renders as %q", inline.PromptText())
 	}
+}
+
+// TestQuoterGuards checks which added tokens a served model guards, on
+// real tokenizers and templates: the special ones, and the others that
+// the template uses as markup (Qwen 3's <think> and <tool_call>), but not
+// the vocabulary of white space and HTML that Gemma 3 adds, which a
+// client's text holds as text the model knows.
+func TestQuoterGuards(t *testing.T) {
+	tests := []struct {
+		name           string
+		guarded, plain []string
+	}{
+		{"qwen3", []string{"<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_response>"}, []string{"<|fim_prefix|>", "<|repo_name|>"}},
+		{"gemma3", []string{"<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"}, []string{"\n\n", "\t\t", "<table>", "</b>", "<unused7>"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := fixtures.Dir(t, "tokenizers", tt.name)
+			tok, err := tokenizer.LoadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := chat.LoadDir(dir, chat.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := newQuoter(tok, set, chat.DetectOutputFormat(set.Default()))
+			for _, s := range tt.guarded {
+				id := mustTokenID(t, tok, s)
+				if got := tok.EncodeQuoted("a"+q.Quote(s)+"b", false); slices.Contains(got, id) {
+					t.Errorf("%q is not guarded: %v", s, got)
+				}
+			}
+			for _, s := range tt.plain {
+				id := mustTokenID(t, tok, s)
+				if got := tok.EncodeQuoted("a"+q.Quote(s)+"b", false); !slices.Contains(got, id) {
+					t.Errorf("%q is guarded: %v", s, got)
+				}
+			}
+		})
+	}
+}
+
+func mustTokenID(t *testing.T, tok *tokenizer.Tokenizer, s string) int32 {
+	t.Helper()
+	id, ok := tok.TokenID(s)
+	if !ok {
+		t.Fatalf("no token %q", s)
+	}
+	return id
 }
