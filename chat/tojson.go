@@ -238,14 +238,23 @@ func pyFloatJSON(f float64) string {
 // other control characters below U+0020 as \u00XX, and, with ensureASCII,
 // every non-ASCII character as \uXXXX (astral ones as surrogate pairs).
 // Nothing else is escaped: no HTML escaping, and U+2028/U+2029 stay literal.
+// The one exception is U+FDD0, a noncharacter, which stays literal even
+// with ensureASCII: it is the guard (tokenizer.Guard) that a server puts
+// into a client's text to keep added tokens in it from matching, and the
+// tokenizer must find it there.
 func writeJSONString(b *strings.Builder, s string, ensureASCII bool) {
 	const hex = "0123456789abcdef"
+	const guard = "\uFDD0"
 	b.WriteByte('"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && (c < utf8.RuneSelf || !ensureASCII) {
 			i++
+			continue
+		}
+		if c == guard[0] && strings.HasPrefix(s[i:], guard) {
+			i += len(guard)
 			continue
 		}
 		b.WriteString(s[start:i])

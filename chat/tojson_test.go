@@ -29,6 +29,7 @@ func TestTojson(t *testing.T) {
 		{"separators", `{"b": 1, "a": [2, 3]}`, "(separators=[\",\", \":\"])", "{\"b\":1,\"a\":[2,3]}"},
 		{"indent and separators", `{"b": 1, "a": [2, 3]}`, "(indent=4, separators=[\",\", \" = \"])", "{\n    \"b\" = 1,\n    \"a\" = [\n        2,\n        3\n    ]\n}"},
 		{"positional ensure_ascii", `"é"`, "(true)", "\"\\u00e9\""},
+		{"U+FDD0 stays literal, unlike Python", `"<\ufdd0|x|>é"`, "(ensure_ascii=true)", "\"<\uFDD0|x|>\\u00e9\""},
 		{"empty list", `[]`, "", "[]"},
 		{"empty object", `{}`, "", "{}"},
 		{"null", `null`, "", "null"},

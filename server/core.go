@@ -17,6 +17,7 @@ import (
 	"lem/chat"
 	"lem/constrain"
 	"lem/engine"
+	"lem/tokenizer"
 )
 
 // Limits on what one request may ask for.
@@ -228,6 +229,7 @@ type Model struct {
 	eng     *engine.Model
 	ctxLen  int
 	format  outputFormat
+	quoter  *tokenizer.Quoter // quotes a request's text for the template (quote.go)
 
 	q    *queue
 	sess *engine.Session // used only by the request holding q
@@ -272,6 +274,7 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 			sm.format = detectOutputFormat(t)
 		}
 	}
+	sm.quoter = newQuoter(m.Tokenizer, m.Templates, sm.format)
 	return sm, nil
 }
 
@@ -361,9 +364,9 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.text = text
-		p.ids = tok.Encode(text, false)
-		if tok.AddsBOS() && (len(p.ids) == 0 || p.ids[0] != tok.BOS()) && !strings.HasPrefix(text, tok.Token(tok.BOS())) {
+		p.text = tokenizer.Unquote(text)
+		p.ids = tok.EncodeQuoted(text, false) // the client's text as plain text
+		if tok.AddsBOS() && (len(p.ids) == 0 || p.ids[0] != tok.BOS()) && !strings.HasPrefix(p.text, tok.Token(tok.BOS())) {
 			p.ids = append([]int32{tok.BOS()}, p.ids...)
 		}
 		tools = offered
@@ -476,6 +479,7 @@ func (m *Model) render(req *Request, promptParam string) (string, []json.RawMess
 	if m.format.Tools == chat.ToolsHarmony {
 		harmonyThinking(msgs)
 	}
+	splitReasoning(msgs, m.format)
 	tools := req.Tools
 	switch req.ToolChoice.Mode {
 	case ToolNone:
@@ -504,10 +508,13 @@ func (m *Model) render(req *Request, promptParam string) (string, []json.RawMess
 	if err != nil {
 		return "", nil, invalid("template", "%v", err)
 	}
-	in := chat.Input{Messages: msgs, Tools: tools, AddGenerationPrompt: true, Kwargs: req.Kwargs}
 	if len(tools) == 0 {
-		in.Tools = nil
+		tools = nil
 	}
+	// The template sees the request's text quoted; the tools go back as
+	// sent, for the grammar.
+	in := chat.Input{AddGenerationPrompt: true}
+	in.Messages, in.Tools, in.Kwargs = quoteInput(m.quoter, msgs, tools, req.Kwargs)
 	text, err := t.Render(in)
 	if err != nil {
 		var re *chat.RaiseError
@@ -516,7 +523,7 @@ func (m *Model) render(req *Request, promptParam string) (string, []json.RawMess
 		}
 		return "", nil, invalid(promptParam, "rendering the chat template: %v", err)
 	}
-	return text, in.Tools, nil
+	return text, tools, nil
 }
 
 // toolName returns function.name of a tool definition, or "".

@@ -30,7 +30,9 @@
 //     Prompt or PromptIDs instead of Messages. MaxTokensParam and
 //     PromptParam name the dialect's fields in error messages;
 //  4. call Model.Prepare, which validates and renders (every error an
-//     *Error, 400 for the client's mistakes, naming the field);
+//     *Error, 400 for the client's mistakes, naming the field); the
+//     request's text is quoted for the template (quote.go), so that only
+//     the template's own markup becomes control tokens;
 //  5. call Model.Generate(ctx, prepared, emit). Without emit (nil) it
 //     returns the whole Result; with emit it calls it with EventStart once
 //     the request is admitted (send the stream's headers then), then

@@ -209,24 +209,26 @@ func (t *Tokenizer) normalize(s string) string {
 // default special tokens are added (BOS where the model's post-processor
 // or tokenizer_config.json adds one).
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
-	return t.encode(text, addSpecial, t.added, t.normAdded)
+	return t.encodeMode(text, addSpecial, t.added, t.normAdded, false)
 }
 
 // EncodePlain is Encode for untrusted text: special tokens written in the
 // text are encoded as ordinary text, never as their special ids.
 // Non-special added tokens are still recognised.
 func (t *Tokenizer) EncodePlain(text string, addSpecial bool) []int32 {
-	return t.encode(text, addSpecial, t.addedPlain, t.normAddedPlain)
+	return t.encodeMode(text, addSpecial, t.addedPlain, t.normAddedPlain, false)
 }
 
-func (t *Tokenizer) encode(text string, addSpecial bool, added, normAdded *addedMatcher) []int32 {
+// encodeMode encodes text with the given added tokens. With quoted, the
+// text holds a Quoter's guards, which encodeText removes.
+func (t *Tokenizer) encodeMode(text string, addSpecial bool, added, normAdded *addedMatcher, quoted bool) []int32 {
 	ids := make([]int32, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)
 	if addSpecial {
 		ids = append(ids, t.prefix...)
 	}
 	sc := t.pool.Get().(*scratch)
 	if added == nil {
-		ids = t.encodeText(ids, text, true, normAdded, sc)
+		ids = t.encodeText(ids, text, true, normAdded, quoted, sc)
 	} else {
 		segs := added.split(sc.segs[:0], text)
 		sc.segs = segs
@@ -235,7 +237,7 @@ func (t *Tokenizer) encode(text string, addSpecial bool, added, normAdded *added
 				ids = append(ids, added.toks[s.tok].ID)
 				continue
 			}
-			ids = t.encodeText(ids, text[s.start:s.end], s.start == 0, normAdded, sc)
+			ids = t.encodeText(ids, text[s.start:s.end], s.start == 0, normAdded, quoted, sc)
 		}
 	}
 	t.pool.Put(sc)
@@ -245,8 +247,13 @@ func (t *Tokenizer) encode(text string, addSpecial bool, added, normAdded *added
 	return ids
 }
 
-// encodeText encodes a stretch of input without raw added tokens.
-func (t *Tokenizer) encodeText(ids []int32, text string, first bool, normAdded *addedMatcher, sc *scratch) []int32 {
+// encodeText encodes a stretch of input without raw added tokens. With
+// quoted, the guards in text keep normalized added tokens from matching
+// and are removed before the text is pre-tokenized.
+func (t *Tokenizer) encodeText(ids []int32, text string, first bool, normAdded *addedMatcher, quoted bool, sc *scratch) []int32 {
+	if quoted && normAdded == nil {
+		text, quoted = Unquote(text), false
+	}
 	s := t.normalize(text)
 	if s == "" {
 		return ids
@@ -262,7 +269,13 @@ func (t *Tokenizer) encodeText(ids []int32, text string, first bool, normAdded *
 			ids = append(ids, normAdded.toks[g.tok].ID)
 			continue
 		}
-		ids = t.encodeNormalized(ids, s[g.start:g.end], first && g.start == 0, sc)
+		piece := s[g.start:g.end]
+		if quoted {
+			if piece = Unquote(piece); piece == "" {
+				continue
+			}
+		}
+		ids = t.encodeNormalized(ids, piece, first && g.start == 0, sc)
 	}
 	return ids
 }
