@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"lem/compute"
+	"lem/compute/device"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
@@ -143,8 +145,20 @@ func (c *cancelAt) Err() error {
 // on full and sliding-window caches, experts and recurrent layers: after
 // stopping between chunks, and after a chunk abandoned in the middle
 // (whose operations may all have run or all been skipped), the session
-// continues a prompt to the logits and greedy tokens of a cold run.
+// continues a prompt to the logits and greedy tokens of a cold run. It
+// runs on the device LEM_TEST_DEVICE names, if any (see
+// TestConformanceOnDevice), else on the CPU.
 func TestAppendCancelKeepsState(t *testing.T) {
+	var b compute.Backend = defaultBackend()
+	tol := 1e-4
+	if spec := os.Getenv("LEM_TEST_DEVICE"); spec != "" {
+		d, desc, err := device.Open(spec, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(desc)
+		b, tol = d, deviceTolerance
+	}
 	for _, tt := range []struct {
 		name string
 		// The positions kept after cancelling before the third chunk of 8
@@ -162,7 +176,6 @@ func TestAppendCancelKeepsState(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", tt.name)
-			b := defaultBackend()
 			m, err := model.OpenDir(dir, b)
 			if err != nil {
 				t.Fatal(err)
@@ -189,7 +202,7 @@ func TestAppendCancelKeepsState(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if d := archref.MaxDiff(got, wantLogits); d > 1e-4 {
+				if d := archref.MaxDiff(got, wantLogits); d > tol {
 					t.Errorf("max |Δlogit| against a cold run = %.2e", d)
 				}
 				if gotIDs := greedy(t, s, got, 6); !slices.Equal(gotIDs, wantIDs) {
@@ -227,7 +240,7 @@ func TestAppendCancelKeepsState(t *testing.T) {
 					}
 					stop := new(atomic.Bool)
 					stop.Store(skip)
-					ib := compute.Backend(b).(compute.Interruptible)
+					ib := b.(compute.Interruptible)
 					ib.SetInterrupt(stop)
 					s.forward(other[16:24], nil)
 					if r, ok := s.st.(model.Recurrent); ok {
