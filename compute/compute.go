@@ -10,7 +10,10 @@
 // replayed with new positions.
 package compute
 
-import "fmt"
+import (
+	"fmt"
+	"sync/atomic"
+)
 
 // DType is the storage type of a tensor's elements.
 type DType uint8
@@ -300,6 +303,23 @@ type Graph interface {
 // as token ids and positions are passed through them.
 type GraphCapturer interface {
 	Capture(fn func()) (Graph, error)
+}
+
+// Interruptible is implemented by backends that can abandon work they
+// were asked for, so that a caller can stop a long forward pass (a prefill
+// chunk) between operations instead of waiting for its end.
+type Interruptible interface {
+	// SetInterrupt ties the operations issued from now on to stop: an
+	// operation other than Alloc, Free, Upload, UploadInts, Read and View
+	// may do nothing if stop is true when its turn comes (on an
+	// asynchronous backend, when it would be launched); the expensive ones
+	// (matrix products, attention, recurrences, experts) always are. What
+	// they would have written is then undefined, caches and recurrent
+	// state included, so the caller must drop the positions it was
+	// computing. Read still synchronises. Once stop is set the skipped
+	// operations are a suffix of those issued under it, in issue order.
+	// SetInterrupt(nil) issues later operations unconditionally again.
+	SetInterrupt(stop *atomic.Bool)
 }
 
 // ErrorReporter is implemented by asynchronous backends: Err returns the

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"lem/compute"
 	"lem/model"
 )
@@ -56,7 +58,7 @@ func (s *Session) appendGreedy(id int32, more bool) ([]candidate, error) {
 		if err := s.check([]int32{id}); err != nil {
 			return nil, err
 		}
-		s.run([]int32{id})
+		s.run(context.Background(), []int32{id})
 		tp.TopK(pk.dst, s.logits, 1)
 		a.slot ^= 1
 		a.wait = tf.ReadAsync(a.host[a.slot][:], pk.dst)

@@ -102,7 +102,8 @@ func rate(n int, d time.Duration) float64 {
 // receives each token with the text the streaming detokenizer releases with
 // it (never splitting a character); an error from it ends generation with
 // that error. A final Token with ID -1 carries text held back at the end.
-// Cancelling ctx ends generation with ctx's error; it is checked every token.
+// Cancelling ctx ends generation with ctx's error; it is checked every token
+// and during the prompt's prefill as Session.AppendContext does.
 func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken func(Token) error) (*Result, error) {
 	if len(req.Prompt) == 0 && s.Len() == 0 {
 		return nil, fmt.Errorf("generate: empty prompt")
@@ -134,9 +135,9 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 		case ahead && len(tokens) == 1:
 			cands, err = s.appendGreedy(tokens[0], more)
 		case pick > 0:
-			cands, err = s.appendTop(tokens, pick)
+			cands, err = s.appendTop(ctx, tokens, pick)
 		default:
-			logits, err = s.Append(tokens)
+			logits, err = s.AppendContext(ctx, tokens)
 		}
 	}
 	if len(req.Prompt) > 0 {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 
 	"lem/compute"
@@ -42,11 +43,11 @@ func pickK(b compute.Backend, req *Request, vocab int) int {
 	return 0
 }
 
-// appendTop runs the tokens like Append and returns the k most likely next
-// tokens, selected by the backend (a compute.TokenPicker), by descending
-// logit and then ascending id. The returned slice is reused by the next
-// call.
-func (s *Session) appendTop(tokens []int32, k int) ([]candidate, error) {
+// appendTop runs the tokens like AppendContext and returns the k most likely
+// next tokens, selected by the backend (a compute.TokenPicker), by
+// descending logit and then ascending id. The returned slice is reused by
+// the next call.
+func (s *Session) appendTop(ctx context.Context, tokens []int32, k int) ([]candidate, error) {
 	tp, ok := s.b.(compute.TokenPicker)
 	switch {
 	case !ok:
@@ -60,7 +61,9 @@ func (s *Session) appendTop(tokens []int32, k int) ([]candidate, error) {
 		return nil, err
 	}
 	pk := s.picks()
-	s.run(tokens)
+	if err := s.run(ctx, tokens); err != nil {
+		return nil, err
+	}
 	tp.TopK(pk.dst, s.logits, k)
 	s.b.Read(pk.host[:2*k], pk.dst)
 	if err := s.err(); err != nil {

@@ -3,7 +3,9 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 
 	"lem/compute"
 	"lem/model"
@@ -90,13 +92,27 @@ func (s *Session) inputs(n int) (ids, pos *compute.Tensor) {
 // Append runs the tokens through the model in chunks and returns the logits
 // of the last one. The returned slice is reused by the next call.
 func (s *Session) Append(tokens []int32) ([]float32, error) {
+	return s.AppendContext(context.Background(), tokens)
+}
+
+// AppendContext is Append that gives up once ctx is done, returning ctx's
+// error: it checks ctx between chunks and, on a backend that can abandon
+// work (compute.Interruptible), between the operations of a chunk too, so
+// that it returns within about one operation, or one chunk elsewhere. The
+// session then holds the chunks that were completed (those of a state
+// with recurrent parts back to its last checkpoint, and none where the
+// abandoned chunk overwrote a sliding window's positions), so that the
+// next prompt can reuse them.
+func (s *Session) AppendContext(ctx context.Context, tokens []int32) ([]float32, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("append: no tokens")
 	}
 	if err := s.check(tokens); err != nil {
 		return nil, err
 	}
-	s.run(tokens)
+	if err := s.run(ctx, tokens); err != nil {
+		return nil, err
+	}
 	s.b.Read(s.host, s.logits)
 	if err := s.err(); err != nil {
 		return nil, err
@@ -105,9 +121,27 @@ func (s *Session) Append(tokens []int32) ([]float32, error) {
 }
 
 // run runs checked tokens through the model in chunks, leaving the logits
-// of the last one in s.logits.
-func (s *Session) run(tokens []int32) {
+// of the last one in s.logits. Once ctx is done it stops, as AppendContext
+// describes, and returns ctx's error.
+func (s *Session) run(ctx context.Context, tokens []int32) error {
+	watch := ctx.Done() != nil && len(tokens) > 1
+	var stop *atomic.Bool
+	ib, _ := s.b.(compute.Interruptible)
+	if watch && ib != nil {
+		stop = new(atomic.Bool)
+		release := context.AfterFunc(ctx, func() { stop.Store(true) })
+		ib.SetInterrupt(stop)
+		defer func() {
+			release()
+			ib.SetInterrupt(nil)
+		}()
+	}
 	for lo := 0; lo < len(tokens); lo += s.chunk {
+		if watch {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("prefill stopped after %d of %d tokens: %w", lo, len(tokens), err)
+			}
+		}
 		hi := min(lo+s.chunk, len(tokens))
 		// Only the last chunk's logits are read; the model may skip
 		// work for the others.
@@ -115,10 +149,40 @@ func (s *Session) run(tokens []int32) {
 		if hi == len(tokens) {
 			logits = s.logits
 		}
+		held := len(s.tokens)
 		s.forward(tokens[lo:hi], logits)
 		if r, ok := s.st.(model.Recurrent); ok && len(tokens) > 1 {
 			r.Checkpoint(len(s.tokens))
 		}
+		if stop == nil {
+			continue
+		}
+		// Wait for the chunk (and its checkpoint): if stop is still
+		// unset, none of its operations was skipped.
+		s.b.Read(s.host[:1], s.logits)
+		if stop.Load() {
+			ib.SetInterrupt(nil)
+			s.abandon(held, hi-lo)
+			return fmt.Errorf("prefill stopped after %d of %d tokens: %w", lo, len(tokens), ctx.Err())
+		}
+	}
+	return nil
+}
+
+// abandon drops the chunk of n positions after the first held, some of
+// whose operations may have been skipped (compute.Interruptible): the
+// cache rows it wrote and the recurrent state are undefined. A recurrent
+// state goes back to its last checkpoint at or before held; caches whose
+// sliding window the chunk may have wrapped over start afresh.
+func (s *Session) abandon(held, n int) {
+	s.tokens = s.tokens[:held]
+	s.ahead.over = false
+	if r, ok := s.st.(model.Recurrent); ok {
+		s.tokens = s.tokens[:r.Restore(held)]
+		return
+	}
+	if !s.st.CanRewind(held, held+n) {
+		s.Reset()
 	}
 }
 

@@ -643,7 +643,8 @@ var errStopSequence = errors.New("stop sequence")
 // then generates every choice of p, calling emit, when not nil, with each
 // event: EventStart first, then the choices one after the other, each
 // ended by EventEnd. An error from emit, or ctx ending, stops generation
-// within one token and is returned. On success it returns the result;
+// within one token (the prefill within one backend operation) and is
+// returned. On success it returns the result;
 // after a failure in the middle of a choice it returns what was generated
 // with the error.
 func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {

@@ -40,9 +40,12 @@
 //     per choice with its finish reason (FinishStop, FinishLength,
 //     FinishToolCalls) and the stop sequence that ended it. An error
 //     returned by emit, or the request's context ending (the client went
-//     away), stops generation within one token. Errors before EventStart
-//     (queue full: 429, shutting down: 503) are *Error values to send as
-//     the HTTP response; after it, the dialect reports them in-stream;
+//     away), stops generation within one token, and the prompt's prefill
+//     within one operation of the backend, freeing the model for the
+//     queue (the session keeps the chunks already done). Errors before
+//     EventStart (queue full: 429, shutting down: 503) are *Error values
+//     to send as the HTTP response; after it, the dialect reports them
+//     in-stream;
 //  6. write errors in the dialect's own shape with an errorWriter (see
 //     openaiErrors) mapping Error.Status, Code, Param and Message.
 //

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"lem/compute"
 	"lem/quant"
@@ -45,6 +46,9 @@ type Backend struct {
 	agemmFunc func(int) // b.agemm.softmax, bound once
 
 	arena packArena // memory of the packed weights
+
+	// stop, when set, abandons the expensive operations (SetInterrupt).
+	stop *atomic.Bool
 }
 
 // New returns a CPU backend using the given number of threads (0: all cores).
@@ -62,7 +66,18 @@ func New(threads int) *Backend {
 	return b
 }
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend       = (*Backend)(nil)
+	_ compute.Interruptible = (*Backend)(nil)
+)
+
+// SetInterrupt implements compute.Interruptible. The matrix products,
+// attention, gated activations, experts, recurrences and convolutions
+// check stop when they start; the other operations are cheap and run.
+func (b *Backend) SetInterrupt(stop *atomic.Bool) { b.stop = stop }
+
+// stopped reports whether the operation starting now is to be skipped.
+func (b *Backend) stopped() bool { return b.stop != nil && b.stop.Load() }
 
 // Name implements compute.Backend.
 func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads, %s)", b.threads, Level()) }
@@ -188,6 +203,9 @@ func (b *Backend) parallel(n int, fn func(lo, hi int)) {
 
 // MatMul implements compute.Backend.
 func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
+	if b.stopped() {
+		return
+	}
 	n, k := x.Rows(), x.Cols()
 	if w.Cols() != k {
 		panic(fmt.Sprintf("matmul: x has %d columns, w has %d", k, w.Cols()))
@@ -334,6 +352,9 @@ func (b *Backend) Activate(dst, x *compute.Tensor, act compute.Activation) {
 
 // GLU implements compute.Backend.
 func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
+	if b.stopped() {
+		return
+	}
 	d, g, u := f32(dst), f32(gate), f32(up)
 	if len(g) >= 2*gluChunk && b.threads > 1 {
 		b.glu = gluJob{d: d, g: g, u: u, act: act}
@@ -556,6 +577,9 @@ func (j *attnJob) weights(valid []float32, h int) {
 
 // Attend implements compute.Backend.
 func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) {
+	if b.stopped() {
+		return
+	}
 	ps := pos.Buf.([]int32)
 	j := &b.attn
 	*j = attnJob{

@@ -18,6 +18,9 @@ type convJob struct {
 // CausalConv implements compute.Convolver. Channels are split across the
 // pool; each piece walks its channels over all rows.
 func (b *Backend) CausalConv(dst, x, w, bias, state *compute.Tensor, silu bool) {
+	if b.stopped() {
+		return
+	}
 	j := &b.conv
 	*j = convJob{
 		out: f32(dst), in: f32(x), w: f32(w), state: f32(state),

@@ -58,6 +58,9 @@ func (s *deltaScratch) grow(dk, dv int) {
 // the pool. A single row takes the recurrent step; longer inputs go through
 // the chunked (WY) form, deltaChunk rows at a time.
 func (b *Backend) DeltaRule(dst, qkv, a, bt, state *compute.Tensor, r *compute.DeltaRule) {
+	if b.stopped() {
+		return
+	}
 	j := &b.delta
 	*j = deltaJob{
 		dst: f32(dst), qkv: f32(qkv), a: f32(a), b: f32(bt), state: f32(state),

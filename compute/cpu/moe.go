@@ -69,6 +69,9 @@ func weightsOf(w *compute.Tensor) Weights {
 
 // Route implements compute.Experts.
 func (b *Backend) Route(ids, weights, logits, shared *compute.Tensor, r *compute.Routing) {
+	if b.stopped() {
+		return
+	}
 	n, ne, k, slots := logits.Rows(), r.Experts, r.TopK, r.Slots()
 	switch {
 	case logits.Cols() != ne:
@@ -176,6 +179,9 @@ func picked(ids []int32, e int) bool {
 // call, through the same matrix kernels (and thread pool) as MatMul.
 // Experts no row picked are not touched.
 func (b *Backend) ApplyExperts(dst, x, ids, weights *compute.Tensor, f *compute.ExpertFFN) {
+	if b.stopped() {
+		return
+	}
 	n, hid, slots := x.Rows(), x.Cols(), ids.Cols()
 	ne := len(f.Experts)
 	if dst.Rows() != n || dst.Cols() != hid || ids.Rows() != n || weights.Len() != ids.Len() {

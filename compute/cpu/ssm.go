@@ -25,6 +25,9 @@ type ssmJob struct {
 
 // SSMScan implements compute.SSMScanner.
 func (b *Backend) SSMScan(y, x, dt, bm, cm, state *compute.Tensor, p *compute.SSM) {
+	if b.stopped() {
+		return
+	}
 	hp, gn := p.Heads*p.HeadDim, p.Groups*p.StateSize
 	n := x.Rows()
 	if x.Cols() != hp || y.Cols() != hp || dt.Cols() != p.Heads || bm.Cols() != gn || cm.Cols() != gn ||

@@ -16,6 +16,7 @@ import (
 	"math"
 	"math/bits"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"lem/compute"
@@ -75,9 +76,14 @@ type Backend struct {
 	gemm    gemmState    // prefill matmuls on the tensor cores (gemm.go)
 	flash   flashState   // prefill attention on the tensor cores (flash.go)
 	prefill prefillState // chunked recurrences and grouped experts (prefill.go)
+
+	stop *atomic.Bool // ties the ops recorded now to a flag (SetInterrupt)
 }
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend       = (*Backend)(nil)
+	_ compute.Interruptible = (*Backend)(nil)
+)
 
 // Open initialises GPU ordinal, compiles (or loads from the cache) the
 // kernels and returns a backend on it.
@@ -221,6 +227,9 @@ func (b *Backend) record(o op) *op {
 	if len(b.pending) >= flushAt && !b.capturing {
 		b.submit(false)
 	}
+	if b.stop != nil && !b.capturing && (o.fn != 0 || o.work) {
+		o.stop = b.stop
+	}
 	b.pending = append(b.pending, o)
 	b.recorded++
 	return &b.pending[len(b.pending)-1]
@@ -229,6 +238,18 @@ func (b *Backend) record(o op) *op {
 // launch records a kernel launch of grid×block threads.
 func (b *Backend) launch(fn uintptr, name string, grid, block int) *op {
 	return b.record(op{fn: fn, name: name, grid: [3]uint32{uint32(grid), 1, 1}, block: [3]uint32{uint32(block), 1, 1}})
+}
+
+// SetInterrupt implements compute.Interruptible: the kernel launches and
+// cuBLAS products recorded from now on carry stop, and the owner skips
+// those it reaches once stop is set, so that a chunk's work that is not yet
+// on the GPU's queue is not done. Nothing is tied to stop while a graph is
+// being captured. The memos that let an op reuse the previous op's work
+// (fusion, converted or quantized inputs) end here, so that no op relies
+// on one that may be skipped while it is not.
+func (b *Backend) SetInterrupt(stop *atomic.Bool) {
+	b.stop = stop
+	b.recorded++
 }
 
 // enqueue records a call made on the owner thread in stream order.

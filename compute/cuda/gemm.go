@@ -173,7 +173,7 @@ func (b *Backend) matmulTC(dst, x, w *compute.Tensor) bool {
 		src := xh + uintptr(p*elems*2)
 		if bl := b.gemm.blas; bl != nil {
 			beta := float32(p)
-			b.record(op{name: "cublasGemmEx", call: func(o *owner) error { return bl.gemm(o, out, src, wp, dt, n, m, k, beta) }})
+			b.record(op{name: "cublasGemmEx", work: true, call: func(o *owner) error { return bl.gemm(o, out, src, wp, dt, n, m, k, beta) }})
 			continue
 		}
 		b.record(op{fn: b.k.tc.gemm[w.DType], name: "gemm_tc",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -32,6 +33,8 @@ type op struct {
 	nargs       int
 	args        [maxArgs]uint64
 	call        func(*owner) error
+	work        bool         // call computes (a cuBLAS product): SetInterrupt may skip it
+	stop        *atomic.Bool // skip the op once this is set (SetInterrupt)
 }
 
 // ptr appends a device pointer argument.
@@ -77,6 +80,9 @@ func (w *owner) loop(reqs <-chan batch, recycle chan<- []op) {
 			for i := range bt.ops {
 				if w.err != nil {
 					break
+				}
+				if s := bt.ops[i].stop; s != nil && s.Load() {
+					continue
 				}
 				w.err = w.exec(&bt.ops[i])
 			}
