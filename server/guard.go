@@ -150,11 +150,11 @@ func (s *Server) originAllowed(origin, host string) bool {
 
 // deadlineBody reads a request body under the read deadline its handler
 // set on the connection, and lifts the deadline once the body is read
-// whole, so that a response streamed for longer is not cut: the server
-// watches the idle connection for the client leaving, and a read deadline
-// passing there would cancel the request. A body that fails (too large,
-// too slow) keeps the deadline, which then also bounds the server's
-// draining of what is left of it.
+// whole: past the body, the server keeps reading the connection to see
+// the client leave, and a deadline passing there would cancel a response
+// still streaming (net/http lifts it there too; this does not depend on
+// it). A body that fails (too large, too slow) keeps the deadline, which
+// then also bounds the server's draining of what is left of it.
 type deadlineBody struct {
 	io.ReadCloser
 	rc   *http.ResponseController

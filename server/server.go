@@ -227,10 +227,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	if s.cfg.MaxConnections > 0 {
 		ln = newLimitListener(ln, s.cfg.MaxConnections)
 	}
-	// The body's timeout is set per request (see deadlineBody), not as
-	// http.Server.ReadTimeout: that deadline would stay on the connection
-	// during a long streamed response, and its passing cancels the
-	// request.
+	// The body's timeout is a read deadline set per request once its
+	// headers are read (see handle and deadlineBody) and lifted at the
+	// body's end, so that it neither counts the time spent on the headers
+	// nor bounds a streamed response.
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.cfg.HeaderTimeout,
