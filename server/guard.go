@@ -170,18 +170,26 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// limitListener admits at most max connections at once: Accept waits
-// while max are open, leaving further clients in the kernel's backlog
-// until one closes (the timeouts of Serve make sure one does).
+// limitListener admits at most max connections at once. When max are
+// open, it makes room by closing the connections idle between requests
+// (keep-alive ones, which a client reopens when it needs them), at once
+// and as others turn idle; until a slot frees, Accept waits, leaving
+// further clients in the kernel's backlog (the timeouts of Serve make
+// sure that connections busy reading a request free their slots).
 type limitListener struct {
 	net.Listener
 	slots     chan struct{}
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	mu      sync.Mutex
+	idle    map[net.Conn]bool // connections between requests
+	waiting bool              // Accept waits for a slot
 }
 
 func newLimitListener(ln net.Listener, max int) *limitListener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{})}
+	return &limitListener{Listener: ln, slots: make(chan struct{}, max), closed: make(chan struct{}),
+		idle: map[net.Conn]bool{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -189,6 +197,15 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	case l.slots <- struct{}{}:
 	case <-l.closed:
 		return nil, net.ErrClosed
+	default:
+		l.setWaiting(true)
+		select {
+		case l.slots <- struct{}{}:
+			l.setWaiting(false)
+		case <-l.closed:
+			l.setWaiting(false)
+			return nil, net.ErrClosed
+		}
 	}
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -196,6 +213,35 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// setWaiting records whether Accept waits for a slot; when it starts to,
+// the idle connections are closed.
+func (l *limitListener) setWaiting(w bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiting = w
+	if w {
+		for c := range l.idle {
+			c.Close()
+			delete(l.idle, c)
+		}
+	}
+}
+
+// connState is the http.Server's ConnState hook: it tracks the idle
+// connections, and closes one that turns idle while Accept waits.
+func (l *limitListener) connState(c net.Conn, st http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case st == http.StateIdle && l.waiting:
+		c.Close()
+	case st == http.StateIdle:
+		l.idle[c] = true
+	default:
+		delete(l.idle, c)
+	}
 }
 
 // Close closes the listener, and ends an Accept waiting for a slot.

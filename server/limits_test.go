@@ -178,8 +178,9 @@ func TestMaxHeaderBytes(t *testing.T) {
 	}
 }
 
-// TestMaxConnections opens as many connections as the cap allows: the
-// next waits, unanswered, until one of them closes.
+// TestMaxConnections opens as many connections as the cap allows, each in
+// the middle of a request: the next waits, unanswered, until one of them
+// is done with its request, which the server then closes to make room.
 func TestMaxConnections(t *testing.T) {
 	addr := serveLimits(t, Config{MaxConnections: 2})
 	var held []net.Conn
@@ -189,15 +190,8 @@ func TestMaxConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		io.WriteString(c, "GET /health HTTP/1.1\r\n")
 		held = append(held, c)
-	}
-	// Both are accepted: each answers a request.
-	for _, c := range held {
-		io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-		c.SetReadDeadline(time.Now().Add(15 * time.Second))
-		if line, err := bufio.NewReader(c).ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 200") {
-			t.Fatalf("%q %v", line, err)
-		}
 	}
 	c, err := net.Dial("tcp", addr) // the kernel completes the handshake
 	if err != nil {
@@ -210,9 +204,57 @@ func TestMaxConnections(t *testing.T) {
 	if line, err := r.ReadString('\n'); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a third connection was answered over the cap of 2: %q %v", line, err)
 	}
-	held[0].Close()
+	// The first finishes its request: it is answered, then closed.
+	io.WriteString(held[0], "Host: 127.0.0.1\r\n\r\n")
+	held[0].SetReadDeadline(time.Now().Add(15 * time.Second))
+	if data, err := io.ReadAll(held[0]); err != nil || !strings.HasPrefix(string(data), "HTTP/1.1 200") {
+		t.Errorf("the first connection got %q %v, want a reply and the connection closed", data, err)
+	}
 	c.SetReadDeadline(time.Now().Add(15 * time.Second))
 	if line, err := r.ReadString('\n'); !strings.HasPrefix(line, "HTTP/1.1 200") {
 		t.Errorf("once a connection closed, the waiting one got %q %v", line, err)
+	}
+}
+
+// TestMaxConnectionsIdle fills the cap with keep-alive connections idle
+// between requests: a new client is answered at once, the idle ones
+// closed to make room.
+func TestMaxConnectionsIdle(t *testing.T) {
+	addr := serveLimits(t, Config{MaxConnections: 2})
+	get := func(c net.Conn) string {
+		io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err.Error()
+		}
+		return line
+	}
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if line := get(c); !strings.HasPrefix(line, "HTTP/1.1 200") {
+			t.Fatal(line)
+		}
+		idle = append(idle, c)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if line := get(c); !strings.HasPrefix(line, "HTTP/1.1 200") {
+		t.Errorf("a client beyond idle connections: %q", line)
+	}
+	for i, c := range idle {
+		c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		// What is left of the reply, then the end.
+		if _, err := io.ReadAll(c); err != nil {
+			t.Errorf("idle connection %d was not closed: %v", i, err)
+		}
 	}
 }

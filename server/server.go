@@ -64,8 +64,9 @@ type Config struct {
 	// MaxHeaderBytes bounds the size of a request's headers; larger get
 	// 431 (0: DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
-	// MaxConnections bounds the connections Serve keeps open at once;
-	// further clients wait to be accepted until one closes (0:
+	// MaxConnections bounds the connections Serve keeps open at once.
+	// At the bound, connections idle between requests are closed to make
+	// room, and further clients wait to be accepted until one closes (0:
 	// DefaultMaxConnections; negative: no bound).
 	MaxConnections int
 	// MaxQueue is how many requests may wait per model behind the running
@@ -224,9 +225,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	if slices.Contains(s.cfg.CORSOrigins, "*") {
 		s.log.Warn("CORS origin *: every web page a visitor of this machine opens can use the server")
 	}
-	if s.cfg.MaxConnections > 0 {
-		ln = newLimitListener(ln, s.cfg.MaxConnections)
-	}
 	// The body's timeout is a read deadline set per request once its
 	// headers are read (see handle and deadlineBody) and lifted at the
 	// body's end, so that it neither counts the time spent on the headers
@@ -238,6 +236,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if s.cfg.MaxConnections > 0 {
+		l := newLimitListener(ln, s.cfg.MaxConnections)
+		ln, hs.ConnState = l, l.connState
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -61,9 +61,10 @@ lem's own; requests without one (curl, the SDKs, scripts) are unaffected.
 
 Against slow and many clients: headers must arrive within --header-timeout
 and bodies within --body-timeout (a streamed response may take longer),
-idle connections close after --idle-timeout, headers beyond
---max-header-bytes get 431, and beyond --max-connections open connections
-new clients wait to be accepted until one closes.`,
+idle connections close after --idle-timeout, and headers beyond
+--max-header-bytes get 431. At --max-connections open connections, those
+idle between requests are closed to make room, and new clients wait to be
+accepted until one closes.`,
 		Example: `  lem serve
   lem serve ../shared/fixtures/chat-model
   lem serve model-dir --model-alias qwen3 --addr 0.0.0.0:8080 --api-key secret
@@ -142,7 +143,7 @@ new clients wait to be accepted until one closes.`,
 	fs.DurationVar(&limits.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time to receive a request's body; slower gets 408 (0: none)")
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle this long (0: never)")
 	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request headers in bytes; larger get 431")
-	fs.IntVar(&limits.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once; more wait to be accepted (0: no limit)")
+	fs.IntVar(&limits.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once; at the limit idle ones are closed and new ones wait (0: no limit)")
 	fs.IntVar(&maxQueue, "max-queue", server.DefaultMaxQueue, "requests that may wait behind the running one; more get 429")
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
