@@ -80,7 +80,9 @@ func (p *hostPolicy) allows(host string) bool {
 	}
 	h := hostName(host)
 	if a, err := netip.ParseAddr(h); err == nil {
-		return p.anyIP || a.Unmap().IsLoopback()
+		// 0.0.0.0 and :: reach this machine when dialled (as clients of a
+		// server that prints http://0.0.0.0:PORT do).
+		return p.anyIP || a.Unmap().IsLoopback() || a.IsUnspecified()
 	}
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") || p.names[h] {
 		return true
@@ -109,7 +111,10 @@ func hostName(h string) string {
 // server's (DNS rebinding) and requests from an origin that is not
 // allowed (cross-site requests, which browsers make for text/plain and
 // form posts without asking first). Requests without an Origin header
-// (curl, the SDKs, scripts) pass.
+// (curl, the SDKs, scripts) pass. Bodies are not refused for their
+// Content-Type: curl -d sends application/x-www-form-urlencoded, and the
+// requests a browser sends are already caught by their Origin (or, where
+// it was withheld, Sec-Fetch-Site).
 func (s *Server) guard(r *http.Request) *Error {
 	if !s.hosts.Load().allows(r.Host) {
 		return &Error{Status: http.StatusForbidden, Code: CodeForbidden,
