@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -57,7 +58,14 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
 }
 
 // preflight answers CORS preflight requests (which carry no credentials).
+// A preflight from an origin that is not allowed gets no CORS headers, so
+// the browser does not send the request.
 func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
+	if !s.hosts.Load().allows(r.Host) {
+		openaiErrors(w, &Error{Status: http.StatusForbidden, Code: CodeForbidden,
+			Message: fmt.Sprintf("the host %q is not allowed", r.Host)})
+		return
+	}
 	allow := s.corsAllowed(r.Header.Get("Origin"))
 	if len(s.cfg.CORSOrigins) > 0 {
 		w.Header().Add("Vary", "Origin")

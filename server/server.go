@@ -9,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +23,17 @@ const (
 	DefaultMaxQueue     = 32
 	DefaultMaxBodyBytes = 16 << 20
 	DefaultDrain        = 30 * time.Second
+	// DefaultHeaderTimeout bounds reading a request's headers.
+	DefaultHeaderTimeout = 10 * time.Second
+	// DefaultBodyTimeout bounds reading a request's body: 16 MiB at
+	// 2.2 Mbit/s.
+	DefaultBodyTimeout = 60 * time.Second
+	// DefaultIdleTimeout closes keep-alive connections idle that long.
+	DefaultIdleTimeout = 60 * time.Second
+	// DefaultMaxHeaderBytes bounds a request's headers.
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultMaxConnections bounds the connections open at once.
+	DefaultMaxConnections = 512
 	// streamWriteTimeout bounds each write of a stream, so that a client
 	// that stops reading cannot hold the model.
 	streamWriteTimeout = 30 * time.Second
@@ -31,8 +45,30 @@ type Config struct {
 	// "Authorization: Bearer KEY" or "x-api-key: KEY".
 	APIKey string
 	// CORSOrigins are the origins browsers may call from ("*" for any);
-	// none disables CORS.
+	// none disables CORS. A request that carries an Origin header is
+	// refused (403) unless its origin is one of these or the server's own.
 	CORSOrigins []string
+	// AllowedHosts are the names the server answers to (the Host header)
+	// besides localhost, loopback addresses and, when Serve listens beyond
+	// loopback, every IP literal and the machine's host name: "name",
+	// "*.domain" for a domain and its subdomains, or "*" for any host,
+	// which turns off the protection against DNS rebinding. Other hosts
+	// get 403.
+	AllowedHosts []string
+	// HeaderTimeout bounds reading a request's headers; BodyTimeout
+	// bounds reading its body, from when its headers are read (not the
+	// response, which may stream for longer); IdleTimeout closes a
+	// keep-alive connection that long idle. 0: the default; negative:
+	// none.
+	HeaderTimeout, BodyTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the size of a request's headers; larger get
+	// 431 (0: DefaultMaxHeaderBytes).
+	MaxHeaderBytes int
+	// MaxConnections bounds the connections Serve keeps open at once.
+	// At the bound, connections idle between requests are closed to make
+	// room, and further clients wait to be accepted until one closes (0:
+	// DefaultMaxConnections; negative: no bound).
+	MaxConnections int
 	// MaxQueue is how many requests may wait per model behind the running
 	// one (0: DefaultMaxQueue; negative: none may wait).
 	MaxQueue int
@@ -56,6 +92,7 @@ type Server struct {
 	methods map[string][]string // literal path → methods routed
 	metrics *metrics
 	store   *responseStore
+	hosts   atomic.Pointer[hostPolicy]
 
 	// base is the parent of every request's context; cancelling it stops
 	// generations (after the drain deadline of Serve).
@@ -79,12 +116,28 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.HeaderTimeout, DefaultHeaderTimeout}, {&cfg.BodyTimeout, DefaultBodyTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		*d.v = max(*d.v, 0)
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, byID: map[string]*Model{}, mux: http.NewServeMux(),
 		methods: map[string][]string{}, metrics: newMetrics(), store: newResponseStore(1000)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
+	s.hosts.Store(newHostPolicy(cfg.AllowedHosts))
 	for _, m := range models {
 		if m.srv != nil {
 			return nil, fmt.Errorf("serve: model %q already belongs to a server", m.id)
@@ -160,14 +213,33 @@ func (s *Server) stopAdmitting() {
 // Serve answers on ln until ctx ends, then shuts down gracefully: new
 // requests are refused, in-flight ones (streams included) may finish
 // within drain, after which their generations are cancelled and the
-// connections closed.
+// connections closed. When ln listens beyond loopback, requests may name
+// the server by any IP address and by the machine's host name (see
+// Config.AllowedHosts).
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	hosts := s.hosts.Load().withListener(ln.Addr())
+	s.hosts.Store(hosts)
+	if hosts.any {
+		s.log.Warn("the Host check is off (allowed hosts *): a web page whose domain resolves to this machine (DNS rebinding) can use the server through a visitor's browser")
+	}
+	if slices.Contains(s.cfg.CORSOrigins, "*") {
+		s.log.Warn("CORS origin *: every web page a visitor of this machine opens can use the server")
+	}
+	// The body's timeout is a read deadline set per request once its
+	// headers are read (see handle and deadlineBody) and lifted at the
+	// body's end, so that it neither counts the time spent on the headers
+	// nor bounds a streamed response.
 	hs := &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if s.cfg.MaxConnections > 0 {
+		l := newLimitListener(ln, s.cfg.MaxConnections)
+		ln, hs.ConnState = l, l.connState
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -231,7 +303,8 @@ func RequestID(ctx context.Context) string {
 }
 
 // handle registers h under pattern with the shared middleware: request id,
-// panic recovery, CORS, API key, body limit, metrics and the access log.
+// panic recovery, body read deadline, Host and Origin checks, CORS, API
+// key, body limit, metrics and the access log.
 // ew writes errors in the route's dialect.
 func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.HandlerFunc) {
 	route := pattern
@@ -274,6 +347,17 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("request_id", id), slog.String("method", r.Method),
 				slog.String("route", route), slog.String("path", r.URL.Path), slog.Int("status", status), slog.Duration("duration", d))
 		}()
+		if r.Body != nil && r.Body != http.NoBody && s.cfg.BodyTimeout > 0 {
+			rc := http.NewResponseController(rec)
+			if rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		if err := s.guard(r); err != nil {
+			rec.Header().Set("Connection", "close")
+			ew(rec, err)
+			return
+		}
 		s.cors(rec, r)
 		if flags&open == 0 && !s.authorized(r) {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="lem"`)
@@ -324,6 +408,10 @@ func (s *Server) readJSON(r *http.Request, v any) *Error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return errBodyTooLarge(mbe.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return &Error{Status: http.StatusRequestTimeout, Code: CodeInvalidRequest,
+				Message: fmt.Sprintf("the request body was not received within %v", s.cfg.BodyTimeout)}
 		}
 		return invalid("", "reading the request body: %v", err)
 	}

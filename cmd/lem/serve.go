@@ -26,6 +26,8 @@ func newServeCmd() *cobra.Command {
 		apiKey     string
 		alias      string
 		cors       []string
+		hosts      []string
+		limits     server.Config
 		maxQueue   int
 		maxBody    int64
 		drain      time.Duration
@@ -45,10 +47,28 @@ model keeps its last conversation in memory, so a request that continues it
 prefills only what is new. With --api-key (or LEM_API_KEY) every API route
 needs "Authorization: Bearer KEY" or "x-api-key: KEY"; /health stays open.
 SIGINT or SIGTERM stops taking requests and lets running ones finish for
-up to --drain.`,
+up to --drain.
+
+Against web pages: lem answers only requests addressed to localhost, a
+loopback address or, when --addr is not a loopback address, any IP address
+and this machine's host name (and the host of --addr); a request for any
+other Host gets 403, so that a page whose domain is made to resolve to this
+machine (DNS rebinding) cannot use the model. Name the others, such as the
+name of a reverse proxy, with --allowed-hosts ("*.example.com" for a domain,
+"*" for any: no protection). A request with an Origin header, as browsers
+send from web pages, gets 403 unless the origin is one of --cors-origin or
+lem's own; requests without one (curl, the SDKs, scripts) are unaffected.
+
+Against slow and many clients: headers must arrive within --header-timeout
+and bodies within --body-timeout (a streamed response may take longer),
+idle connections close after --idle-timeout, and headers beyond
+--max-header-bytes get 431. At --max-connections open connections, those
+idle between requests are closed to make room, and new clients wait to be
+accepted until one closes.`,
 		Example: `  lem serve
   lem serve ../shared/fixtures/chat-model
   lem serve model-dir --model-alias qwen3 --addr 0.0.0.0:8080 --api-key secret
+  lem serve --allowed-hosts lem.example.com --cors-origin https://app.example.com
   curl localhost:36911/v1/chat/completions -d '{"model":"chat-model","messages":[{"role":"user","content":"Hi"}]}'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -84,10 +104,20 @@ up to --drain.`,
 			if err != nil {
 				return err
 			}
-			s, err := server.New(server.Config{
-				APIKey: apiKey, CORSOrigins: cors, MaxQueue: maxQueue, MaxBodyBytes: maxBody,
-				LogContent: logContent, Logger: log,
-			}, m)
+			cfg := limits
+			// On the command line 0 means none; in server.Config, the default.
+			for _, d := range []*time.Duration{&cfg.HeaderTimeout, &cfg.BodyTimeout, &cfg.IdleTimeout} {
+				if *d == 0 {
+					*d = -1
+				}
+			}
+			if cfg.MaxConnections == 0 {
+				cfg.MaxConnections = -1
+			}
+			cfg.APIKey, cfg.CORSOrigins, cfg.MaxQueue, cfg.MaxBodyBytes = apiKey, cors, maxQueue, maxBody
+			cfg.AllowedHosts = append(hosts, addrName(addr)...)
+			cfg.LogContent, cfg.Logger = logContent, log
+			s, err := server.New(cfg, m)
 			if err != nil {
 				return err
 			}
@@ -107,13 +137,29 @@ up to --drain.`,
 	fs.StringVar(&addr, "addr", defaultAddr, "address to listen on")
 	fs.StringVar(&apiKey, "api-key", "", "require this API key on API routes (default $LEM_API_KEY)")
 	fs.StringVar(&alias, "model-alias", "", "model id clients use (default: the base name of PATH)")
-	fs.StringSliceVar(&cors, "cors-origin", nil, "allow browser calls from this origin (repeatable; * for any)")
+	fs.StringSliceVar(&cors, "cors-origin", nil, "allow browser calls from this origin, as http://host:port (repeatable; * for any)")
+	fs.StringSliceVar(&hosts, "allowed-hosts", nil, "also answer requests for these Host names (comma-separated or repeated; *.domain for a domain, * for any)")
+	fs.DurationVar(&limits.HeaderTimeout, "header-timeout", server.DefaultHeaderTimeout, "longest time to receive a request's headers (0: none)")
+	fs.DurationVar(&limits.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time to receive a request's body; slower gets 408 (0: none)")
+	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle this long (0: never)")
+	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request headers in bytes; larger get 431")
+	fs.IntVar(&limits.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once; at the limit idle ones are closed and new ones wait (0: no limit)")
 	fs.IntVar(&maxQueue, "max-queue", server.DefaultMaxQueue, "requests that may wait behind the running one; more get 429")
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
 	fs.StringVar(&logFormat, "log-format", "json", "request log format: json or text")
 	return cmd
+}
+
+// addrName returns the host of addr when it is a name other than
+// localhost, which requests may then carry as their Host.
+func addrName(addr string) []string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || strings.EqualFold(host, "localhost") || net.ParseIP(host) != nil {
+		return nil
+	}
+	return []string{host}
 }
 
 // isLoopback reports whether addr listens only on this machine.

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeHelpFlags checks that lem serve --help describes the flags of
+// the Host and Origin checks and of the connection limits.
+func TestServeHelpFlags(t *testing.T) {
+	out, err := execLemIn(t, "", "serve", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--allowed-hosts", "--cors-origin", "--header-timeout", "--body-timeout",
+		"--idle-timeout", "--max-header-bytes", "--max-connections", "DNS rebinding", "Origin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lem serve --help lacks %s", want)
+		}
+	}
+}
+
+func TestAddrName(t *testing.T) {
+	for addr, want := range map[string][]string{
+		"127.0.0.1:36911":        nil,
+		"0.0.0.0:80":             nil,
+		"[::]:80":                nil,
+		":8080":                  nil,
+		"localhost:36911":        nil,
+		"gpu-box.lan:36911":      {"gpu-box.lan"},
+		"not an address at all?": nil,
+	} {
+		if got := addrName(addr); !slices.Equal(got, want) {
+			t.Errorf("addrName(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+// TestServeGuards runs lem serve with lem-tiny and checks that its flags
+// reach the server: an allowed host is served and another refused, an
+// allowed origin served and another refused, and a client trickling its
+// headers is cut off after --header-timeout.
+func TestServeGuards(t *testing.T) {
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	root := newRootCmd()
+	root.SetOut(io.Discard)
+	root.SetErr(pw)
+	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--allowed-hosts", "lem.example", "--cors-origin", "http://app.example",
+		"--header-timeout", "300ms", "--log-format", "json"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	// The log's "serving" line names the URL.
+	var url string
+	sc := bufio.NewScanner(pr)
+	for url == "" && sc.Scan() {
+		var line struct{ Msg, URL string }
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
+			url = line.URL
+		}
+	}
+	if url == "" {
+		t.Fatal("lem serve logged no URL")
+	}
+	go io.Copy(io.Discard, pr)
+	for _, tt := range []struct {
+		host, origin string
+		want         int
+	}{
+		{"", "", 200},
+		{"lem.example:36911", "", 200},
+		{"evil.example:36911", "", 403},
+		{"", "http://app.example", 200},
+		{"", "http://evil.example", 403},
+	} {
+		req, _ := http.NewRequest("GET", url+"/v1/models", nil)
+		if tt.host != "" {
+			req.Host = tt.host
+		}
+		if tt.origin != "" {
+			req.Header.Set("Origin", tt.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("Host %q Origin %q: %d, want %d", tt.host, tt.origin, resp.StatusCode, tt.want)
+		}
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n") // and no more
+	c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Errorf("a client that stopped sending its headers was not cut off: %v", err)
+	}
+}
