@@ -946,6 +946,66 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestConfigOutOfRange checks that values no model can have are refused
+// at load, with the file and the key named.
+func TestConfigOutOfRange(t *testing.T) {
+	base := `"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2`
+	tests := []struct {
+		name, json, want string
+	}{
+		{"negative rms_norm_eps", `{` + base + `,"rms_norm_eps":-1e-06}`, `key "rms_norm_eps": must be positive, got -1e-06`},
+		{"zero rms_norm_eps", `{` + base + `,"rms_norm_eps":0}`, `key "rms_norm_eps": must be positive, got 0`},
+		{"negative norm_eps", `{` + base + `,"norm_eps":-1}`, `key "norm_eps": must be positive`},
+		{"zero rms_norm_epsilon", `{` + base + `,"rms_norm_epsilon":0.0}`, `key "rms_norm_epsilon": must be positive`},
+		{"negative layer_norm_eps", `{` + base + `,"layer_norm_eps":-0.5}`, `key "layer_norm_eps": must be positive, got -0.5`},
+		{"zero layer_norm_epsilon", `{` + base + `,"layer_norm_epsilon":0}`, `key "layer_norm_epsilon": must be positive`},
+		{"negative norm_epsilon", `{` + base + `,"norm_epsilon":-1e-5}`, `key "norm_epsilon": must be positive`},
+		{"eps below float32", `{` + base + `,"rms_norm_eps":1e-60}`, `key "rms_norm_eps": 1e-60 is out of float32 range`},
+		{"eps above float32", `{` + base + `,"rms_norm_eps":1e60}`, `key "rms_norm_eps": 1e+60 is out of float32 range`},
+		{"unused eps spelling still checked", `{` + base + `,"rms_norm_eps":1e-6,"layer_norm_eps":-1}`, `key "layer_norm_eps"`},
+		{"eos outside vocab", `{` + base + `,"eos_token_id":10}`, `key "eos_token_id": token id 10 is outside the vocabulary (vocab_size 10)`},
+		{"eos list outside vocab", `{` + base + `,"eos_token_id":[1,2,151645]}`, `key "eos_token_id": token id 151645`},
+		{"bos outside vocab", `{` + base + `,"bos_token_id":11}`, `key "bos_token_id": token id 11`},
+		{"pad outside vocab", `{` + base + `,"pad_token_id":32000}`, `key "pad_token_id": token id 32000`},
+		{"wrapped eos outside vocab", `{"model_type":"x","eos_token_id":[1,106],"text_config":{"model_type":"x_text","vocab_size":100,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2}}`, `eos_token_id": token id 106`},
+		{"zero heads", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":0}`, `key "num_attention_heads": must be positive, got 0`},
+		{"zero kv heads", `{` + base + `,"num_key_value_heads":0}`, `key "num_key_value_heads": must be positive, got 0`},
+		{"zero head_dim", `{` + base + `,"head_dim":0}`, `key "head_dim": must be positive, got 0`},
+		{"kv heads without heads", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_key_value_heads":2}`, `key "num_key_value_heads": 2 key/value heads for 0 attention heads`},
+		{"more kv heads than heads", `{` + base + `,"num_key_value_heads":4}`, `key "num_key_value_heads"`},
+		{"zero layers", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":0}`, `key "num_hidden_layers": must be positive`},
+		{"zero hidden", `{"vocab_size":10,"hidden_size":0,"num_hidden_layers":2}`, `key "hidden_size": must be positive`},
+		{"negative heads", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":-2}`, `key "num_attention_heads": want a non-negative integer, got -2`},
+		{"text_config eps", `{"model_type":"x","text_config":{` + base + `,"rms_norm_eps":-1}}`, `key "text_config.rms_norm_eps": must be positive`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "config.json")
+			if err := os.WriteFile(path, []byte(tt.json), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadConfig(dir)
+			if err == nil {
+				t.Fatalf("LoadConfig succeeded, want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not name %s and contain %q", err, path, tt.want)
+			}
+		})
+	}
+	// The edges that stay allowed.
+	for _, ok := range []string{
+		`{` + base + `,"rms_norm_eps":1e-30,"eos_token_id":[9,-1],"bos_token_id":-1,"pad_token_id":null}`,
+		`{` + base + `,"num_key_value_heads":null,"head_dim":null}`,
+		`{"model_type":"mamba2","vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_heads":2,"head_dim":8,"state_size":4,"expand":2,"conv_kernel":4,"layer_norm_epsilon":1e-5}`,
+	} {
+		if _, err := ParseConfig([]byte(ok)); err != nil {
+			t.Errorf("ParseConfig(%s): %v", ok, err)
+		}
+	}
+}
+
 func TestConfigMoE(t *testing.T) {
 	base := `"vocab_size":10,"hidden_size":8,"num_hidden_layers":4,"num_attention_heads":2`
 	tests := []struct {
