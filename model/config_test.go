@@ -1164,3 +1164,105 @@ func FuzzParseConfig(f *testing.F) {
 		_, _ = ParseGenerationConfig(data)
 	})
 }
+
+// FuzzQuantization fuzzes the "quantization" block of an MLX config.json
+// (and quantization_config): what ParseConfig accepts writes back as a
+// block that parses to the same Quantization.
+func FuzzQuantization(f *testing.F) {
+	for _, s := range []string{
+		`{"group_size":64,"bits":4}`,
+		`{"group_size":64,"bits":4,"mode":"affine","model.embed_tokens":{"group_size":32,"bits":8},"lm_head":false,"model.layers.0.mlp.gate":{"bits":8}}`,
+		`{"group_size":32,"bits":4,"mode":"mxfp4"}`,
+		`{"quant_method":"fp8","weight_block_size":[128,128]}`,
+		`{"bits":"4"}`, `{"group_size":-1}`, `{"x":{"bits":[]}}`, `[]`, `null`, `{"a":true,"b":1}`,
+	} {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte(`{"quant_method":"gptq","bits":4,"group_size":128}`), true)
+	f.Fuzz(func(t *testing.T, block []byte, hf bool) {
+		if !json.Valid(block) {
+			return
+		}
+		key := "quantization"
+		if hf {
+			key = "quantization_config"
+		}
+		base := `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2,"` + key + `":`
+		c, err := ParseConfig([]byte(base + string(block) + `}`))
+		if err != nil || c.Quantization == nil {
+			return
+		}
+		q := c.Quantization
+		out := map[string]any{"group_size": q.GroupSize, "bits": q.Bits}
+		if q.Mode != "" {
+			out["mode"] = q.Mode
+		}
+		if q.Method != "" {
+			out["quant_method"] = q.Method
+		}
+		for m, p := range q.Modules {
+			if p == nil {
+				out[m] = false
+				continue
+			}
+			if _, ok := q.For(m); !ok {
+				t.Fatalf("module %q has parameters but For says it is not quantized", m)
+			}
+			out[m] = map[string]any{"group_size": p.GroupSize, "bits": p.Bits, "mode": p.Mode}
+		}
+		again, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := ParseConfig([]byte(base + string(again) + `}`))
+		if err != nil {
+			t.Fatalf("%s written back as %s: %v", block, again, err)
+		}
+		if diff := cmp.Diff(q, c2.Quantization); diff != "" {
+			t.Fatalf("%s written back as %s (-first +second):\n%s", block, again, diff)
+		}
+	})
+}
+
+// FuzzParseGenerationConfig fuzzes generation_config.json: what it
+// accepts has non-negative sizes and ids, and keeps every key in Raw.
+func FuzzParseGenerationConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"bos_token_id":1,"eos_token_id":[2,3],"pad_token_id":0,"do_sample":true,"temperature":0.6,"top_k":20,"top_p":0.95,"min_p":0,"repetition_penalty":1.1,"max_new_tokens":10,"max_length":100}`,
+		`{"eos_token_id":-1,"bos_token_id":null}`, `{"top_k":-1}`, `{"temperature":"hot"}`, `[]`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	if root := fixtures.Root(); root != "" {
+		paths, _ := filepath.Glob(filepath.Join(root, "*", "*", "generation_config.json"))
+		more, _ := filepath.Glob(filepath.Join(root, "*", "generation_config.json"))
+		for _, p := range append(paths, more...) {
+			if b, err := os.ReadFile(p); err == nil {
+				f.Add(b)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := ParseGenerationConfig(data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "generation config: ") {
+				t.Fatalf("error without context: %v", err)
+			}
+			return
+		}
+		for _, p := range []*int{g.BOSTokenID, g.PadTokenID, g.TopK, g.MaxNewTokens, g.MaxLength} {
+			if p != nil && *p < 0 {
+				t.Fatalf("accepted a negative value %d", *p)
+			}
+		}
+		for _, id := range g.EOSTokenIDs {
+			if id < 0 {
+				t.Fatalf("accepted eos id %d", id)
+			}
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(data, &raw); err != nil || len(raw) != len(g.Raw) {
+			t.Fatalf("Raw has %d keys, the object %d (%v)", len(g.Raw), len(raw), err)
+		}
+	})
+}
