@@ -520,6 +520,9 @@ func (c *Config) read(f *fields) error {
 	if len(c.LayerTypes) != n {
 		return fmt.Errorf("key %q: %d entries for %d layers", f.prefix+"layer_types", len(c.LayerTypes), n)
 	}
+	if err := c.checkRanges(f); err != nil {
+		return err
+	}
 	if c.VocabSizePerLayerInput == 0 {
 		c.VocabSizePerLayerInput = c.VocabSize
 	}
@@ -560,6 +563,67 @@ func (c *Config) read(f *fields) error {
 		return err
 	}
 	return f.err
+}
+
+// normEpsKeys are the spellings of the normalisation epsilons.
+var normEpsKeys = []string{"rms_norm_eps", "norm_eps", "rms_norm_epsilon", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"}
+
+// checkRanges refuses values no model can have: a normalisation epsilon
+// that is not a positive float32, a special token id outside the
+// vocabulary, and a head count or head size given as 0.
+func (c *Config) checkRanges(f *fields) error {
+	for _, key := range normEpsKeys {
+		var v float64
+		if !f.float(key, &v) {
+			continue
+		}
+		if err := checkEps(v); err != nil {
+			return fmt.Errorf("key %q: %w", f.prefix+key, err)
+		}
+	}
+	ids := []struct {
+		key string
+		id  *int
+	}{{"bos_token_id", c.BOSTokenID}, {"pad_token_id", c.PadTokenID}}
+	for i := range c.EOSTokenIDs {
+		ids = append(ids, struct {
+			key string
+			id  *int
+		}{"eos_token_id", &c.EOSTokenIDs[i]})
+	}
+	for _, t := range ids {
+		if t.id != nil && *t.id >= c.VocabSize {
+			return fmt.Errorf("key %q: token id %d is outside the vocabulary (vocab_size %d)", f.prefix+t.key, *t.id, c.VocabSize)
+		}
+	}
+	for _, key := range []string{"num_attention_heads", "num_key_value_heads", "head_dim"} {
+		var v int
+		if f.size(key, &v) && v == 0 {
+			return fmt.Errorf("key %q: must be positive, got 0", f.prefix+key)
+		}
+	}
+	if c.NumKeyValueHeads > c.NumAttentionHeads {
+		return fmt.Errorf("key %q: %d key/value heads for %d attention heads", f.prefix+"num_key_value_heads", c.NumKeyValueHeads, c.NumAttentionHeads)
+	}
+	return nil
+}
+
+// checkEps checks a normalisation epsilon: positive, and neither 0 nor
+// infinite once rounded to the float32 the kernels use.
+func checkEps(v float64) error {
+	// A value read from a float32 (GGUF) prints as its float32 self.
+	bits := 64
+	if float64(float32(v)) == v {
+		bits = 32
+	}
+	s := strconv.FormatFloat(v, 'g', -1, bits)
+	switch {
+	case !(v > 0):
+		return fmt.Errorf("must be positive, got %s", s)
+	case float32(v) == 0 || math.IsInf(float64(float32(v)), 0):
+		return fmt.Errorf("%s is out of float32 range", s)
+	}
+	return nil
 }
 
 // checkKVShared checks that every KV-shared layer has an earlier layer of

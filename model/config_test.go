@@ -946,6 +946,66 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestConfigOutOfRange checks that values no model can have are refused
+// at load, with the file and the key named.
+func TestConfigOutOfRange(t *testing.T) {
+	base := `"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2`
+	tests := []struct {
+		name, json, want string
+	}{
+		{"negative rms_norm_eps", `{` + base + `,"rms_norm_eps":-1e-06}`, `key "rms_norm_eps": must be positive, got -1e-06`},
+		{"zero rms_norm_eps", `{` + base + `,"rms_norm_eps":0}`, `key "rms_norm_eps": must be positive, got 0`},
+		{"negative norm_eps", `{` + base + `,"norm_eps":-1}`, `key "norm_eps": must be positive`},
+		{"zero rms_norm_epsilon", `{` + base + `,"rms_norm_epsilon":0.0}`, `key "rms_norm_epsilon": must be positive`},
+		{"negative layer_norm_eps", `{` + base + `,"layer_norm_eps":-0.5}`, `key "layer_norm_eps": must be positive, got -0.5`},
+		{"zero layer_norm_epsilon", `{` + base + `,"layer_norm_epsilon":0}`, `key "layer_norm_epsilon": must be positive`},
+		{"negative norm_epsilon", `{` + base + `,"norm_epsilon":-1e-5}`, `key "norm_epsilon": must be positive`},
+		{"eps below float32", `{` + base + `,"rms_norm_eps":1e-60}`, `key "rms_norm_eps": 1e-60 is out of float32 range`},
+		{"eps above float32", `{` + base + `,"rms_norm_eps":1e60}`, `key "rms_norm_eps": 1e+60 is out of float32 range`},
+		{"unused eps spelling still checked", `{` + base + `,"rms_norm_eps":1e-6,"layer_norm_eps":-1}`, `key "layer_norm_eps"`},
+		{"eos outside vocab", `{` + base + `,"eos_token_id":10}`, `key "eos_token_id": token id 10 is outside the vocabulary (vocab_size 10)`},
+		{"eos list outside vocab", `{` + base + `,"eos_token_id":[1,2,151645]}`, `key "eos_token_id": token id 151645`},
+		{"bos outside vocab", `{` + base + `,"bos_token_id":11}`, `key "bos_token_id": token id 11`},
+		{"pad outside vocab", `{` + base + `,"pad_token_id":32000}`, `key "pad_token_id": token id 32000`},
+		{"wrapped eos outside vocab", `{"model_type":"x","eos_token_id":[1,106],"text_config":{"model_type":"x_text","vocab_size":100,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2}}`, `eos_token_id": token id 106`},
+		{"zero heads", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":0}`, `key "num_attention_heads": must be positive, got 0`},
+		{"zero kv heads", `{` + base + `,"num_key_value_heads":0}`, `key "num_key_value_heads": must be positive, got 0`},
+		{"zero head_dim", `{` + base + `,"head_dim":0}`, `key "head_dim": must be positive, got 0`},
+		{"kv heads without heads", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_key_value_heads":2}`, `key "num_key_value_heads": 2 key/value heads for 0 attention heads`},
+		{"more kv heads than heads", `{` + base + `,"num_key_value_heads":4}`, `key "num_key_value_heads"`},
+		{"zero layers", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":0}`, `key "num_hidden_layers": must be positive`},
+		{"zero hidden", `{"vocab_size":10,"hidden_size":0,"num_hidden_layers":2}`, `key "hidden_size": must be positive`},
+		{"negative heads", `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":-2}`, `key "num_attention_heads": want a non-negative integer, got -2`},
+		{"text_config eps", `{"model_type":"x","text_config":{` + base + `,"rms_norm_eps":-1}}`, `key "text_config.rms_norm_eps": must be positive`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "config.json")
+			if err := os.WriteFile(path, []byte(tt.json), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadConfig(dir)
+			if err == nil {
+				t.Fatalf("LoadConfig succeeded, want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not name %s and contain %q", err, path, tt.want)
+			}
+		})
+	}
+	// The edges that stay allowed.
+	for _, ok := range []string{
+		`{` + base + `,"rms_norm_eps":1e-30,"eos_token_id":[9,-1],"bos_token_id":-1,"pad_token_id":null}`,
+		`{` + base + `,"num_key_value_heads":null,"head_dim":null}`,
+		`{"model_type":"mamba2","vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_heads":2,"head_dim":8,"state_size":4,"expand":2,"conv_kernel":4,"layer_norm_epsilon":1e-5}`,
+	} {
+		if _, err := ParseConfig([]byte(ok)); err != nil {
+			t.Errorf("ParseConfig(%s): %v", ok, err)
+		}
+	}
+}
+
 func TestConfigMoE(t *testing.T) {
 	base := `"vocab_size":10,"hidden_size":8,"num_hidden_layers":4,"num_attention_heads":2`
 	tests := []struct {
@@ -1102,5 +1162,107 @@ func FuzzParseConfig(f *testing.F) {
 		_, _ = c.Quantization.For("lm_head")
 		_ = c.String()
 		_, _ = ParseGenerationConfig(data)
+	})
+}
+
+// FuzzQuantization fuzzes the "quantization" block of an MLX config.json
+// (and quantization_config): what ParseConfig accepts writes back as a
+// block that parses to the same Quantization.
+func FuzzQuantization(f *testing.F) {
+	for _, s := range []string{
+		`{"group_size":64,"bits":4}`,
+		`{"group_size":64,"bits":4,"mode":"affine","model.embed_tokens":{"group_size":32,"bits":8},"lm_head":false,"model.layers.0.mlp.gate":{"bits":8}}`,
+		`{"group_size":32,"bits":4,"mode":"mxfp4"}`,
+		`{"quant_method":"fp8","weight_block_size":[128,128]}`,
+		`{"bits":"4"}`, `{"group_size":-1}`, `{"x":{"bits":[]}}`, `[]`, `null`, `{"a":true,"b":1}`,
+	} {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte(`{"quant_method":"gptq","bits":4,"group_size":128}`), true)
+	f.Fuzz(func(t *testing.T, block []byte, hf bool) {
+		if !json.Valid(block) {
+			return
+		}
+		key := "quantization"
+		if hf {
+			key = "quantization_config"
+		}
+		base := `{"vocab_size":10,"hidden_size":8,"num_hidden_layers":2,"num_attention_heads":2,"` + key + `":`
+		c, err := ParseConfig([]byte(base + string(block) + `}`))
+		if err != nil || c.Quantization == nil {
+			return
+		}
+		q := c.Quantization
+		out := map[string]any{"group_size": q.GroupSize, "bits": q.Bits}
+		if q.Mode != "" {
+			out["mode"] = q.Mode
+		}
+		if q.Method != "" {
+			out["quant_method"] = q.Method
+		}
+		for m, p := range q.Modules {
+			if p == nil {
+				out[m] = false
+				continue
+			}
+			if _, ok := q.For(m); !ok {
+				t.Fatalf("module %q has parameters but For says it is not quantized", m)
+			}
+			out[m] = map[string]any{"group_size": p.GroupSize, "bits": p.Bits, "mode": p.Mode}
+		}
+		again, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := ParseConfig([]byte(base + string(again) + `}`))
+		if err != nil {
+			t.Fatalf("%s written back as %s: %v", block, again, err)
+		}
+		if diff := cmp.Diff(q, c2.Quantization); diff != "" {
+			t.Fatalf("%s written back as %s (-first +second):\n%s", block, again, diff)
+		}
+	})
+}
+
+// FuzzParseGenerationConfig fuzzes generation_config.json: what it
+// accepts has non-negative sizes and ids, and keeps every key in Raw.
+func FuzzParseGenerationConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"bos_token_id":1,"eos_token_id":[2,3],"pad_token_id":0,"do_sample":true,"temperature":0.6,"top_k":20,"top_p":0.95,"min_p":0,"repetition_penalty":1.1,"max_new_tokens":10,"max_length":100}`,
+		`{"eos_token_id":-1,"bos_token_id":null}`, `{"top_k":-1}`, `{"temperature":"hot"}`, `[]`, `{`,
+	} {
+		f.Add([]byte(s))
+	}
+	if root := fixtures.Root(); root != "" {
+		paths, _ := filepath.Glob(filepath.Join(root, "*", "*", "generation_config.json"))
+		more, _ := filepath.Glob(filepath.Join(root, "*", "generation_config.json"))
+		for _, p := range append(paths, more...) {
+			if b, err := os.ReadFile(p); err == nil {
+				f.Add(b)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := ParseGenerationConfig(data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "generation config: ") {
+				t.Fatalf("error without context: %v", err)
+			}
+			return
+		}
+		for _, p := range []*int{g.BOSTokenID, g.PadTokenID, g.TopK, g.MaxNewTokens, g.MaxLength} {
+			if p != nil && *p < 0 {
+				t.Fatalf("accepted a negative value %d", *p)
+			}
+		}
+		for _, id := range g.EOSTokenIDs {
+			if id < 0 {
+				t.Fatalf("accepted eos id %d", id)
+			}
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(data, &raw); err != nil || len(raw) != len(g.Raw) {
+			t.Fatalf("Raw has %d keys, the object %d (%v)", len(g.Raw), len(raw), err)
+		}
 	})
 }

@@ -576,6 +576,20 @@ func (k *ggufKeys) float(key string) (float64, bool) {
 	return x, true
 }
 
+// eps reads a normalisation epsilon into dst when the key is present; it
+// must be a positive float32.
+func (k *ggufKeys) eps(key string, dst *float64) {
+	v, ok := k.float(key)
+	if !ok {
+		return
+	}
+	if err := checkEps(v); err != nil {
+		k.fail(fmt.Errorf("key %s.%s: %w", k.arch, key, err))
+		return
+	}
+	*dst = v
+}
+
 func (k *ggufKeys) str(key string) (string, bool) {
 	full := k.arch + "." + key
 	v, ok := k.f.Value(full)
@@ -646,14 +660,11 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		}
 	}
 	c.MaxPositionEmbeddings, _ = k.uint("context_length")
-	if eps, ok := k.float("attention.layer_norm_rms_epsilon"); ok {
-		c.RMSNormEps = eps
-	} else {
-		c.RMSNormEps = 1e-5
-		if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" {
-			c.RMSNormEps = 1e-6
-		}
+	c.RMSNormEps = 1e-5
+	if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" {
+		c.RMSNormEps = 1e-6
 	}
+	k.eps("attention.layer_norm_rms_epsilon", &c.RMSNormEps)
 	if k.err != nil {
 		return nil, k.err
 	}
@@ -837,16 +848,31 @@ func ggufVocab(f *gguf.File, c *Config, g *GGUF) error {
 		return fmt.Errorf("tensor token_embd.weight has dims %v, want [%d, vocab]", emb.Dims, c.HiddenSize)
 	}
 	c.VocabSize = int(emb.Dims[1])
+	if c.VocabSize <= 0 {
+		return fmt.Errorf("tensor token_embd.weight has dims %v: no rows for the vocabulary", emb.Dims)
+	}
 	_, hasOutput := g.tensors[g.fam.globalHF("output.weight")]
 	c.TieWordEmbeddings = !hasOutput
 
-	if id, ok := f.Int("tokenizer.ggml.bos_token_id"); ok && id >= 0 {
-		v := int(id)
-		c.BOSTokenID = &v
-	}
-	for _, key := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
-		if id, ok := f.Int(key); ok && id >= 0 && !slices.Contains(c.EOSTokenIDs, int(id)) {
-			c.EOSTokenIDs = append(c.EOSTokenIDs, int(id))
+	// Negative ids (-1) mean none.
+	for _, key := range []string{"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+		"tokenizer.ggml.eom_token_id", "tokenizer.ggml.padding_token_id"} {
+		id, ok := f.Int(key)
+		if !ok || id < 0 {
+			continue
+		}
+		if id >= int64(c.VocabSize) {
+			return fmt.Errorf("key %s: token id %d is outside the vocabulary (%d rows in token_embd.weight)", key, id, c.VocabSize)
+		}
+		switch v := int(id); key {
+		case "tokenizer.ggml.bos_token_id":
+			c.BOSTokenID = &v
+		case "tokenizer.ggml.padding_token_id":
+			c.PadTokenID = &v
+		default:
+			if !slices.Contains(c.EOSTokenIDs, v) {
+				c.EOSTokenIDs = append(c.EOSTokenIDs, v)
+			}
 		}
 	}
 	return nil

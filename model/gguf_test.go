@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -249,6 +250,27 @@ func TestReadGGUFRejects(t *testing.T) {
 		{"rope scaling", func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
 			return append(kv, gguf.KV{Key: "llama.rope.scaling.type", Value: gguf.String("su-perb")})
 		}, []string{"su-perb"}},
+		{"negative eps", setKV("llama.attention.layer_norm_rms_epsilon", gguf.Float32(-1e-6)),
+			[]string{"key llama.attention.layer_norm_rms_epsilon: must be positive, got -1e-06"}},
+		{"zero eps", setKV("llama.attention.layer_norm_rms_epsilon", gguf.Float32(0)),
+			[]string{"key llama.attention.layer_norm_rms_epsilon: must be positive, got 0"}},
+		{"NaN eps", setKV("llama.attention.layer_norm_rms_epsilon", gguf.Float32(float32(math.NaN()))),
+			[]string{"key llama.attention.layer_norm_rms_epsilon: want a finite number"}},
+		{"eps below float32", setKV("llama.attention.layer_norm_rms_epsilon", gguf.Float64(1e-50)),
+			[]string{"key llama.attention.layer_norm_rms_epsilon: 1e-50 is out of float32 range"}},
+		{"eos outside vocab", setKV("tokenizer.ggml.eos_token_id", gguf.Uint32(50)),
+			[]string{"key tokenizer.ggml.eos_token_id: token id 50 is outside the vocabulary (50 rows in token_embd.weight)"}},
+		{"bos outside vocab", setKV("tokenizer.ggml.bos_token_id", gguf.Uint32(1<<31)),
+			[]string{"key tokenizer.ggml.bos_token_id: token id 2147483648"}},
+		{"eot outside vocab", setKV("tokenizer.ggml.eot_token_id", gguf.Int32(128009)),
+			[]string{"key tokenizer.ggml.eot_token_id: token id 128009"}},
+		{"padding outside vocab", setKV("tokenizer.ggml.padding_token_id", gguf.Uint32(60)),
+			[]string{"key tokenizer.ggml.padding_token_id: token id 60"}},
+		{"zero heads", setKV("llama.attention.head_count", gguf.Uint32(0)), []string{"llama.attention.head_count is 0"}},
+		{"zero kv heads", setKV("llama.attention.head_count_kv", gguf.Uint32(0)), []string{"llama.attention.head_count_kv"}},
+		{"more kv heads than heads", setKV("llama.attention.head_count_kv", gguf.Uint32(8)), []string{"llama.attention.head_count_kv"}},
+		{"zero layers", setKV("llama.block_count", gguf.Uint32(0)), []string{"llama.block_count is 0"}},
+		{"zero hidden", setKV("llama.embedding_length", gguf.Uint32(0)), []string{"llama.embedding_length is 0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -270,6 +292,19 @@ func TestReadGGUFRejects(t *testing.T) {
 				t.Error("LoadGGUF accepted")
 			}
 		})
+	}
+}
+
+// setKV returns an edit for TestReadGGUFRejects that sets key to v.
+func setKV(key string, v gguf.Value) func([]gguf.KV, map[string][]int64, map[string]gguf.Type) []gguf.KV {
+	return func(kv []gguf.KV, _ map[string][]int64, _ map[string]gguf.Type) []gguf.KV {
+		for i := range kv {
+			if kv[i].Key == key {
+				kv[i].Value = v
+				return kv
+			}
+		}
+		return append(kv, gguf.KV{Key: key, Value: v})
 	}
 }
 
@@ -401,33 +436,175 @@ func TestGGUFLayoutRejects(t *testing.T) {
 	}
 }
 
-func FuzzReadGGUF(f *testing.F) {
-	kv, tensors := tinyLlama()
-	w := gguf.NewWriter()
-	for _, e := range kv {
-		w.SetKV(e.Key, e.Value)
+// fuzzGGUF writes a GGUF file of the llama tensor layout from a fuzzed
+// geometry: sizes are taken modulo small bounds so that the file stays a
+// few KB, drop leaves out metadata keys (bits 0-9) and tensors (bits
+// 10-15), typ picks the matrices' type, and key (under the architecture)
+// carries val. It returns nil when the Writer refuses the combination.
+func fuzzGGUF(arch string, layers, hidden, ff, heads, kvHeads, keyLen, vocab uint8, eps float32, bos, eos int32, drop uint16, typ uint8, key string, val float32) []byte {
+	nl, h, nf, nv := int64(layers%4), int64(hidden%48), int64(ff%48), int64(vocab%48)
+	nh, nkv, kl := int64(heads%9), int64(kvHeads%9), int64(keyLen%33)
+	meta := []gguf.KV{
+		{Key: arch + ".block_count", Value: gguf.Uint32(uint32(nl))},
+		{Key: arch + ".embedding_length", Value: gguf.Uint32(uint32(h))},
+		{Key: arch + ".feed_forward_length", Value: gguf.Uint32(uint32(nf))},
+		{Key: arch + ".attention.head_count", Value: gguf.Uint32(uint32(nh))},
+		{Key: arch + ".attention.head_count_kv", Value: gguf.Uint32(uint32(nkv))},
+		{Key: arch + ".attention.key_length", Value: gguf.Uint32(uint32(kl))},
+		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: gguf.Float32(eps)},
+		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.Int32(bos)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: gguf.Int32(eos)},
+		{Key: arch + ".context_length", Value: gguf.Uint32(64)},
 	}
-	for n, d := range tensors {
-		size := int64(4)
-		for _, x := range d {
-			size *= x
+	w := gguf.NewWriter()
+	if w.SetKV("general.architecture", gguf.String(arch)) != nil {
+		return nil
+	}
+	for i, e := range meta {
+		if drop&(1<<i) == 0 && w.SetKV(e.Key, e.Value) != nil {
+			return nil
 		}
-		w.AddTensor(n, gguf.F32, d, make([]byte, size))
+	}
+	if key != "" {
+		v := gguf.Float32(val)
+		if val >= 0 && val < 1<<20 && val == float32(int(val)) {
+			v = gguf.Uint32(uint32(val))
+		}
+		if w.SetKV(arch+"."+key, v) != nil {
+			return nil
+		}
+	}
+	if kl == 0 && nh > 0 {
+		kl = h / nh
+	}
+	mat := []gguf.Type{gguf.F16, gguf.F32, gguf.BF16, gguf.Q8_0, gguf.Q4_K}[typ%5]
+	add := func(bit int, name string, t gguf.Type, dims ...int64) bool {
+		if drop&(1<<bit) != 0 {
+			return true
+		}
+		size, err := t.RowBytes(int(dims[0]))
+		if err != nil {
+			return false
+		}
+		for _, d := range dims[1:] {
+			size *= int(d)
+		}
+		return w.AddTensor(name, t, dims, make([]byte, size)) == nil
+	}
+	ok := add(10, "token_embd.weight", gguf.F16, h, nv) && add(11, "output_norm.weight", gguf.F32, h)
+	for l := range nl {
+		p := fmt.Sprintf("blk.%d.", l)
+		ok = ok && add(12, p+"attn_norm.weight", gguf.F32, h) && add(12, p+"ffn_norm.weight", gguf.F32, h) &&
+			add(13, p+"attn_q.weight", mat, h, nh*kl) && add(13, p+"attn_k.weight", mat, h, nkv*kl) &&
+			add(13, p+"attn_v.weight", mat, h, nkv*kl) && add(14, p+"attn_output.weight", mat, nh*kl, h) &&
+			add(15, p+"ffn_gate.weight", mat, h, nf) && add(15, p+"ffn_up.weight", mat, h, nf) && add(15, p+"ffn_down.weight", mat, nf, h)
 	}
 	var b bytes.Buffer
-	w.WriteTo(&b)
-	f.Add(b.Bytes())
-	f.Fuzz(func(t *testing.T, data []byte) {
-		gf, err := gguf.Parse("fuzz", data)
+	if !ok {
+		return nil
+	}
+	if _, err := w.WriteTo(&b); err != nil {
+		return nil
+	}
+	return b.Bytes()
+}
+
+// FuzzReadGGUF checks that whatever GGUF file ReadGGUF accepts has a
+// configuration a model can be built from (positive sizes, heads that
+// group, a positive epsilon, special ids inside the vocabulary) and
+// tensors whose bytes match their shapes, and that what it refuses comes
+// back as an error naming the file. It fuzzes the geometry and metadata
+// of a file (fuzzGGUF) rather than its bytes: package gguf's FuzzParse
+// covers the byte format, and a file of a few KB as one []byte input
+// would spend CI's seconds in the fuzzer's quadratic minimization.
+func FuzzReadGGUF(f *testing.F) {
+	type seed struct {
+		arch                                            string
+		layers, hidden, ff, heads, kvHeads, keyLen, voc uint8
+		eps                                             float32
+		bos, eos                                        int32
+		drop                                            uint16
+		typ                                             uint8
+		key                                             string
+		val                                             float32
+	}
+	for _, s := range []seed{
+		{"llama", 1, 8, 4, 2, 1, 0, 4, 1e-5, 1, 3, 0, 0, "", 0},
+		{"llama", 2, 32, 32, 4, 2, 8, 8, 1e-6, -1, 7, 0, 3, "rope.freq_base", 500000},
+		{"qwen2", 1, 8, 4, 2, 2, 0, 4, 1e-6, 1, 2, 0, 1, "rope.scaling.factor", 2},
+		{"qwen3", 1, 16, 8, 2, 1, 8, 6, 1e-6, 0, 5, 0, 2, "attention.sliding_window", 4},
+		{"gemma2", 2, 8, 4, 2, 1, 4, 4, 1e-6, 2, 1, 0, 0, "final_logit_softcapping", 30},
+		{"gemma3", 1, 8, 4, 2, 1, 4, 4, 1e-6, 2, 1, 1 << 6, 0, "attention.sliding_window", 8},
+		{"granite", 1, 8, 4, 2, 1, 0, 4, 1e-5, 0, 0, 0, 0, "residual_scale", 0.25},
+		{"smollm3", 1, 8, 4, 2, 1, 0, 4, 1e-5, 0, 3, 0, 2, "", 0},
+	} {
+		data := fuzzGGUF(s.arch, s.layers, s.hidden, s.ff, s.heads, s.kvHeads, s.keyLen, s.voc, s.eps, s.bos, s.eos, s.drop, s.typ, s.key, s.val)
+		if data == nil {
+			f.Fatalf("seed %+v: not written", s)
+		}
+		// Every seed is a file the reader accepts, so that mutations
+		// start from the paths past the checks.
+		gf, err := gguf.Parse("seed.gguf", data)
+		if err == nil {
+			_, err = ReadGGUF(gf, GGUFOptions{})
+		}
 		if err != nil {
+			f.Fatalf("seed %+v: %v", s, err)
+		}
+		f.Add(s.arch, s.layers, s.hidden, s.ff, s.heads, s.kvHeads, s.keyLen, s.voc, s.eps, s.bos, s.eos, s.drop, s.typ, s.key, s.val)
+	}
+	f.Fuzz(func(t *testing.T, arch string, layers, hidden, ff, heads, kvHeads, keyLen, vocab uint8, eps float32, bos, eos int32, drop uint16, typ uint8, key string, val float32) {
+		data := fuzzGGUF(arch, layers, hidden, ff, heads, kvHeads, keyLen, vocab, eps, bos, eos, drop, typ, key, val)
+		if data == nil {
 			return
+		}
+		gf, err := gguf.Parse("fuzz.gguf", data)
+		if err != nil {
+			t.Fatalf("a written file does not parse: %v", err)
 		}
 		g, err := ReadGGUF(gf, GGUFOptions{DequantizeToF32: true})
 		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.gguf: ") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
 			return
 		}
+		c := g.Config
+		if c.NumHiddenLayers <= 0 || c.HiddenSize <= 0 || c.VocabSize <= 0 || len(c.LayerTypes) != c.NumHiddenLayers {
+			t.Fatalf("accepted sizes: %d layers (%d types), hidden %d, vocab %d", c.NumHiddenLayers, len(c.LayerTypes), c.HiddenSize, c.VocabSize)
+		}
+		if c.NumAttentionHeads > 0 && (c.NumKeyValueHeads <= 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 || c.HeadDim <= 0) {
+			t.Fatalf("accepted heads: %d of %d kv heads, head_dim %d", c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim)
+		}
+		if e := float32(c.NormEps()); !(e > 0) || math.IsInf(float64(e), 0) {
+			t.Fatalf("accepted epsilon %g", c.NormEps())
+		}
+		ids := slices.Clone(c.EOSTokenIDs)
+		for _, p := range []*int{c.BOSTokenID, c.PadTokenID} {
+			if p != nil {
+				ids = append(ids, *p)
+			}
+		}
+		for _, id := range ids {
+			if id < 0 || id >= c.VocabSize {
+				t.Fatalf("accepted special id %d for a vocabulary of %d", id, c.VocabSize)
+			}
+		}
 		for _, n := range g.Names() {
-			g.Lookup(n)
+			s, ok := g.Lookup(n)
+			if !ok {
+				t.Fatalf("%s listed but not found", n)
+			}
+			if s.DType.Quantized() {
+				continue
+			}
+			elems := 1
+			for _, d := range s.Shape {
+				elems *= d
+			}
+			if len(s.Data) != elems*s.DType.Size() {
+				t.Fatalf("%s: %d bytes for %v of %s", n, len(s.Data), s.Shape, s.DType)
+			}
 		}
 	})
 }

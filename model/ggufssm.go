@@ -99,9 +99,7 @@ func ggufMamba2Config(f *gguf.File, k *ggufKeys, c *Config, g *GGUF) (*Config, e
 	c.HiddenSize = k.need("embedding_length")
 	c.MaxPositionEmbeddings, _ = k.uint("context_length")
 	c.RMSNormEps = 1e-5
-	if eps, ok := k.float("attention.layer_norm_rms_epsilon"); ok {
-		c.RMSNormEps = eps
-	}
+	k.eps("attention.layer_norm_rms_epsilon", &c.RMSNormEps)
 	if err := ggufSSMConfig(c, k); err != nil {
 		return nil, err
 	}

@@ -428,39 +428,3 @@ func BenchmarkAnthropicFrame(b *testing.B) {
 		enc.delta(1, "text_delta", "text", " Tokyo")
 	}
 }
-
-// FuzzAnthropicRequest feeds arbitrary bodies through the decoding,
-// conversion and preparation of a message request: every input must give
-// a request or a 4xx *Error, never a panic or a 500.
-func FuzzAnthropicRequest(f *testing.F) {
-	_, m := newTestModel(f, Config{})
-	for _, seed := range []string{
-		`{"model":"chat","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`,
-		`{"model":"chat","max_tokens":5,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},` +
-			`{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"a","name":"f","input":{"x":1}}]},` +
-			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":[{"type":"text","text":"r"}]}]}],` +
-			`"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"},"thinking":{"type":"enabled","budget_tokens":2}}`,
-		`{"model":"chat","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"stop_sequences":["a"],"temperature":0.2,"output_config":{"format":{"type":"json_schema","schema":{}}}}`,
-		`{"messages":7}`, `[]`, `null`, `{"messages":[{}]}`, `{"max_tokens":1,"messages":[{"role":"user","content":[{}]}]}`,
-	} {
-		f.Add([]byte(seed))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		var a anRequest
-		if err := decodeJSON(body, &a); err != nil {
-			if err.Status >= 500 {
-				t.Fatalf("decode: %v", err)
-			}
-			return
-		}
-		req, limit, err := a.toRequest(m.SampleDefaults(), false)
-		if err == nil {
-			_, err = prepareBounded(m, req, limit)
-		}
-		if err != nil {
-			if e := AsError(err); e.Status >= 500 {
-				t.Fatalf("%s: %v", body, err)
-			}
-		}
-	})
-}

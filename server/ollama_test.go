@@ -407,36 +407,3 @@ func BenchmarkOllamaFrame(b *testing.B) {
 		})
 	}
 }
-
-// FuzzOllamaChatRequest feeds arbitrary bodies through the decoding,
-// conversion and preparation of /api/chat: every input must give a
-// request or a 4xx *Error, never a panic or a 500.
-func FuzzOllamaChatRequest(f *testing.F) {
-	_, m := newTestModel(f, Config{})
-	for _, seed := range []string{
-		`{"model":"chat","messages":[{"role":"user","content":"hi"}]}`,
-		`{"model":"chat","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"","thinking":"t","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","content":"r","tool_name":"f"}],` +
-			`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"think":"high","format":"json","options":{"num_predict":5,"stop":["x"],"seed":1}}`,
-		`{"messages":7}`, `[]`, `null`, `{"messages":[{}]}`, `{"options":{"temperature":1e309}}`,
-	} {
-		f.Add([]byte(seed))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		var o olChatRequest
-		if err := decodeJSON(body, &o); err != nil {
-			if err.Status >= 500 {
-				t.Fatalf("decode: %v", err)
-			}
-			return
-		}
-		req, limit, err := o.toRequest(m)
-		if err == nil {
-			_, err = prepareBounded(m, req, limit)
-		}
-		if err != nil {
-			if e := AsError(err); e.Status >= 500 {
-				t.Fatalf("%s: %v", body, err)
-			}
-		}
-	})
-}
