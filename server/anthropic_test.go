@@ -455,7 +455,7 @@ func FuzzAnthropicRequest(f *testing.F) {
 		}
 		req, limit, err := a.toRequest(m.SampleDefaults(), false)
 		if err == nil {
-			_, err = prepareBounded(m, req, limit)
+			_, err = prepareBounded(t.Context(), m, req, limit)
 		}
 		if err != nil {
 			if e := AsError(err); e.Status >= 500 {

@@ -431,7 +431,7 @@ func FuzzOllamaChatRequest(f *testing.F) {
 		}
 		req, limit, err := o.toRequest(m)
 		if err == nil {
-			_, err = prepareBounded(m, req, limit)
+			_, err = prepareBounded(t.Context(), m, req, limit)
 		}
 		if err != nil {
 			if e := AsError(err); e.Status >= 500 {
