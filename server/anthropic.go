@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -496,9 +497,9 @@ func (a *anRequest) toRequest(defaults engine.SampleParams, count bool) (*Reques
 // clients always send a limit (Anthropic's required max_tokens, Ollama's
 // num_predict) use it, so that a large limit does not fail a short
 // prompt.
-func prepareBounded(m *Model, req *Request, limit int) (*Prepared, error) {
+func prepareBounded(ctx context.Context, m *Model, req *Request, limit int) (*Prepared, error) {
 	req.MaxTokens = 0
-	p, err := m.Prepare(req)
+	p, err := m.PrepareContext(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -525,7 +526,7 @@ func (s *Server) anDecode(w http.ResponseWriter, r *http.Request, count bool) (*
 		anthropicErrors(w, AsError(err))
 		return nil, nil, nil
 	}
-	p, err := prepareBounded(m, req, limit)
+	p, err := prepareBounded(r.Context(), m, req, limit)
 	if err != nil {
 		anthropicErrors(w, AsError(err))
 		return nil, nil, nil

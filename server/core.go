@@ -323,6 +323,14 @@ func (m *Model) SampleDefaults() engine.SampleParams {
 // Prepare validates req, renders its prompt and checks it against the
 // context. Every error is an *Error (400 for the client's mistakes).
 func (m *Model) Prepare(req *Request) (*Prepared, error) {
+	return m.PrepareContext(context.Background(), req)
+}
+
+// PrepareContext is Prepare for a request whose client may leave: the
+// rendering and tokenizing of prompts is bounded server-wide
+// (Config.MaxPrepareBytes), and ctx ending while the request waits for
+// its turn ends the wait.
+func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, error) {
 	p := &Prepared{req: req, arrived: time.Now(), n: max(req.N, 1)}
 	if req.N < 0 || req.N > MaxChoices {
 		return nil, invalid("n", "must be between 1 and %d, got %d", MaxChoices, req.N)
@@ -356,16 +364,27 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 	if req.ThinkingBudget < 0 {
 		return nil, invalid("thinking.budget_tokens", "must not be negative, got %d", req.ThinkingBudget)
 	}
+	promptParam := param(req.PromptParam, "prompt")
+	if len(req.Messages) > 0 {
+		promptParam = param(req.PromptParam, "messages")
+	}
+	release, err := m.admit(ctx, req, promptParam)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	tok := m.eng.Tokenizer
 	var tools []json.RawMessage
 	if len(req.Messages) > 0 {
-		promptParam := param(req.PromptParam, "messages")
 		text, offered, err := m.render(req, promptParam)
 		if err != nil {
 			return nil, err
 		}
 		p.text = tokenizer.Unquote(text)
-		p.ids = tok.EncodeQuoted(text, false) // the client's text as plain text
+		// The client's text (quoted by render) is encoded as plain text.
+		if p.ids, err = m.encodeBounded(tok.EncodeQuotedLimit, text, false, promptParam); err != nil {
+			return nil, err
+		}
 		if tok.AddsBOS() && (len(p.ids) == 0 || p.ids[0] != tok.BOS()) && !strings.HasPrefix(p.text, tok.Token(tok.BOS())) {
 			p.ids = append([]int32{tok.BOS()}, p.ids...)
 		}
@@ -373,7 +392,6 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 		p.toolsOffered = len(req.Tools) > 0 && req.ToolChoice.Mode != ToolNone
 		p.inReasoning = !req.JSON && req.Schema == nil && m.format.InReasoning(text)
 	} else {
-		promptParam := param(req.PromptParam, "prompt")
 		if req.PromptIDs != nil {
 			for i, id := range req.PromptIDs {
 				if id < 0 || int(id) >= vocab {
@@ -384,7 +402,9 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 			p.text = tok.Decode(req.PromptIDs, false)
 		} else {
 			p.text = req.Prompt
-			p.ids = tok.Encode(req.Prompt, true)
+			if p.ids, err = m.encodeBounded(tok.EncodeLimit, req.Prompt, true, promptParam); err != nil {
+				return nil, err
+			}
 		}
 		if len(p.ids) == 0 {
 			return nil, invalid(promptParam, "the prompt is empty")

@@ -649,7 +649,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 // olRun generates a chat or generate reply, streamed as NDJSON chunks
 // ended by one with done: true and the metrics, or whole.
 func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Request, limit int, t *olTimer, enc *olEncoder, streamed bool) {
-	p, err := prepareBounded(m, req, limit)
+	p, err := prepareBounded(r.Context(), m, req, limit)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return

@@ -327,7 +327,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, AsError(err))
 		return
 	}
-	p, err := m.Prepare(req)
+	p, err := m.PrepareContext(r.Context(), req)
 	if err != nil {
 		openaiErrors(w, AsError(err))
 		return
@@ -706,7 +706,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		if nPrompts > 1 {
 			req.PromptParam = fmt.Sprintf("prompt[%d]", i)
 		}
-		if preps[i], err = m.Prepare(&req); err != nil {
+		if preps[i], err = m.PrepareContext(r.Context(), &req); err != nil {
 			openaiErrors(w, AsError(err))
 			return
 		}

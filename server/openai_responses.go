@@ -261,7 +261,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, AsError(err))
 		return
 	}
-	p, err := m.Prepare(req)
+	p, err := m.PrepareContext(r.Context(), req)
 	if err != nil {
 		openaiErrors(w, AsError(err))
 		return

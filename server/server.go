@@ -1,11 +1,11 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -74,6 +74,10 @@ type Config struct {
 	MaxQueue int
 	// MaxBodyBytes bounds a request body (0: DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// MaxPrepareBytes bounds the bytes of prompt text being rendered and
+	// tokenized at once, over all models (0: DefaultMaxPrepareBytes);
+	// requests beyond it wait their turn (see admit.go).
+	MaxPrepareBytes int64
 	// LogContent adds prompts and outputs to the request logs.
 	LogContent bool
 	// Logger receives request logs (nil: slog.Default()).
@@ -93,6 +97,7 @@ type Server struct {
 	metrics *metrics
 	store   *responseStore
 	hosts   atomic.Pointer[hostPolicy]
+	prepare *prepareGate // bounds the prompts being prepared
 
 	// base is the parent of every request's context; cancelling it stops
 	// generations (after the drain deadline of Serve).
@@ -131,8 +136,12 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
+	if cfg.MaxPrepareBytes <= 0 {
+		cfg.MaxPrepareBytes = DefaultMaxPrepareBytes
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, byID: map[string]*Model{}, mux: http.NewServeMux(),
-		methods: map[string][]string{}, metrics: newMetrics(), store: newResponseStore(1000)}
+		methods: map[string][]string{}, metrics: newMetrics(), store: newResponseStore(1000),
+		prepare: newPrepareGate(cfg.MaxPrepareBytes)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -403,7 +412,7 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 // a body over the limit, 400 naming the field for malformed JSON or wrong
 // types.
 func (s *Server) readJSON(r *http.Request, v any) *Error {
-	data, err := io.ReadAll(r.Body)
+	data, err := s.readBody(r)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -415,7 +424,7 @@ func (s *Server) readJSON(r *http.Request, v any) *Error {
 		}
 		return invalid("", "reading the request body: %v", err)
 	}
-	if len(strings.TrimSpace(string(data))) == 0 {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return invalid("", "the request body is empty; want a JSON object")
 	}
 	return decodeJSON(data, v)

@@ -222,6 +222,9 @@ func (m *bpeModel) encode(dst []int32, word string, sc *scratch) []int32 {
 		if i > start {
 			dst = m.encodeWord(dst, word[start:i], sc)
 			start = i
+			if sc.full(dst) {
+				return dst
+			}
 		}
 	}
 	return m.encodeWord(dst, word[start:], sc)

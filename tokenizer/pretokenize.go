@@ -99,6 +99,16 @@ func splitPiece(dst []piece, p piece, matches [][2]int, behavior SplitBehavior, 
 	return dst
 }
 
+// streamer is a pre-tokenizer that can produce the pieces of a long text
+// a batch at a time, when streams says so.
+type streamer interface {
+	streams() bool
+	// pretokenizeFrom appends to dst the pieces of p that start at byte i,
+	// stopping after n of them, and returns where the next piece starts
+	// (len(p.text) at the end).
+	pretokenizeFrom(dst []piece, p piece, i, n int) ([]piece, int)
+}
+
 // regexSplit is the Split pre-tokenizer with an expression.
 type regexSplit struct {
 	scan     scanFunc        // native scanner, or nil
@@ -107,16 +117,28 @@ type regexSplit struct {
 	invert   bool
 }
 
+// streams reports whether the fast path applies: a native scanner whose
+// matches are the pieces.
+func (r *regexSplit) streams() bool {
+	return r.scan != nil && r.behavior == SplitIsolated && !r.invert
+}
+
+func (r *regexSplit) pretokenizeFrom(dst []piece, p piece, i, n int) ([]piece, int) {
+	s := p.text
+	for ; i < len(s) && n > 0; n-- {
+		j := r.scan(s, i)
+		dst = append(dst, piece{s[i:j], p.first && i == 0})
+		i = j
+	}
+	return dst, i
+}
+
 func (r *regexSplit) pretokenize(dst []piece, p piece, sc *scratch) []piece {
 	s := p.text
-	if r.scan != nil && r.behavior == SplitIsolated && !r.invert {
+	if r.streams() {
 		// Fast path: the native patterns match every character, so the
 		// matches are the pieces.
-		for i := 0; i < len(s); {
-			j := r.scan(s, i)
-			dst = append(dst, piece{s[i:j], p.first && i == 0})
-			i = j
-		}
+		dst, _ = r.pretokenizeFrom(dst, p, 0, len(s))
 		return dst
 	}
 	m := sc.matches[:0]
@@ -252,6 +274,23 @@ func isPunctuation(r rune) bool {
 // works on raw bytes.
 type byteLevelPre struct {
 	addPrefixSpace, useRegex, deferred bool
+}
+
+// streams reports whether the pieces can come a batch at a time: with
+// the expression, without a prefix space, and with the byte-level mapping
+// left to the model.
+func (b *byteLevelPre) streams() bool {
+	return b.useRegex && !b.addPrefixSpace && b.deferred
+}
+
+func (b *byteLevelPre) pretokenizeFrom(dst []piece, p piece, i, n int) ([]piece, int) {
+	s := p.text
+	for ; i < len(s) && n > 0; n-- {
+		j := scanGPT2(s, i)
+		dst = append(dst, piece{s[i:j], p.first && i == 0})
+		i = j
+	}
+	return dst, i
 }
 
 func (b *byteLevelPre) pretokenize(dst []piece, p piece, sc *scratch) []piece {

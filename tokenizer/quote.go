@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math"
 	"strings"
 	"unicode/utf8"
 )
@@ -128,8 +129,13 @@ func Unquote(s string) string {
 // doubled ones kept once) before the text is encoded. Text without a Guard
 // is encoded as Encode does.
 func (t *Tokenizer) EncodeQuoted(text string, addSpecial bool) []int32 {
-	if !strings.Contains(text, guardStr) {
-		return t.Encode(text, addSpecial)
-	}
-	return t.encodeMode(text, addSpecial, t.added, t.normAdded, true)
+	ids, _ := t.EncodeQuotedLimit(text, addSpecial, math.MaxInt)
+	return ids
+}
+
+// EncodeQuotedLimit is EncodeQuoted with EncodeLimit's bound on the number
+// of ids.
+func (t *Tokenizer) EncodeQuotedLimit(text string, addSpecial bool, limit int) ([]int32, bool) {
+	quoted := strings.Contains(text, guardStr)
+	return t.encode(text, addSpecial, t.added, t.normAdded, quoted, max(limit, 0))
 }

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -116,7 +117,7 @@ func TestEncodeQuoted(t *testing.T) {
 				all = nil // a one-character token still matches: no plain reference
 			}
 			plain := func(s string) []int32 { return tok.EncodePlain(s, false) }
-			bare := func(s string) []int32 { return tok.encodeMode(s, false, nil, nil, false) }
+			bare := func(s string) []int32 { return tok.encodeBare(s) }
 			open, close := mustID(t, tok, markers[name][0]), mustID(t, tok, markers[name][1])
 			for _, s := range texts {
 				checkQuoted(t, "special", tok, special, plain, s)
@@ -209,8 +210,14 @@ func FuzzQuote(f *testing.F) {
 		for i, tok := range toks {
 			checkQuoted(t, "special", tok, special[i], func(s string) []int32 { return tok.EncodePlain(s, false) }, s)
 			if all[i] != nil {
-				checkQuoted(t, "all", tok, all[i], func(s string) []int32 { return tok.encodeMode(s, false, nil, nil, false) }, s)
+				checkQuoted(t, "all", tok, all[i], func(s string) []int32 { return tok.encodeBare(s) }, s)
 			}
 		}
 	})
+}
+
+// encodeBare encodes s with no added tokens recognised at all.
+func (t *Tokenizer) encodeBare(s string) []int32 {
+	ids, _ := t.encode(s, false, nil, nil, false, math.MaxInt)
+	return ids
 }

@@ -11,6 +11,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 )
@@ -35,6 +36,7 @@ type Tokenizer struct {
 
 	prefix, suffix []int32
 	bos, eos       int32
+	maxTokenBytes  int
 
 	pool sync.Pool // *scratch
 }
@@ -56,6 +58,38 @@ type scratch struct {
 	heap            []heapEntry
 	buf             []byte
 	lattice         []latticeNode
+
+	// limit is the number of ids past which the call stops early
+	// (EncodeLimit); math.MaxInt when there is none.
+	limit int
+}
+
+// full reports whether ids have passed the call's limit.
+func (sc *scratch) full(ids []int32) bool { return len(ids) > sc.limit }
+
+// maxScratch is the capacity in elements past which a scratch buffer is
+// dropped rather than kept in the pool, so that one huge input does not
+// leave its buffers behind.
+const maxScratch = 1 << 16
+
+// trim drops the buffers grown past maxScratch.
+func (sc *scratch) trim() {
+	sc.segs, sc.segs2 = capped(sc.segs), capped(sc.segs2)
+	sc.pieces, sc.pieces2 = capped(sc.pieces), capped(sc.pieces2)
+	sc.matches = capped(sc.matches)
+	sc.spans, sc.folded = capped(sc.spans), capped(sc.folded)
+	sc.ids, sc.ranks, sc.next, sc.prev = capped(sc.ids), capped(sc.ranks), capped(sc.next), capped(sc.prev)
+	sc.heap = capped(sc.heap)
+	sc.buf = capped(sc.buf)
+	sc.lattice = capped(sc.lattice)
+}
+
+// capped returns s, or nil when its capacity is over maxScratch.
+func capped[S ~[]E, E any](s S) S {
+	if cap(s) > maxScratch {
+		return nil
+	}
+	return s
 }
 
 // New builds a tokenizer from a Spec. The tokenizer may keep the Spec's
@@ -193,6 +227,7 @@ func New(spec Spec) (*Tokenizer, error) {
 			return nil, fmt.Errorf("post-processor token id %d out of range [0, %d)", id, n)
 		}
 	}
+	t.maxTokenBytes = maxTokenBytes(&spec)
 	t.pool.New = func() any { return new(scratch) }
 	return t, nil
 }
@@ -209,30 +244,55 @@ func (t *Tokenizer) normalize(s string) string {
 // default special tokens are added (BOS where the model's post-processor
 // or tokenizer_config.json adds one).
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
-	return t.encodeMode(text, addSpecial, t.added, t.normAdded, false)
+	ids, _ := t.encode(text, addSpecial, t.added, t.normAdded, false, math.MaxInt)
+	return ids
 }
 
 // EncodePlain is Encode for untrusted text: special tokens written in the
 // text are encoded as ordinary text, never as their special ids.
 // Non-special added tokens are still recognised.
 func (t *Tokenizer) EncodePlain(text string, addSpecial bool) []int32 {
-	return t.encodeMode(text, addSpecial, t.addedPlain, t.normAddedPlain, false)
+	ids, _ := t.encode(text, addSpecial, t.addedPlain, t.normAddedPlain, false, math.MaxInt)
+	return ids
 }
 
-// encodeMode encodes text with the given added tokens. With quoted, the
-// text holds a Quoter's guards, which encodeText removes.
-func (t *Tokenizer) encodeMode(text string, addSpecial bool, added, normAdded *addedMatcher, quoted bool) []int32 {
-	ids := make([]int32, 0, len(text)/3+len(t.prefix)+len(t.suffix)+1)
+// EncodeLimit is Encode for text that may be too long: it stops once the
+// encoding has more than limit ids, the special tokens addSpecial adds
+// included. When the encoding has at most limit ids it returns them and
+// true, exactly as Encode does. Otherwise it returns false and the ids
+// encoded so far, the first ones of Encode's result and more than limit
+// of them; the work and memory spent are then about those of encoding
+// limit tokens' worth of text.
+func (t *Tokenizer) EncodeLimit(text string, addSpecial bool, limit int) ([]int32, bool) {
+	return t.encode(text, addSpecial, t.added, t.normAdded, false, max(limit, 0))
+}
+
+// EncodePlainLimit is EncodeLimit with EncodePlain's treatment of special
+// tokens.
+func (t *Tokenizer) EncodePlainLimit(text string, addSpecial bool, limit int) ([]int32, bool) {
+	return t.encode(text, addSpecial, t.addedPlain, t.normAddedPlain, false, max(limit, 0))
+}
+
+// encode encodes text with the given added tokens, stopping once there are
+// more than limit ids. It reports whether it got to the end with no more
+// than limit ids. With quoted, the text holds a Quoter's guards, which
+// encodeText removes.
+func (t *Tokenizer) encode(text string, addSpecial bool, added, normAdded *addedMatcher, quoted bool, limit int) ([]int32, bool) {
+	ids := make([]int32, 0, min(len(text)/3, limit)+len(t.prefix)+len(t.suffix)+1)
 	if addSpecial {
 		ids = append(ids, t.prefix...)
 	}
 	sc := t.pool.Get().(*scratch)
+	sc.limit = limit
 	if added == nil {
 		ids = t.encodeText(ids, text, true, normAdded, quoted, sc)
 	} else {
 		segs := added.split(sc.segs[:0], text)
 		sc.segs = segs
 		for _, s := range segs {
+			if sc.full(ids) {
+				break
+			}
 			if s.tok >= 0 {
 				ids = append(ids, added.toks[s.tok].ID)
 				continue
@@ -240,11 +300,16 @@ func (t *Tokenizer) encodeMode(text string, addSpecial bool, added, normAdded *a
 			ids = t.encodeText(ids, text[s.start:s.end], s.start == 0, normAdded, quoted, sc)
 		}
 	}
+	done := !sc.full(ids)
+	sc.trim()
 	t.pool.Put(sc)
+	if !done {
+		return ids, false
+	}
 	if addSpecial {
 		ids = append(ids, t.suffix...)
 	}
-	return ids
+	return ids, len(ids) <= limit
 }
 
 // encodeText encodes a stretch of input without raw added tokens. With
@@ -263,7 +328,7 @@ func (t *Tokenizer) encodeText(ids []int32, text string, first bool, normAdded *
 	}
 	segs := normAdded.split(sc.segs2[:0], s)
 	sc.segs2 = segs
-	for k := 0; k < len(segs); k++ {
+	for k := 0; k < len(segs) && !sc.full(ids); k++ {
 		g := segs[k]
 		if g.tok >= 0 {
 			ids = append(ids, normAdded.toks[g.tok].ID)
@@ -280,10 +345,33 @@ func (t *Tokenizer) encodeText(ids []int32, text string, first bool, normAdded *
 	return ids
 }
 
-// encodeNormalized pre-tokenizes normalized text and runs the model.
+// pieceBatch is how many pieces a streaming first pre-tokenizer produces
+// at a time (a variable for tests).
+var pieceBatch = 1024
+
+// encodeNormalized pre-tokenizes normalized text and runs the model. When
+// the first pre-tokenizer can produce its pieces a batch at a time, the
+// text goes through the pipeline in batches, so that the pieces of a long
+// text are never all held at once.
 func (t *Tokenizer) encodeNormalized(ids []int32, s string, first bool, sc *scratch) []int32 {
-	pieces := append(sc.pieces[:0], piece{s, first})
-	for _, p := range t.pre {
+	if len(t.pre) > 0 {
+		if st, ok := t.pre[0].(streamer); ok && st.streams() {
+			p := piece{s, first}
+			for i := 0; i < len(s) && !sc.full(ids); {
+				var pieces []piece
+				pieces, i = st.pretokenizeFrom(sc.pieces[:0], p, i, pieceBatch)
+				ids = t.encodePieces(ids, pieces, t.pre[1:], sc)
+			}
+			return ids
+		}
+	}
+	return t.encodePieces(ids, append(sc.pieces[:0], piece{s, first}), t.pre, sc)
+}
+
+// encodePieces runs the pre-tokenizers steps over pieces, which must be
+// held in sc.pieces, and the model over the result.
+func (t *Tokenizer) encodePieces(ids []int32, pieces []piece, steps []preTokenizer, sc *scratch) []int32 {
+	for _, p := range steps {
 		out := sc.pieces2[:0]
 		for _, pc := range pieces {
 			out = p.pretokenize(out, pc, sc)
@@ -293,6 +381,9 @@ func (t *Tokenizer) encodeNormalized(ids []int32, s string, first bool, sc *scra
 	}
 	sc.pieces = pieces
 	for _, pc := range pieces {
+		if sc.full(ids) {
+			break
+		}
 		ids = t.model.encode(ids, pc.text, sc)
 	}
 	return ids
