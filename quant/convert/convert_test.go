@@ -122,8 +122,10 @@ type chatCase struct {
 // TestChatModelGGUF converts the trained chat model and runs every
 // reference conversation from the GGUF file alone: the template renders
 // the prompt, the tokenizer encodes it, and greedy decoding continues it.
-// The float types must reproduce the reference exactly; the quantized ones
-// report how many conversations come out the same.
+// The float types must reproduce the reference exactly; of the 12
+// conversations the quantized ones must reproduce at least 11 (Q8_0 down
+// to Q4_0) or 10 (Q3_K_M, Q2_K): every type reproduced all 12 when these
+// floors were set.
 func TestChatModelGGUF(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
 	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
@@ -134,6 +136,8 @@ func TestChatModelGGUF(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
+	// lose is how many conversations each type may get wrong.
+	lose := map[string]int{"bf16": 0, "q8_0": 1, "q6_k": 1, "q5_k_m": 1, "q4_k_m": 1, "q4_0": 1, "q3_k_m": 2, "q2_k": 2}
 	for _, typ := range []string{"bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0", "q3_k_m", "q2_k"} {
 		t.Run(typ, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "chat."+typ+".gguf")
@@ -189,8 +193,8 @@ func TestChatModelGGUF(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d → %d bytes (%v); %d/%d conversations identical to the reference", typ, res.InBytes, res.FileBytes, res.Types, same, len(ref.Cases))
-			if (typ == "q8_0" || typ == "q6_k") && same < len(ref.Cases)-1 {
-				t.Errorf("%s: only %d/%d conversations identical", typ, same, len(ref.Cases))
+			if same < len(ref.Cases)-lose[typ] {
+				t.Errorf("%s: only %d/%d conversations identical, want at least %d", typ, same, len(ref.Cases), len(ref.Cases)-lose[typ])
 			}
 		})
 	}
