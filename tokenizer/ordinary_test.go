@@ -22,8 +22,8 @@ type ordinaryReference struct {
 	} `json:"cases"`
 }
 
-// ordinaryTexts returns the texts of testdata/ordinary with their reference
-// encodings for the fixture tokenizer name.
+// loadOrdinary reads the reference encodings of the texts of testdata/ordinary
+// for the fixture tokenizer name.
 func loadOrdinary(tb testing.TB, name string) ordinaryReference {
 	tb.Helper()
 	data, err := os.ReadFile(filepath.Join("testdata", "ordinary", name+".json"))
