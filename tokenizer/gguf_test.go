@@ -262,7 +262,8 @@ func ggufReferenceCases(tb testing.TB, name string) []struct {
 
 // TestGGUFConformance converts each fixture tokenizer to GGUF metadata as
 // llama.cpp's converter would and checks that FromGGUF reproduces the
-// reference encodings and decodings.
+// reference encodings and decodings, and the encodings of the ordinary
+// texts of testdata/ordinary.
 func TestGGUFConformance(t *testing.T) {
 	for _, fx := range ggufFixtures {
 		t.Run(fx.name, func(t *testing.T) {
@@ -291,6 +292,18 @@ func TestGGUFConformance(t *testing.T) {
 				}
 			}
 			t.Logf("%s from GGUF: %d/%d cases exact", fx.name, pass, len(cases))
+			for _, c := range loadOrdinary(t, fx.name).Cases {
+				data, err := os.ReadFile(filepath.Join("testdata", "ordinary", c.File))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := idsDiff(tok, tok.Encode(string(data), false), c.IDs); d != "" {
+					t.Errorf("%s: Encode(false): %s", c.File, d)
+				}
+				if d := idsDiff(tok, tok.Encode(string(data), true), c.IDsWithSpecial); d != "" {
+					t.Errorf("%s: Encode(true): %s", c.File, d)
+				}
+			}
 		})
 	}
 }

@@ -94,7 +94,7 @@ func TestAMXMatMul(t *testing.T) {
 		kernels["asm"] = amxKernel
 	}
 	rng := rand.New(rand.NewPCG(45, 46))
-	for _, threads := range []int{1, 3} {
+	for _, threads := range testThreads() {
 		pool := NewPool(threads)
 		defer pool.Close()
 		for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_K, compute.Q6_K} {

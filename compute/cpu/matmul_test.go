@@ -12,13 +12,27 @@ import (
 	"lem/internal/half"
 )
 
-// levels returns the kernel levels this machine runs, lowest first.
+// levels returns the kernel levels this machine runs, lowest first; under
+// -short (the race run) only the pure-Go kernels and the machine's best.
 func levels() []level {
 	var ls []level
 	for l := levelGeneric; l <= detectLevel(); l++ {
+		if testing.Short() && l != levelGeneric && l != detectLevel() {
+			continue
+		}
 		ls = append(ls, l)
 	}
 	return ls
+}
+
+// testThreads returns the pool sizes a product is checked with: one
+// thread and several, or under -short (the race run) only several, where
+// a race would be.
+func testThreads() []int {
+	if testing.Short() {
+		return []int{3}
+	}
+	return []int{1, 3}
 }
 
 // atLevel runs f with the kernels forced to level l.
@@ -139,7 +153,7 @@ var matmulShapes = []struct{ n, m, k int }{
 
 func TestMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, threads := range []int{1, 3} {
+	for _, threads := range testThreads() {
 		pool := NewPool(threads)
 		defer pool.Close()
 		for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {

@@ -189,7 +189,7 @@ var qmatmulShapes = []struct{ n, m, k int }{
 
 func TestQuantMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
-	for _, threads := range []int{1, 3} {
+	for _, threads := range testThreads() {
 		pool := NewPool(threads)
 		defer pool.Close()
 		for _, dt := range quantTypes {

@@ -153,7 +153,7 @@ func TestQ6Mix(t *testing.T) {
 func TestPackedMatMul(t *testing.T) {
 	noAMX(t) // TestAMXMatMul checks those products
 	rng := rand.New(rand.NewPCG(33, 34))
-	for _, threads := range []int{1, 3} {
+	for _, threads := range testThreads() {
 		pool := NewPool(threads)
 		defer pool.Close()
 		for _, dt := range packTypes {

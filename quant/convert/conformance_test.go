@@ -90,14 +90,16 @@ func forcedAgreement(t *testing.T, m model.Model, b compute.Backend, ref *archre
 //     on at least 95% of the steps of all fixtures together, and logits
 //     within 3% of the largest logit magnitude of the safetensors model
 //     (observed: at most 2.2% on these random-weight models);
-//   - Q4_K_M: agreement and error logged.
+//   - Q4_K_M: top-1 agreement on at least 80% of the steps (observed:
+//     182/216, 84.3%) and logits within 20% of the largest logit magnitude
+//     (observed: 4.6-16.6%).
 func TestGGUFConformance(t *testing.T) {
 	checkGGUFConformance(t, archref.Dense, []conformanceType{
-		{"f32", 1e-3, false},
-		{"f16", 1e-3, false},
-		{"bf16", 1e-3, false},
-		{"q8_0", 0.03, false},
-		{"q4_k_m", 0, false},
+		{"f32", 1e-3, false, 0.95},
+		{"f16", 1e-3, false, 0.95},
+		{"bf16", 1e-3, false, 0.95},
+		{"q8_0", 0.03, false, 0.95},
+		{"q4_k_m", 0.20, false, 0.80},
 	})
 }
 
@@ -114,21 +116,27 @@ var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_
 // choice flips).
 func TestGGUFConformanceModern(t *testing.T) {
 	checkGGUFConformance(t, modernFamilies, []conformanceType{
-		{"f32", 1e-3, false},
-		{"bf16", 1e-3, false},
-		{"q8_0", 0.03, true},
+		{"f32", 1e-3, false, 0.95},
+		{"bf16", 1e-3, false, 0.95},
+		{"q8_0", 0.03, true, 0.95},
 	})
 }
 
-// conformanceType is a GGUF file type and the bound on its logits.
+// conformanceType is a GGUF file type and the bounds on its logits.
 type conformanceType struct {
-	typ   string
-	bound float64 // max |Δlogit|: absolute for floats, relative for Q8_0; 0 logs only
+	typ string
+	// bound is the largest |Δlogit| against the safetensors model:
+	// absolute for the float types, relative to the largest |logit| for
+	// the quantized ones (q…); 0 logs only.
+	bound float64
 	// median bounds the median position's error instead of the largest:
 	// where experts are routed, quantization noise may flip a near-tied
 	// choice of expert at a few positions, which moves their logits far
 	// more than the noise itself.
 	median bool
+	// agree is the least teacher-forced greedy top-1 agreement with the
+	// reference, over the steps of all fixtures together.
+	agree float64
 }
 
 // checkGGUFConformance converts each named fixture to GGUF files of the
@@ -190,13 +198,13 @@ func checkGGUFConformance(t *testing.T, names []string, tests []conformanceType)
 					totals[tc.typ].steps += len(ref.GreedyIDs)
 					t.Logf("%-11s %-6s %7d → %7d bytes; max |Δlogit| %.2e vs safetensors (%.2e of max |logit| %.2f; median position %.2e), %.2e vs reference; greedy top-1 %d/%d",
 						name, tc.typ, res.InBytes, res.FileBytes, worst, worst/scale, scale, median, worstRef, agree, len(ref.GreedyIDs))
-					switch {
-					case tc.typ == "q8_0" && tc.median:
+					switch quantized := strings.HasPrefix(tc.typ, "q"); {
+					case quantized && tc.median:
 						if median > tc.bound*scale {
 							t.Errorf("median position's max |Δlogit| %.3e is %.2f%% of max |logit|, above %.0f%%", median, 100*median/scale, 100*tc.bound)
 						}
-					case tc.typ == "q8_0":
-						if worst > tc.bound*scale {
+					case quantized:
+						if tc.bound > 0 && worst > tc.bound*scale {
 							t.Errorf("max |Δlogit| %.3e is %.2f%% of max |logit|, above %.0f%%", worst, 100*worst/scale, 100*tc.bound)
 						}
 					case tc.bound > 0:
@@ -221,8 +229,8 @@ func checkGGUFConformance(t *testing.T, names []string, tests []conformanceType)
 		}
 		frac := float64(tl.agree) / float64(tl.steps)
 		t.Logf("%s: greedy top-1 agreement %d/%d steps (%.1f%%)", tc.typ, tl.agree, tl.steps, 100*frac)
-		if tc.typ != "q4_k_m" && frac < 0.95 {
-			t.Errorf("%s: greedy top-1 agreement %.1f%% < 95%%", tc.typ, 100*frac)
+		if frac < tc.agree {
+			t.Errorf("%s: greedy top-1 agreement %.1f%% < %.0f%%", tc.typ, 100*frac, 100*tc.agree)
 		}
 	}
 }

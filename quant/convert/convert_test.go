@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,8 +25,9 @@ import (
 )
 
 // TestTokenizerRoundTrip writes each fixture tokenizer as GGUF metadata,
-// reads it back with tokenizer.FromGGUF, and checks that both encode the
-// reference strings to the reference ids.
+// reads it back with tokenizer.FromGGUF, and wants exactly the reference
+// ids for the fixture's reference strings and for the ordinary texts of
+// tokenizer/testdata/ordinary, with and without special tokens.
 func TestTokenizerRoundTrip(t *testing.T) {
 	for _, name := range []string{"qwen3", "llama3", "llama2", "gemma3"} {
 		t.Run(name, func(t *testing.T) {
@@ -39,39 +41,50 @@ func TestTokenizerRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
-			if err != nil {
-				t.Fatal(err)
+			type refCase struct {
+				Text           string  `json:"text"`
+				File           string  `json:"file"`
+				IDs            []int32 `json:"ids"`
+				IDsWithSpecial []int32 `json:"ids_with_special"`
 			}
-			var ref struct {
-				Cases []struct {
-					Text           string  `json:"text"`
-					IDs            []int32 `json:"ids"`
-					IDsWithSpecial []int32 `json:"ids_with_special"`
+			var cases []refCase
+			for _, path := range []string{
+				filepath.Join(dir, "reference.json"),
+				filepath.Join("..", "..", "tokenizer", "testdata", "ordinary", name+".json"),
+			} {
+				raw, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ref struct{ Cases []refCase }
+				if err := json.Unmarshal(raw, &ref); err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				if len(ref.Cases) == 0 {
+					t.Fatalf("%s: no cases", path)
+				}
+				for _, c := range ref.Cases {
+					if c.File != "" {
+						data, err := os.ReadFile(filepath.Join(filepath.Dir(path), c.File))
+						if err != nil {
+							t.Fatal(err)
+						}
+						c.Text = string(data)
+					}
+					cases = append(cases, c)
 				}
 			}
-			if err := json.Unmarshal(raw, &ref); err != nil {
-				t.Fatal(err)
-			}
-			bad, badSpecial := 0, 0
-			for _, c := range ref.Cases {
+			for _, c := range cases {
+				what := c.File
+				if what == "" {
+					what = strconv.Quote(c.Text)
+				}
 				if got := tok.Encode(c.Text, false); !slices.Equal(got, c.IDs) {
-					bad++
-					if bad <= 3 {
-						t.Logf("%q:\n got %v\nwant %v", c.Text, got, c.IDs)
-					}
+					t.Errorf("%s: Encode(false)\n got %v\nwant %v", what, got, c.IDs)
 				}
 				if got := tok.Encode(c.Text, true); !slices.Equal(got, c.IDsWithSpecial) {
-					badSpecial++
+					t.Errorf("%s: Encode(true)\n got %v\nwant %v", what, got, c.IDsWithSpecial)
 				}
-			}
-			t.Logf("%s: %d/%d encodings differ (%d with special tokens)", name, bad, len(ref.Cases), badSpecial)
-			// Byte-level vocabularies carry over exactly. SentencePiece
-			// ones are rebuilt from merges as scores, and llama.cpp's
-			// SentencePiece model has its own prefix-space rule (see
-			// tokenizer.SpecFromGGUF): their differences are logged.
-			if (name == "qwen3" || name == "llama3") && (bad > 0 || badSpecial > 0) {
-				t.Errorf("%d encodings differ", bad+badSpecial)
 			}
 		})
 	}
@@ -109,8 +122,10 @@ type chatCase struct {
 // TestChatModelGGUF converts the trained chat model and runs every
 // reference conversation from the GGUF file alone: the template renders
 // the prompt, the tokenizer encodes it, and greedy decoding continues it.
-// The float types must reproduce the reference exactly; the quantized ones
-// report how many conversations come out the same.
+// The float types must reproduce the reference exactly; of the 12
+// conversations the quantized ones must reproduce at least 11 (Q8_0 down
+// to Q4_0) or 10 (Q3_K_M, Q2_K): every type reproduced all 12 when these
+// floors were set.
 func TestChatModelGGUF(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
 	raw, err := os.ReadFile(filepath.Join(dir, "reference.json"))
@@ -121,6 +136,8 @@ func TestChatModelGGUF(t *testing.T) {
 	if err := json.Unmarshal(raw, &ref); err != nil {
 		t.Fatal(err)
 	}
+	// lose is how many conversations each type may get wrong.
+	lose := map[string]int{"bf16": 0, "q8_0": 1, "q6_k": 1, "q5_k_m": 1, "q4_k_m": 1, "q4_0": 1, "q3_k_m": 2, "q2_k": 2}
 	for _, typ := range []string{"bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0", "q3_k_m", "q2_k"} {
 		t.Run(typ, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "chat."+typ+".gguf")
@@ -176,8 +193,8 @@ func TestChatModelGGUF(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d → %d bytes (%v); %d/%d conversations identical to the reference", typ, res.InBytes, res.FileBytes, res.Types, same, len(ref.Cases))
-			if (typ == "q8_0" || typ == "q6_k") && same < len(ref.Cases)-1 {
-				t.Errorf("%s: only %d/%d conversations identical", typ, same, len(ref.Cases))
+			if same < len(ref.Cases)-lose[typ] {
+				t.Errorf("%s: only %d/%d conversations identical, want at least %d", typ, same, len(ref.Cases), len(ref.Cases)-lose[typ])
 			}
 		})
 	}

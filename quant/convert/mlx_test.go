@@ -146,22 +146,29 @@ func (s *mlxSource) Lookup(name string) (model.Stored, bool) {
 //     together, and logits within 5% of the largest logit magnitude of
 //     the bf16 model (observed: at most 3.8% on these random-weight
 //     models, whose embeddings are quantized too; Q8_0 GGUF shows 2.2%);
+//   - 4 and 2 bits: agreement and error floors set a little below what
+//     these random-weight models show today, so that a broken packing or
+//     kernel fails: 4 bits with groups of 64 at least 65% agreement
+//     (observed 150/216, 69.4%) and logits within 55% of the largest
+//     magnitude (observed 11-48%); groups of 32 at least 65% (154/216,
+//     71.3%) and within 40% (12-33%); 2 bits at least 10% (30/216, 13.9%;
+//     a random pick agrees 0.3% of the time) and within 150% (53-127%);
 //   - the CPU's MLX kernels give the logits of the same pack dequantized
 //     to float32 within 4% of the largest logit magnitude (observed: at
 //     most 2.4%, for every width: the error of quantizing the activations
 //     to 8 bits per 32, as the ggml kernels do).
 //
-// The logit error and agreement of every pack are logged.
+// The logit error and agreement of every pack are logged too.
 func TestMLXConformance(t *testing.T) {
 	packs := []struct {
 		bits, group int
-		agree       float64 // least greedy agreement over all fixtures; 0 logs only
-		bound       float64 // max |Δlogit| relative to max |logit|; 0 logs only
+		agree       float64 // least greedy agreement over all fixtures
+		bound       float64 // max |Δlogit| relative to max |logit|
 	}{
 		{8, 64, 0.95, 0.05},
-		{4, 64, 0, 0},
-		{4, 32, 0, 0},
-		{2, 64, 0, 0},
+		{4, 64, 0.65, 0.55},
+		{4, 32, 0.65, 0.40},
+		{2, 64, 0.10, 1.50},
 	}
 	type tally struct{ agree, steps int }
 	totals := make([]tally, len(packs))
