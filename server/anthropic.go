@@ -45,6 +45,7 @@ func (s *Server) anthropicRoutes() {
 // anthropicErrors writes an error in Anthropic's shape:
 // {"type": "error", "error": {"type", "message"}, "request_id"}.
 func anthropicErrors(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	body := anErrorBody(e)
 	if id := w.Header().Get("X-Request-Id"); id != "" {
 		body.RequestID = id
@@ -563,7 +564,10 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 	defer st.close()
 	as := &anStream{st: st, enc: anEncoder{buf: make([]byte, 0, 512)}}
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
-		if ev.Kind == EventStart {
+		switch ev.Kind {
+		case EventQueued, EventKeepAlive:
+			return st.wait(ev, "text/event-stream", anPing)
+		case EventStart:
 			if err := st.start("text/event-stream"); err != nil {
 				return err
 			}

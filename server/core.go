@@ -139,6 +139,15 @@ const (
 	EventToolCall
 	// EventEnd ends a choice; Finish holds the reason.
 	EventEnd
+	// EventQueued comes once, before EventStart, when the request has
+	// to wait for its model behind others (rather than being refused):
+	// streaming adapters send their headers then, so that the client
+	// knows at once that it was accepted.
+	EventQueued
+	// EventKeepAlive comes every Config.KeepAlive while the request
+	// waits; streaming adapters write a frame their clients ignore
+	// (stream.wait), so that read timeouts do not fire.
+	EventKeepAlive
 )
 
 // Event is one step of a streamed generation.
@@ -634,13 +643,14 @@ var errStopSequence = errors.New("stop sequence")
 // Generate waits for the model in its queue (failing at once with a 429
 // *Error when the queue is full, or 503 when the server is shutting down),
 // then generates every choice of p, calling emit, when not nil, with each
-// event: EventStart first, then the choices one after the other, each
-// ended by EventEnd. An error from emit, or ctx ending, stops generation
+// event: EventQueued and EventKeepAlive while it waits (only when it has
+// to), EventStart once admitted, then the choices one after the other,
+// each ended by EventEnd. An error from emit, or ctx ending, stops generation
 // within one token and is returned. On success it returns the result;
 // after a failure in the middle of a choice it returns what was generated
 // with the error.
 func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {
-	if err := m.q.acquire(ctx); err != nil {
+	if err := m.wait(ctx, emit); err != nil {
 		return nil, err
 	}
 	defer m.q.release()

@@ -53,6 +53,7 @@ func (s *Server) ollamaRoutes() {
 
 // ollamaErrors writes an error in Ollama's shape: {"error": "…"}.
 func ollamaErrors(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	writeJSON(w, e.Status, map[string]string{"error": e.Error()})
 }
 
@@ -454,6 +455,7 @@ type olTimer struct {
 func (t *olTimer) mark(ev Event) {
 	now := time.Now()
 	switch ev.Kind {
+	case EventQueued, EventKeepAlive:
 	case EventStart:
 		t.admitted = now
 	case EventEnd:
@@ -678,6 +680,8 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Re
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
 		t.mark(ev)
 		switch ev.Kind {
+		case EventQueued, EventKeepAlive:
+			return st.wait(ev, "application/x-ndjson", enc.text(false, "", nil))
 		case EventStart:
 			return st.start("application/x-ndjson")
 		case EventContent:

@@ -28,6 +28,7 @@ func (s *Server) openaiRoutes() {
 // openaiErrors writes an error in OpenAI's shape:
 // {"error": {"message", "type", "param", "code"}}.
 func openaiErrors(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	writeJSON(w, e.Status, map[string]any{"error": openaiErrorBody(e)})
 }
 
@@ -349,6 +350,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	enc := newChatChunker(id, created, m.id)
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
 		switch ev.Kind {
+		case EventQueued, EventKeepAlive:
+			return st.wait(ev, "text/event-stream", sseKeepAlive)
 		case EventStart:
 			if err := st.start("text/event-stream"); err != nil {
 				return err
@@ -747,6 +750,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		res, err := m.Generate(r.Context(), p, func(ev Event) error {
 			index := pi*n + ev.Choice
 			switch ev.Kind {
+			case EventQueued, EventKeepAlive:
+				return st.wait(ev, "text/event-stream", sseKeepAlive)
 			case EventStart:
 				if err := st.start("text/event-stream"); err != nil {
 					return err

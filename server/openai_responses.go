@@ -545,6 +545,8 @@ func (rs *respState) conversation(history []chat.Message, c *Choice) []chat.Mess
 // event streams a core event as Responses events.
 func (rs *respState) event(ev Event) error {
 	switch ev.Kind {
+	case EventQueued, EventKeepAlive:
+		return rs.st.wait(ev, "text/event-stream", sseKeepAlive)
 	case EventStart:
 		if err := rs.st.start("text/event-stream"); err != nil {
 			return err
