@@ -27,7 +27,11 @@ import (
 //   - max_tokens is required by the API, so clients send large values: it
 //     is a bound, cut to what the context leaves after the prompt, and a
 //     reply that reaches the cut ends with stop_reason "max_tokens". Only
-//     a prompt that fills the context by itself is refused.
+//     a prompt that fills the context by itself is refused, and values
+//     outside every dialect's bounds (below 1, above MaxTokensLimit).
+//   - temperature, top_p and top_k have every dialect's bounds
+//     (validate.go), wider than the Messages API's (temperature 0 to 1).
+//   - messages may also hold the role "system", as a system prompt.
 //   - Thinking blocks carry an opaque signature that lem does not check
 //     when clients send them back.
 //   - output_config.format {"type": "json_schema"} constrains the reply to
