@@ -359,7 +359,7 @@ func TestAnthropicErrors(t *testing.T) {
 		{"unknown model", anthropic.MessageNewParams{Model: "claude-9", MaxTokens: 10, Messages: []anthropic.MessageParam{anUser("hi")}}, nil, 404, "not_found_error", "claude-9"},
 		{"missing max_tokens", anGreedy(anUser("hi")), []aopt.RequestOption{aopt.WithJSONDel("max_tokens")}, 400, "invalid_request_error", "max_tokens"},
 		{"no messages", anGreedy(), []aopt.RequestOption{aopt.WithJSONSet("messages", []any{})}, 400, "invalid_request_error", "messages"},
-		{"temperature", anGreedy(anUser("hi")), []aopt.RequestOption{aopt.WithJSONSet("temperature", 1.5)}, 400, "invalid_request_error", "temperature"},
+		{"temperature", anGreedy(anUser("hi")), []aopt.RequestOption{aopt.WithJSONSet("temperature", -1)}, 400, "invalid_request_error", "temperature"},
 		{"image", anGreedy(anthropic.NewUserMessage(anthropic.NewImageBlockBase64("image/png", "iVBORw0KGgo="))), nil, 400, "invalid_request_error", "messages[0].content[0].type"},
 		{"budget over max_tokens", func() anthropic.MessageNewParams {
 			p := anGreedy(anUser("hi"))

@@ -485,6 +485,9 @@ func TestQueueOverflow(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 {
 		t.Fatalf("third request: %v, want 429", err)
 	}
+	if ra := apiErr.Response.Header.Get("Retry-After"); ra == "" {
+		t.Error("the 429 has no Retry-After")
+	}
 	// Dropping the running stream lets the waiting request through.
 	running.Close()
 	select {

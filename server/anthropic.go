@@ -28,7 +28,11 @@ import (
 //   - max_tokens is required by the API, so clients send large values: it
 //     is a bound, cut to what the context leaves after the prompt, and a
 //     reply that reaches the cut ends with stop_reason "max_tokens". Only
-//     a prompt that fills the context by itself is refused.
+//     a prompt that fills the context by itself is refused, and values
+//     outside every dialect's bounds (below 1, above MaxTokensLimit).
+//   - temperature, top_p and top_k have every dialect's bounds
+//     (validate.go), wider than the Messages API's (temperature 0 to 1).
+//   - messages may also hold the role "system", as a system prompt.
 //   - Thinking blocks carry an opaque signature that lem does not check
 //     when clients send them back.
 //   - output_config.format {"type": "json_schema"} constrains the reply to
@@ -46,6 +50,7 @@ func (s *Server) anthropicRoutes() {
 // anthropicErrors writes an error in Anthropic's shape:
 // {"type": "error", "error": {"type", "message"}, "request_id"}.
 func anthropicErrors(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	body := anErrorBody(e)
 	if id := w.Header().Get("X-Request-Id"); id != "" {
 		body.RequestID = id
@@ -434,12 +439,12 @@ func (a *anRequest) toRequest(defaults engine.SampleParams, count bool) (*Reques
 		if a.MaxTokens == nil {
 			return nil, 0, invalid("max_tokens", "Field required")
 		}
-		if *a.MaxTokens < 1 {
-			return nil, 0, invalid("max_tokens", "must be at least 1, got %d", *a.MaxTokens)
-		}
 		limit = *a.MaxTokens
 	}
-	req := &Request{Sample: defaults, MaxTokensParam: "max_tokens"}
+	req := &Request{Sample: defaults, MaxTokensParam: "max_tokens", Params: anParams}
+	if !count {
+		req.MaxTokens, req.MaxTokensSet = limit, true
+	}
 	var err error
 	if req.Messages, err = anMessages(a.System, a.Messages); err != nil {
 		return nil, 0, err
@@ -456,31 +461,15 @@ func (a *anRequest) toRequest(defaults engine.SampleParams, count bool) (*Reques
 	}
 	req.Kwargs = map[string]any{"enable_thinking": think}
 	req.ThinkingBudget = budget
+	// Their bounds are the core's, as on every dialect (checkRequest).
 	if t := a.Temperature; t != nil {
-		if *t < 0 || *t > 1 || *t != *t {
-			return nil, 0, invalid("temperature", "must be between 0 and 1, got %v", *t)
-		}
 		req.Sample.Temperature = float32(*t)
 	}
 	if p := a.TopP; p != nil {
-		if *p < 0 || *p > 1 || *p != *p {
-			return nil, 0, invalid("top_p", "must be between 0 and 1, got %v", *p)
-		}
 		req.Sample.TopP = float32(*p)
 	}
 	if k := a.TopK; k != nil {
-		if *k < 0 {
-			return nil, 0, invalid("top_k", "must not be negative, got %d", *k)
-		}
 		req.Sample.TopK = *k
-	}
-	if len(a.StopSequences) > MaxStops {
-		return nil, 0, invalid("stop_sequences", "at most %d stop sequences, got %d", MaxStops, len(a.StopSequences))
-	}
-	for i, s := range a.StopSequences {
-		if s == "" || len(s) > MaxStopLen {
-			return nil, 0, invalid(fmt.Sprintf("stop_sequences[%d]", i), "a stop sequence must hold 1 to %d bytes", MaxStopLen)
-		}
 	}
 	req.Stop = a.StopSequences
 	if a.OutputConfig != nil {
@@ -491,22 +480,22 @@ func (a *anRequest) toRequest(defaults engine.SampleParams, count bool) (*Reques
 	return req, limit, nil
 }
 
-// prepareBounded prepares req with limit as a bound on the tokens to
-// generate rather than a demand: the limit is cut to what the context
-// leaves after the prompt (0: no limit but the context). Dialects whose
-// clients always send a limit (Anthropic's required max_tokens, Ollama's
-// num_predict) use it, so that a large limit does not fail a short
-// prompt.
+// anParams are the Anthropic names of core fields that differ.
+var anParams = map[string]string{"stop": "stop_sequences"}
+
+// prepareBounded prepares req with its token limit as a bound on the
+// tokens to generate rather than a demand (Request.MaxTokensBound): the
+// limit is cut to what the context leaves after the prompt. A positive
+// limit sets req's (Ollama's num_predict; 0: none); Anthropic's required
+// max_tokens is set by toRequest. Dialects whose clients always send a
+// limit use it, so that a large limit does not fail a short prompt; the
+// limit's bounds are those of every dialect.
 func prepareBounded(ctx context.Context, m *Model, req *Request, limit int) (*Prepared, error) {
-	req.MaxTokens = 0
-	p, err := m.PrepareContext(ctx, req)
-	if err != nil {
-		return nil, err
+	if limit > 0 {
+		req.MaxTokens, req.MaxTokensSet = limit, true
 	}
-	if limit > 0 && limit < p.maxTokens {
-		p.maxTokens = limit
-	}
-	return p, nil
+	req.MaxTokensBound = true
+	return m.PrepareContext(ctx, req)
 }
 
 // anDecode reads and converts a messages request, writing the error when
@@ -564,7 +553,10 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 	defer st.close()
 	as := &anStream{st: st, enc: anEncoder{buf: make([]byte, 0, 512)}}
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
-		if ev.Kind == EventStart {
+		switch ev.Kind {
+		case EventQueued, EventKeepAlive:
+			return st.wait(ev, "text/event-stream", anPing)
+		case EventStart:
 			if err := st.start("text/event-stream"); err != nil {
 				return err
 			}

@@ -71,9 +71,24 @@ type Request struct {
 	Prompt    string
 	PromptIDs []int32
 
-	// MaxTokens bounds the generated tokens per choice (0: up to the end
-	// of the context).
+	// MaxTokens bounds the generated tokens per choice. Unset (0 and
+	// MaxTokensSet false), generation may run to the end of the context.
+	// It must be between 1 and the context length (ZeroTokens allows 0:
+	// nothing is generated), and with the prompt it must fit the context
+	// unless MaxTokensBound.
 	MaxTokens int
+	// MaxTokensSet says the client gave MaxTokens (a non-zero MaxTokens
+	// counts as given): it tells an explicit 0 from none.
+	MaxTokensSet bool
+	// MaxTokensBound makes MaxTokens a bound, cut to what the context
+	// leaves after the prompt, rather than a demand refused when it does
+	// not fit: for dialects whose clients always send a limit
+	// (Anthropic's required max_tokens, Ollama's num_predict).
+	MaxTokensBound bool
+	// ZeroTokens allows MaxTokens 0, where the API defines it (OpenAI's
+	// legacy completions: the prompt is echoed and scored, nothing is
+	// generated).
+	ZeroTokens bool
 	// Sample holds the sampling parameters; start from
 	// Model.SampleDefaults.
 	Sample engine.SampleParams
@@ -85,6 +100,10 @@ type Request struct {
 	// alternatives.
 	Logprobs    bool
 	TopLogprobs int
+	// PromptLogprobs asks for the log-probability of each prompt token
+	// after the first, with TopLogprobs alternatives (Result.PromptLogprobs
+	// and EventStart's Logprobs): OpenAI's legacy completions with echo.
+	PromptLogprobs bool
 	// JSON constrains the output to one JSON object.
 	JSON bool
 	// Schema, when set, constrains the output to a JSON value the schema
@@ -99,6 +118,10 @@ type Request struct {
 	// "messages" (chat) or "prompt".
 	MaxTokensParam string
 	PromptParam    string
+	// Params maps the core's names of the other fields ("temperature",
+	// "stop", "top_logprobs", …; see checkRequest) to the dialect's
+	// ("options.temperature", "stop_sequences", …) where they differ.
+	Params map[string]string
 }
 
 // Prepared is a validated request with its prompt rendered and tokenized.
@@ -131,6 +154,8 @@ type EventKind uint8
 const (
 	// EventStart comes once, when the request has been admitted and
 	// generation begins; streaming adapters send their headers then.
+	// Its Logprobs are the prompt's when Request.PromptLogprobs asked
+	// for them (Result.PromptLogprobs).
 	EventStart EventKind = iota
 	// EventContent carries reply text.
 	EventContent
@@ -140,6 +165,15 @@ const (
 	EventToolCall
 	// EventEnd ends a choice; Finish holds the reason.
 	EventEnd
+	// EventQueued comes once, before EventStart, when the request has
+	// to wait for its model behind others (rather than being refused):
+	// streaming adapters send their headers then, so that the client
+	// knows at once that it was accepted.
+	EventQueued
+	// EventKeepAlive comes every Config.KeepAlive while the request
+	// waits; streaming adapters write a frame their clients ignore
+	// (stream.wait), so that read timeouts do not fire.
+	EventKeepAlive
 )
 
 // Event is one step of a streamed generation.
@@ -209,6 +243,10 @@ func (u Usage) TotalTokens() int { return u.PromptTokens + u.CompletionTokens }
 type Result struct {
 	Choices []Choice
 	Usage   Usage
+	// PromptLogprobs are the prompt tokens' log-probabilities when
+	// Request.PromptLogprobs asked for them: the first token has none
+	// (Logprob 0, no Top) as nothing comes before it.
+	PromptLogprobs []TokenLogprob
 }
 
 // ModelOptions configure a served model.
@@ -332,38 +370,10 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 // its turn ends the wait.
 func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, error) {
 	p := &Prepared{req: req, arrived: time.Now(), n: max(req.N, 1)}
-	if req.N < 0 || req.N > MaxChoices {
-		return nil, invalid("n", "must be between 1 and %d, got %d", MaxChoices, req.N)
-	}
-	if req.MaxTokens < 0 {
-		return nil, invalid(param(req.MaxTokensParam, "max_tokens"), "must not be negative, got %d", req.MaxTokens)
-	}
-	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs {
-		return nil, invalid("top_logprobs", "must be between 0 and %d, got %d", MaxTopLogprobs, req.TopLogprobs)
-	}
-	if err := checkSample(&req.Sample); err != nil {
+	if err := m.checkRequest(req); err != nil {
 		return nil, err
 	}
-	if len(req.Stop) > MaxStops {
-		return nil, invalid("stop", "at most %d stop sequences, got %d", MaxStops, len(req.Stop))
-	}
-	for i, s := range req.Stop {
-		if s == "" || len(s) > MaxStopLen {
-			return nil, invalid(fmt.Sprintf("stop[%d]", i), "a stop sequence must hold 1 to %d bytes", MaxStopLen)
-		}
-	}
 	vocab := m.eng.Net.Config().VocabSize
-	for id := range req.Sample.LogitBias {
-		if id < 0 || int(id) >= vocab {
-			return nil, invalid("logit_bias", "token id %d is outside the vocabulary [0, %d)", id, vocab)
-		}
-	}
-	if req.JSON && req.Schema != nil {
-		return nil, invalid("response_format", "asks for both a JSON object and a JSON schema")
-	}
-	if req.ThinkingBudget < 0 {
-		return nil, invalid("thinking.budget_tokens", "must not be negative, got %d", req.ThinkingBudget)
-	}
 	promptParam := param(req.PromptParam, "prompt")
 	if len(req.Messages) > 0 {
 		promptParam = param(req.PromptParam, "messages")
@@ -441,8 +451,12 @@ func (m *Model) checkContext(p *Prepared) error {
 			Message: fmt.Sprintf("the prompt has %d tokens; the model's context holds %d, leaving no room for output", n, m.ctxLen)}
 	}
 	p.maxTokens = p.req.MaxTokens
-	if p.maxTokens == 0 {
+	if !p.req.MaxTokensSet && p.maxTokens == 0 {
 		p.maxTokens = m.ctxLen - n
+		return nil
+	}
+	if p.req.MaxTokensBound {
+		p.maxTokens = min(p.maxTokens, m.ctxLen-n)
 		return nil
 	}
 	if n+p.maxTokens > m.ctxLen {
@@ -458,32 +472,6 @@ func param(name, def string) string {
 		return name
 	}
 	return def
-}
-
-// checkSample rejects out-of-range sampling parameters.
-func checkSample(s *engine.SampleParams) error {
-	switch {
-	case s.Temperature < 0 || s.Temperature > 100 || s.Temperature != s.Temperature:
-		return invalid("temperature", "must be between 0 and 100")
-	case s.TopP < 0 || s.TopP > 1 || s.TopP != s.TopP:
-		return invalid("top_p", "must be between 0 and 1")
-	case s.MinP < 0 || s.MinP > 1 || s.MinP != s.MinP:
-		return invalid("min_p", "must be between 0 and 1")
-	case s.TopK < 0:
-		return invalid("top_k", "must not be negative")
-	case s.PresencePenalty < -2 || s.PresencePenalty > 2 || s.PresencePenalty != s.PresencePenalty:
-		return invalid("presence_penalty", "must be between -2 and 2")
-	case s.FrequencyPenalty < -2 || s.FrequencyPenalty > 2 || s.FrequencyPenalty != s.FrequencyPenalty:
-		return invalid("frequency_penalty", "must be between -2 and 2")
-	case s.RepetitionPenalty < 0 || s.RepetitionPenalty > 10 || s.RepetitionPenalty != s.RepetitionPenalty:
-		return invalid("repetition_penalty", "must be between 0 and 10")
-	}
-	for _, b := range s.LogitBias {
-		if b < -100 || b > 100 || b != b {
-			return invalid("logit_bias", "biases must be between -100 and 100")
-		}
-	}
-	return nil
 }
 
 // render renders a chat request with the model's template. It returns
@@ -661,14 +649,15 @@ var errStopSequence = errors.New("stop sequence")
 // Generate waits for the model in its queue (failing at once with a 429
 // *Error when the queue is full, or 503 when the server is shutting down),
 // then generates every choice of p, calling emit, when not nil, with each
-// event: EventStart first, then the choices one after the other, each
-// ended by EventEnd. An error from emit, or ctx ending, stops generation
-// within one token (the prefill within one backend operation) and is
-// returned. On success it returns the result;
+// event: EventQueued and EventKeepAlive while it waits (only when it has
+// to), EventStart once admitted, then the choices one after the other,
+// each ended by EventEnd. An error from emit, or ctx ending, stops
+// generation within one token (the prefill within one backend operation)
+// and is returned. On success it returns the result;
 // after a failure in the middle of a choice it returns what was generated
 // with the error.
 func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {
-	if err := m.q.acquire(ctx); err != nil {
+	if err := m.wait(ctx, emit); err != nil {
 		return nil, err
 	}
 	defer m.q.release()
@@ -682,13 +671,20 @@ func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) erro
 	if emit == nil {
 		emit = func(Event) error { return nil }
 	}
-	if err := emit(Event{Kind: EventStart}); err != nil {
-		return nil, err
-	}
 	if m.sess == nil {
 		m.sess = m.eng.NewSession(m.ctxLen)
 	}
 	res := &Result{Choices: make([]Choice, p.n), Usage: Usage{PromptTokens: len(p.ids)}}
+	if p.req.PromptLogprobs {
+		lps, err := m.scorePrompt(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		res.PromptLogprobs = lps
+	}
+	if err := emit(Event{Kind: EventStart, Logprobs: res.PromptLogprobs}); err != nil {
+		return nil, err
+	}
 	m.obs.promptTokens.Add(float64(len(p.ids)))
 	for i := range p.n {
 		cached, err := m.runChoice(ctx, p, i, &res.Choices[i], emit)
@@ -759,6 +755,11 @@ func (r *choiceRun) finish() {
 // from the session.
 func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, emit func(Event) error) (int, error) {
 	req := p.req
+	if p.maxTokens == 0 {
+		// Nothing to generate (Request.ZeroTokens).
+		c.Finish = FinishLength
+		return 0, emit(Event{Kind: EventEnd, Choice: i, Finish: FinishLength})
+	}
 	kept := m.sess.Reuse(p.ids)
 	m.obs.cacheHits.Add(float64(kept))
 	sample := req.Sample

@@ -27,15 +27,21 @@
 //     Model.SampleDefaults), Stop, N, Logprobs, JSON or Schema (compile
 //     a client's JSON schema with compileSchema, which names the keyword
 //     lem cannot enforce), ThinkingBudget; a completion sets
-//     Prompt or PromptIDs instead of Messages. MaxTokensParam and
-//     PromptParam name the dialect's fields in error messages;
+//     Prompt or PromptIDs instead of Messages. MaxTokensParam,
+//     PromptParam and Params name the dialect's fields in error messages.
+//     Bounds are not checked here but by Prepare, the same on every
+//     dialect (validate.go); a dialect checks only its own message roles
+//     (checkRole);
 //  4. call Model.Prepare, which validates and renders (every error an
 //     *Error, 400 for the client's mistakes, naming the field); the
 //     request's text is quoted for the template (quote.go), so that only
 //     the template's own markup becomes control tokens;
 //  5. call Model.Generate(ctx, prepared, emit). Without emit (nil) it
-//     returns the whole Result; with emit it calls it with EventStart once
-//     the request is admitted (send the stream's headers then), then
+//     returns the whole Result; with emit it calls it with EventQueued
+//     and then EventKeepAlive while the request waits behind others
+//     (answer both with stream.wait and the dialect's keep-alive frame:
+//     wait.go), EventStart once the request is admitted (send the
+//     stream's headers then, if EventQueued did not), then
 //     EventContent, EventReasoning and EventToolCall events, and EventEnd
 //     per choice with its finish reason (FinishStop, FinishLength,
 //     FinishToolCalls) and the stop sequence that ended it. An error
@@ -43,7 +49,8 @@
 //     away), stops generation within one token, and the prompt's prefill
 //     within one operation of the backend, freeing the model for the
 //     queue (the session keeps the chunks already done). Errors before
-//     EventStart (queue full: 429, shutting down: 503) are *Error values
+//     the stream started (queue full: 429, shutting down: 503, both with a
+//     RetryAfter the error writers send as Retry-After) are *Error values
 //     to send as the HTTP response; after it, the dialect reports them
 //     in-stream;
 //  6. write errors in the dialect's own shape with an errorWriter (see

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Error codes shared by every dialect. An adapter maps them to its own
@@ -33,6 +34,9 @@ type Error struct {
 	Param string
 	// Message is a human-readable explanation.
 	Message string
+	// RetryAfter, when positive, tells the client when to try again
+	// (the Retry-After header of a 429 or 503).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -61,7 +65,7 @@ var (
 	errQueueFull = &Error{Status: http.StatusTooManyRequests, Code: CodeQueueFull,
 		Message: "the server is busy: the request queue is full, retry later"}
 	errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-		Message: "the server is shutting down"}
+		Message: "the server is shutting down", RetryAfter: shutdownRetryAfter}
 	errUnauthorized = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
 		Message: "missing or invalid API key"}
 )

@@ -20,6 +20,7 @@ type metrics struct {
 	ttft         *prometheus.HistogramVec
 	itl          *prometheus.HistogramVec
 	queueDepth   *prometheus.GaugeVec
+	queueWait    *prometheus.HistogramVec
 }
 
 // modelMetrics are the children of the per-model metrics, looked up once.
@@ -27,6 +28,7 @@ type modelMetrics struct {
 	promptTokens, genTokens, cacheHits prometheus.Counter
 	ttft, itl                          prometheus.Observer
 	queueDepth                         prometheus.Gauge
+	queueWait                          prometheus.Observer
 }
 
 func newMetrics() *metrics {
@@ -59,8 +61,12 @@ func newMetrics() *metrics {
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "lem_queue_depth", Help: "Requests waiting for their model.",
 		}, []string{"model"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "lem_queue_wait_seconds", Help: "Time a request waited for its model, from reaching the queue to its turn (or to giving up); requests refused at once are not counted.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 13),
+		}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.cacheHits, m.ttft, m.itl, m.queueDepth,
+	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.cacheHits, m.ttft, m.itl, m.queueDepth, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,6 +79,7 @@ func (m *metrics) forModel(id string) modelMetrics {
 		ttft:         m.ttft.WithLabelValues(id),
 		itl:          m.itl.WithLabelValues(id),
 		queueDepth:   m.queueDepth.WithLabelValues(id),
+		queueWait:    m.queueWait.WithLabelValues(id),
 	}
 }
 

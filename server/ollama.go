@@ -54,6 +54,7 @@ func (s *Server) ollamaRoutes() {
 
 // ollamaErrors writes an error in Ollama's shape: {"error": "…"}.
 func ollamaErrors(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	writeJSON(w, e.Status, map[string]string{"error": e.Error()})
 }
 
@@ -125,9 +126,6 @@ func (c *olCommon) apply(m *Model, req *Request) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if c.TopLogprobs < 0 || c.TopLogprobs > MaxTopLogprobs {
-		return 0, invalid("top_logprobs", "must be between 0 and %d, got %d", MaxTopLogprobs, c.TopLogprobs)
-	}
 	req.Logprobs, req.TopLogprobs = c.Logprobs || c.TopLogprobs > 0, c.TopLogprobs
 	if req.JSON, req.Schema, err = olFormat(c.Format); err != nil {
 		return 0, err
@@ -196,6 +194,15 @@ var olIgnored = map[string]bool{
 	"rope_frequency_scale": true,
 }
 
+// olParams are the Ollama names of core fields: sampling parameters and
+// stop sequences are options.
+var olParams = map[string]string{
+	"temperature": "options.temperature", "top_p": "options.top_p", "min_p": "options.min_p",
+	"top_k": "options.top_k", "repetition_penalty": "options.repeat_penalty",
+	"presence_penalty": "options.presence_penalty", "frequency_penalty": "options.frequency_penalty",
+	"stop": "options.stop",
+}
+
 // olOptions applies options to req and returns num_predict as a bound
 // (0: none; Ollama's -1 and -2 mean none too). Unknown options are
 // ignored, as Ollama does; a known option of the wrong type is an error.
@@ -254,7 +261,7 @@ func olOptions(opts map[string]json.RawMessage, req *Request) (int, error) {
 		case "top_k":
 			var k int
 			k, err = integer()
-			p.TopK = max(k, 0)
+			p.TopK = k
 		case "seed":
 			var seed int
 			if seed, err = integer(); err == nil && seed >= 0 {
@@ -276,14 +283,6 @@ func olOptions(opts map[string]json.RawMessage, req *Request) (int, error) {
 			var stops stringList
 			if json.Unmarshal(raw, &stops) != nil {
 				return 0, invalid(where, "want an array of strings")
-			}
-			if len(stops) > MaxStops {
-				return 0, invalid(where, "at most %d stop sequences, got %d", MaxStops, len(stops))
-			}
-			for i, s := range stops {
-				if s == "" || len(s) > MaxStopLen {
-					return 0, invalid(fmt.Sprintf("%s[%d]", where, i), "a stop sequence must hold 1 to %d bytes", MaxStopLen)
-				}
 			}
 			req.Stop = stops
 		}
@@ -341,10 +340,13 @@ func (o *olChatRequest) UnmarshalJSON(data []byte) error {
 // toRequest converts the chat request into a core request and returns
 // the token bound.
 func (o *olChatRequest) toRequest(m *Model) (*Request, int, error) {
-	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict"}
+	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict", Params: olParams}
 	req.Messages = make([]chat.Message, len(o.Messages))
 	for i, msg := range o.Messages {
 		where := fmt.Sprintf("messages[%d]", i)
+		if err := checkRole(msg.Role, where+".role", ollamaRoles); err != nil {
+			return nil, 0, err
+		}
 		if len(msg.Images) > 0 {
 			return nil, 0, invalid(where+".images", "images are not supported: this server takes text only")
 		}
@@ -418,7 +420,7 @@ func (o *olGenerateRequest) toRequest(m *Model) (*Request, int, error) {
 	case len(o.Images) > 0:
 		return nil, 0, invalid("images", "images are not supported: this server takes text only")
 	}
-	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict"}
+	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict", Params: olParams}
 	if o.Raw || m.eng.Templates == nil {
 		req.Prompt = o.System + o.Prompt
 		req.PromptParam = "prompt"
@@ -455,6 +457,7 @@ type olTimer struct {
 func (t *olTimer) mark(ev Event) {
 	now := time.Now()
 	switch ev.Kind {
+	case EventQueued, EventKeepAlive:
 	case EventStart:
 		t.admitted = now
 	case EventEnd:
@@ -679,6 +682,8 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Re
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
 		t.mark(ev)
 		switch ev.Kind {
+		case EventQueued, EventKeepAlive:
+			return st.wait(ev, "application/x-ndjson", enc.text(false, "", nil))
 		case EventStart:
 			return st.start("application/x-ndjson")
 		case EventContent:

@@ -24,7 +24,7 @@ func TestOllamaOptions(t *testing.T) {
 				return s.Temperature == 0.2 && s.TopK == 5 && s.TopP == 0.8 && s.MinP == 0.1 && s.RepetitionPenalty == 1.2 &&
 					s.PresencePenalty == 0.5 && s.FrequencyPenalty == 0.25 && s.Seed == 9 && s.HasSeed && s.PenaltyWindow == 32
 			}},
-		{`{"num_predict":-1,"seed":-1,"top_k":-1}`, 0, func(r *Request) bool { return !r.Sample.HasSeed && r.Sample.TopK == 0 }},
+		{`{"num_predict":-1,"seed":-1,"top_k":-1}`, 0, func(r *Request) bool { return !r.Sample.HasSeed && r.Sample.TopK == -1 }},
 		{`{"num_predict":-2,"num_predict_x":"ignored","num_ctx":8192,"num_gpu":99,"mirostat":2,"temperature":null}`, 0,
 			func(r *Request) bool { return r.Sample.Temperature == 1 }},
 		{`{"num_predict":40.0}`, 40, func(r *Request) bool { return true }},
@@ -52,7 +52,6 @@ func TestOllamaOptions(t *testing.T) {
 		{`{"top_k":"5"}`, "options.top_k"},
 		{`{"seed":true}`, "options.seed"},
 		{`{"stop":5}`, "options.stop"},
-		{`{"stop":[""]}`, "options.stop[0]"},
 		{`{"repeat_last_n":[]}`, "options.repeat_last_n"},
 	} {
 		var opts map[string]json.RawMessage

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ func (s *Server) openaiRoutes() {
 // openaiErrors writes an error in OpenAI's shape:
 // {"error": {"message", "type", "param", "code"}}.
 func openaiErrors(w http.ResponseWriter, e *Error) {
+	setRetryAfter(w, e)
 	writeJSON(w, e.Status, map[string]any{"error": openaiErrorBody(e)})
 }
 
@@ -107,10 +109,7 @@ func (o *oaSampling) apply(req *Request) error {
 	setF(&p.FrequencyPenalty, o.FrequencyPenalty)
 	setF(&p.RepetitionPenalty, o.RepetitionPenalty)
 	if o.TopK != nil {
-		if *o.TopK < -1 {
-			return invalid("top_k", "must be -1 (off), 0 (off) or positive")
-		}
-		p.TopK = max(*o.TopK, 0)
+		p.TopK = *o.TopK
 	}
 	if o.Seed != nil {
 		p.Seed, p.HasSeed = uint64(*o.Seed), true
@@ -167,15 +166,24 @@ func (o *oaChatRequest) toRequest(m *Model) (*Request, error) {
 	}
 	req.Messages = make([]chat.Message, len(o.Messages))
 	for i, raw := range o.Messages {
-		if err := json.Unmarshal(raw, &req.Messages[i]); err != nil {
+		msg := &req.Messages[i]
+		if err := json.Unmarshal(raw, msg); err != nil {
 			return nil, invalid(fmt.Sprintf("messages[%d]", i), "%v", err)
+		}
+		if err := checkRole(msg.Role, fmt.Sprintf("messages[%d].role", i), openaiRoles); err != nil {
+			return nil, err
+		}
+		if msg.Role == "function" {
+			// The deprecated function role holds a function's result,
+			// as a tool message does.
+			msg.Role = "tool"
 		}
 	}
 	if o.MaxTokens != nil {
-		req.MaxTokens = *o.MaxTokens
+		req.MaxTokens, req.MaxTokensSet = *o.MaxTokens, true
 	}
 	if o.MaxCompletionTokens != nil {
-		req.MaxTokens, req.MaxTokensParam = *o.MaxCompletionTokens, "max_completion_tokens"
+		req.MaxTokens, req.MaxTokensSet, req.MaxTokensParam = *o.MaxCompletionTokens, true, "max_completion_tokens"
 	}
 	if o.N != nil {
 		if *o.N < 1 {
@@ -349,6 +357,8 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	enc := newChatChunker(id, created, m.id)
 	res, err := m.Generate(r.Context(), p, func(ev Event) error {
 		switch ev.Kind {
+		case EventQueued, EventKeepAlive:
+			return st.wait(ev, "text/event-stream", sseKeepAlive)
 		case EventStart:
 			if err := st.start("text/event-stream"); err != nil {
 				return err
@@ -673,7 +683,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, invalid("prompt", "at most %d prompts per request, got %d", maxPrompts, nPrompts))
 		return
 	}
-	base := Request{Sample: m.SampleDefaults(), MaxTokens: 16}
+	// max_tokens 0 is the API's way to score a prompt: nothing is
+	// generated, and with echo and logprobs the prompt's tokens come back
+	// with their log-probabilities.
+	base := Request{Sample: m.SampleDefaults(), MaxTokens: 16, MaxTokensSet: true, ZeroTokens: true,
+		Params: map[string]string{"top_logprobs": "logprobs"}}
 	if o.MaxTokens != nil {
 		base.MaxTokens = *o.MaxTokens
 	}
@@ -685,11 +699,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		base.N = *o.N
 	}
 	if o.Logprobs != nil {
-		if *o.Logprobs < 0 || *o.Logprobs > 5 {
-			openaiErrors(w, invalid("logprobs", "must be between 0 and 5"))
-			return
-		}
 		base.Logprobs, base.TopLogprobs = true, *o.Logprobs
+		base.PromptLogprobs = o.Echo
 	}
 	if err := o.oaSampling.apply(&base); err != nil {
 		openaiErrors(w, AsError(err))
@@ -726,12 +737,16 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			addUsage(&usage, res.Usage)
 			for ci, c := range res.Choices {
 				text := c.Content
+				lps, scored := c.Logprobs, false
 				if o.Echo {
 					text = p.PromptText() + text
+					if res.PromptLogprobs != nil {
+						lps, scored = append(slices.Clip(res.PromptLogprobs), c.Logprobs...), true
+					}
 				}
 				var lp any
-				if c.Logprobs != nil {
-					lp = legacyLogprobs(c.Logprobs, 0)
+				if lps != nil || o.Logprobs != nil {
+					lp = legacyLogprobs(lps, scored)
 				}
 				choices = append(choices, map[string]any{"text": text, "index": pi*n + ci, "logprobs": lp, "finish_reason": c.Finish})
 			}
@@ -747,13 +762,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		res, err := m.Generate(r.Context(), p, func(ev Event) error {
 			index := pi*n + ev.Choice
 			switch ev.Kind {
+			case EventQueued, EventKeepAlive:
+				return st.wait(ev, "text/event-stream", sseKeepAlive)
 			case EventStart:
 				if err := st.start("text/event-stream"); err != nil {
 					return err
 				}
 				if o.Echo {
 					for i := range n {
-						if err := st.write(enc.text(pi*n+i, p.PromptText(), nil, "")); err != nil {
+						if err := st.write(enc.echo(pi*n+i, p.PromptText(), ev.Logprobs)); err != nil {
 							return err
 						}
 					}
@@ -787,19 +804,27 @@ func addUsage(dst *Usage, u Usage) {
 	dst.CachedTokens += u.CachedTokens
 }
 
-// legacyLogprobs is the logprobs object of /v1/completions.
-func legacyLogprobs(lps []TokenLogprob, offset int) map[string]any {
+// legacyLogprobs is the logprobs object of /v1/completions. When lps
+// begin with the prompt's (scored), the first token has no
+// log-probability: null, as the API has it.
+func legacyLogprobs(lps []TokenLogprob, scored bool) map[string]any {
 	tokens := make([]string, len(lps))
-	logps := make([]float64, len(lps))
-	tops := make([]map[string]float64, len(lps))
+	logps := make([]any, len(lps))
+	tops := make([]any, len(lps))
 	offsets := make([]int, len(lps))
+	offset := 0
 	for i, lp := range lps {
-		tokens[i], logps[i], offsets[i] = lp.Token, finiteLogprob(lp.Logprob), offset
+		tokens[i], offsets[i] = lp.Token, offset
 		offset += len(lp.Token)
-		tops[i] = make(map[string]float64, len(lp.Top))
-		for _, t := range lp.Top {
-			tops[i][t.Token] = finiteLogprob(t.Logprob)
+		if i == 0 && scored {
+			continue
 		}
+		logps[i] = finiteLogprob(lp.Logprob)
+		top := make(map[string]float64, len(lp.Top))
+		for _, t := range lp.Top {
+			top[t.Token] = finiteLogprob(t.Logprob)
+		}
+		tops[i] = top
 	}
 	return map[string]any{"tokens": tokens, "token_logprobs": logps, "top_logprobs": tops, "text_offset": offsets}
 }
@@ -822,6 +847,16 @@ func newCompletionChunker(id string, created int64, model string) *completionChu
 }
 
 func (c *completionChunker) text(index int, text string, lps []TokenLogprob, finish string) []byte {
+	return c.frame(index, text, lps, false, finish)
+}
+
+// echo is the chunk of an echoed prompt, with its tokens' log-probabilities
+// when they were asked for.
+func (c *completionChunker) echo(index int, text string, lps []TokenLogprob) []byte {
+	return c.frame(index, text, lps, lps != nil, "")
+}
+
+func (c *completionChunker) frame(index int, text string, lps []TokenLogprob, scored bool, finish string) []byte {
 	b := append(c.buf[:0], c.head...)
 	b = append(b, `"choices":[{"text":`...)
 	b = appendJSONString(b, text)
@@ -831,7 +866,7 @@ func (c *completionChunker) text(index int, text string, lps []TokenLogprob, fin
 	if lps == nil {
 		b = append(b, "null"...)
 	} else {
-		data, _ := json.Marshal(legacyLogprobs(lps, 0))
+		data, _ := json.Marshal(legacyLogprobs(lps, scored))
 		b = append(b, data...)
 	}
 	b = append(b, `,"finish_reason":`...)

@@ -172,8 +172,8 @@ func respMessages(raw json.RawMessage) ([]chat.Message, error) {
 		where := fmt.Sprintf("input[%d]", i)
 		switch it.Type {
 		case "", "message":
-			if it.Role == "" {
-				return nil, invalid(where+".role", "is required")
+			if err := checkRole(it.Role, where+".role", responsesRoles); err != nil {
+				return nil, err
 			}
 			t, err := respText(it.Content, where+".content")
 			if err != nil {
@@ -330,7 +330,7 @@ func (s *Server) respRequest(m *Model, o *respRequest) (*Request, []chat.Message
 		req.Messages = history
 	}
 	if o.MaxOutputTokens != nil {
-		req.MaxTokens = *o.MaxOutputTokens
+		req.MaxTokens, req.MaxTokensSet = *o.MaxOutputTokens, true
 	}
 	samp := oaSampling{Temperature: o.Temperature, TopP: o.TopP, TopK: o.TopK, MinP: o.MinP, Seed: o.Seed}
 	if err := samp.apply(req); err != nil {
@@ -545,6 +545,8 @@ func (rs *respState) conversation(history []chat.Message, c *Choice) []chat.Mess
 // event streams a core event as Responses events.
 func (rs *respState) event(ev Event) error {
 	switch ev.Kind {
+	case EventQueued, EventKeepAlive:
+		return rs.st.wait(ev, "text/event-stream", sseKeepAlive)
 	case EventStart:
 		if err := rs.st.start("text/event-stream"); err != nil {
 			return err

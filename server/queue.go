@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"math"
+	"net/http"
+	"strconv"
 	"sync"
+	"time"
 )
 
 // queue admits requests to a model one at a time, in arrival order. Up to
@@ -15,6 +19,12 @@ type queue struct {
 	waiters []chan struct{}
 	// depth, when set, is told the number of waiting requests.
 	depth func(int)
+
+	// since is when the running request was admitted; hold is the
+	// average time requests held the model (exponentially weighted), 0
+	// before the first one ended. They give Retry-After its estimate.
+	since time.Time
+	hold  time.Duration
 }
 
 func newQueue(max int, depth func(int)) *queue {
@@ -24,53 +34,96 @@ func newQueue(max int, depth func(int)) *queue {
 	return &queue{max: max, depth: depth}
 }
 
-// acquire waits for the model. It returns errQueueFull when max requests
-// already wait, errShuttingDown after close, and ctx's error when ctx ends
+// acquire waits for the model. It returns a 429 *Error when max requests
+// already wait, a 503 *Error after close, and ctx's error when ctx ends
 // first. On success the caller must call release exactly once.
 func (q *queue) acquire(ctx context.Context) error {
+	return q.acquireWaiting(ctx, 0, nil)
+}
+
+// acquireWaiting is acquire for a request that keeps its client informed
+// while it waits: when it has to wait, waiting (if not nil) is called once
+// it holds its place in the queue, and then every interval (if positive)
+// until its turn comes. An error from waiting gives the place up and is
+// returned.
+func (q *queue) acquireWaiting(ctx context.Context, interval time.Duration, waiting func() error) error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return errShuttingDown
 	}
 	if !q.busy && len(q.waiters) == 0 {
-		q.busy = true
+		q.busy, q.since = true, time.Now()
 		q.mu.Unlock()
 		return nil
 	}
 	if len(q.waiters) >= q.max {
+		e := *errQueueFull
+		e.RetryAfter = q.retryAfterLocked()
 		q.mu.Unlock()
-		return errQueueFull
+		return &e
 	}
 	ch := make(chan struct{})
 	q.waiters = append(q.waiters, ch)
 	q.depth(len(q.waiters))
 	q.mu.Unlock()
 
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		q.mu.Lock()
-		for i, w := range q.waiters {
-			if w == ch {
-				q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-				q.depth(len(q.waiters))
-				q.mu.Unlock()
-				return ctx.Err()
+	if waiting != nil {
+		if err := waiting(); err != nil {
+			q.leave(ch)
+			return err
+		}
+	}
+	var tick <-chan time.Time
+	if waiting != nil && interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			q.leave(ch)
+			return ctx.Err()
+		case <-tick:
+			if err := waiting(); err != nil {
+				q.leave(ch)
+				return err
 			}
 		}
-		q.mu.Unlock()
-		// Granted while giving up: pass the turn on.
-		q.release()
-		return ctx.Err()
 	}
+}
+
+// leave gives up the place of the waiter ch, passing the turn on if it
+// was granted meanwhile.
+func (q *queue) leave(ch chan struct{}) {
+	q.mu.Lock()
+	for i, w := range q.waiters {
+		if w == ch {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			q.depth(len(q.waiters))
+			q.mu.Unlock()
+			return
+		}
+	}
+	q.mu.Unlock()
+	// Granted while giving up: pass the turn on.
+	q.release()
 }
 
 // release hands the model to the next waiter, or marks it idle.
 func (q *queue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	now := time.Now()
+	if d := now.Sub(q.since); q.hold == 0 {
+		q.hold = d
+	} else {
+		q.hold += (d - q.hold) / 4
+	}
+	q.since = now
 	if len(q.waiters) == 0 {
 		q.busy = false
 		return
@@ -80,6 +133,24 @@ func (q *queue) release() {
 	q.waiters = q.waiters[1:]
 	q.depth(len(q.waiters))
 	close(next)
+}
+
+// Bounds of the Retry-After estimate of a full queue.
+const (
+	minRetryAfter = time.Second
+	maxRetryAfter = time.Minute
+)
+
+// retryAfterLocked estimates when a refused request may find room: a
+// place in the queue frees when the running request ends, which is
+// expected after the average hold time less the time it has run. Before
+// any request ended there is no average, and the estimate is the
+// minimum. It is rounded up to whole seconds and kept within
+// [minRetryAfter, maxRetryAfter].
+func (q *queue) retryAfterLocked() time.Duration {
+	d := q.hold - time.Since(q.since)
+	d = time.Duration(math.Ceil(d.Seconds())) * time.Second
+	return min(max(d, minRetryAfter), maxRetryAfter)
 }
 
 // waiting returns the number of requests waiting.
@@ -94,4 +165,17 @@ func (q *queue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
+}
+
+// shutdownRetryAfter is the Retry-After of a 503 while the server shuts
+// down: the time for a supervisor to start lem again and load the model
+// is unknown, so a few seconds; clients retry with their own backoff.
+const shutdownRetryAfter = 5 * time.Second
+
+// setRetryAfter adds a Retry-After header, in whole seconds, to a
+// response carrying e, when e says when to retry.
+func setRetryAfter(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
 }

@@ -27,7 +27,7 @@ func TestQueueFIFO(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	if err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
+	if err := q.acquire(context.Background()); AsError(err).Code != CodeQueueFull {
 		t.Fatalf("acquire on a full queue: %v, want errQueueFull", err)
 	}
 	q.release()
@@ -61,7 +61,7 @@ func TestQueueCancelWhileWaiting(t *testing.T) {
 	}
 	q.close()
 	q.release()
-	if err := q.acquire(context.Background()); !errors.Is(err, errShuttingDown) {
+	if err := q.acquire(context.Background()); AsError(err).Code != CodeUnavailable {
 		t.Fatalf("after close: %v", err)
 	}
 }
@@ -69,7 +69,7 @@ func TestQueueCancelWhileWaiting(t *testing.T) {
 func TestQueueNoWaiting(t *testing.T) {
 	q := newQueue(0, nil)
 	q.acquire(context.Background())
-	if err := q.acquire(context.Background()); !errors.Is(err, errQueueFull) {
+	if err := q.acquire(context.Background()); AsError(err).Code != CodeQueueFull {
 		t.Fatalf("got %v, want errQueueFull", err)
 	}
 }

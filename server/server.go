@@ -72,6 +72,10 @@ type Config struct {
 	// MaxQueue is how many requests may wait per model behind the running
 	// one (0: DefaultMaxQueue; negative: none may wait).
 	MaxQueue int
+	// KeepAlive is how often a streamed request waiting for its model
+	// gets a keep-alive frame (0: DefaultKeepAlive; negative: none, only
+	// the headers at once).
+	KeepAlive time.Duration
 	// MaxBodyBytes bounds a request body (0: DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	// MaxPrepareBytes bounds the bytes of prompt text being rendered and
