@@ -520,6 +520,7 @@ func TestSynthGemma4(t *testing.T) {
 func TestSynthHybridLoads(t *testing.T) {
 	g, _ := Like("qwen3.5-0.8b")
 	g.VocabSize, g.HiddenSize, g.IntermediateSize, g.Layers = 300, 64, 96, 4
+	g.BOS, g.EOS, g.Pad = -1, []int{299}, -1 // inside the smaller vocabulary
 	g.Heads, g.KVHeads, g.HeadDim = 2, 1, 32
 	g.Linear = &LinearAttention{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8, ConvKernel: 4}
 	g.Extra["layer_types"] = []string{"linear_attention", "linear_attention", "linear_attention", "full_attention"}
