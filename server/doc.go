@@ -17,10 +17,13 @@
 //
 //  1. register their routes in a method called from Server.routes, through
 //     Server.handle(pattern, errorWriter, flags, handler), which adds the
-//     request id, panic recovery, CORS, the API key check (unless flags
-//     has open), the body-size limit, metrics and the access log;
-//  2. decode the body with Server.readJSON (413 and 400 errors come back as
-//     *Error) and find the model with Server.Model (404 for an unknown id);
+//     request id, panic recovery, the Host and Origin checks against DNS
+//     rebinding and cross-site requests (guard.go: 403 before the body is
+//     read), CORS, the API key check (unless flags has open), the
+//     body-size limit and read deadline, metrics and the access log;
+//  2. decode the body with Server.readJSON (413, 408 and 400 errors come
+//     back as *Error) and find the model with Server.Model (404 for an
+//     unknown id);
 //  3. fill a Request: chat.Message values (Messages), tool definitions in
 //     the {"type":"function","function":{…}} shape (Tools), a ToolChoice,
 //     template Kwargs (enable_thinking, …), MaxTokens, Sample (start from
@@ -32,10 +35,13 @@
 //     Bounds are not checked here but by Prepare, the same on every
 //     dialect (validate.go); a dialect checks only its own message roles
 //     (checkRole);
-//  4. call Model.Prepare, which validates and renders (every error an
-//     *Error, 400 for the client's mistakes, naming the field); the
+//  4. call Model.PrepareContext, which validates and renders (every error
+//     an *Error, 400 for the client's mistakes, naming the field); the
 //     request's text is quoted for the template (quote.go), so that only
-//     the template's own markup becomes control tokens;
+//     the template's own markup becomes control tokens, and the bytes of
+//     prompt text being rendered and tokenized at once are bounded
+//     server-wide (admit.go), a prompt being refused as soon as it cannot
+//     fit the context;
 //  5. call Model.Generate(ctx, prepared, emit). Without emit (nil) it
 //     returns the whole Result; with emit it calls it with EventQueued
 //     and then EventKeepAlive while the request waits behind others

@@ -69,8 +69,8 @@ func forbiddenShape(t *testing.T, path, body string) {
 		}
 	default:
 		e, _ := v["error"].(map[string]any)
-		if e["code"] != CodeForbidden || e["message"] == "" {
-			t.Errorf("%s: want OpenAI's error with code %q, got %s", path, CodeForbidden, body)
+		if e["code"] != CodeForbidden || e["type"] != "permission_error" || e["message"] == "" {
+			t.Errorf("%s: want OpenAI's permission_error with code %q, got %s", path, CodeForbidden, body)
 		}
 	}
 }

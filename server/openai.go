@@ -38,6 +38,8 @@ func openaiErrorBody(e *Error) map[string]any {
 	switch e.Status {
 	case http.StatusUnauthorized:
 		typ = "authentication_error"
+	case http.StatusForbidden:
+		typ = "permission_error"
 	case http.StatusNotFound:
 		typ = "not_found_error"
 	case http.StatusTooManyRequests:
