@@ -36,10 +36,14 @@ func newServeCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [PATH]",
-		Short: "Serve a model over HTTP (OpenAI API)",
+		Short: "Serve a model over HTTP (OpenAI, Anthropic and Ollama APIs)",
 		Long: `Serve loads the model at PATH (with no PATH, lem-tiny, the small chat model
-built into lem) and answers the OpenAI API on --addr:
-POST /v1/chat/completions, /v1/completions and /v1/responses, GET /v1/models.
+built into lem) and answers three APIs on --addr:
+  OpenAI:    POST /v1/chat/completions, /v1/completions, /v1/responses;
+             GET /v1/models
+  Anthropic: POST /v1/messages, /v1/messages/count_tokens
+  Ollama:    POST /api/chat, /api/generate, /api/show;
+             GET /api/tags, /api/ps, /api/version
 GET /health and GET /metrics (Prometheus) are there too.
 
 Requests wait in a bounded queue (--max-queue) and run one at a time; the
