@@ -18,7 +18,7 @@ import (
 // in general.architecture, keeps the hyperparameters under "<arch>." keys
 // and names tensors its own way (token_embd, blk.N.attn_q, …). This file
 // maps both directions: reading a GGUF file as a Config and a Source of
-// Hugging Face-named tensors, and telling a writer (package lem/quant/convert)
+// Hugging Face-named tensors, and telling a writer (package lem/convert)
 // how to lay a Hugging Face model out for llama.cpp.
 //
 // Facts of llama.cpp's converter that matter here:

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"lem/compute"
-	"lem/quant/convert"
+	"lem/convert"
 )
 
 func newQuantCmd() *cobra.Command {

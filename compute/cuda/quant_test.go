@@ -9,13 +9,13 @@ import (
 	"testing"
 
 	"lem/compute"
+	"lem/convert"
 	"lem/engine"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/internal/half"
 	"lem/model"
 	"lem/quant"
-	"lem/quant/convert"
 )
 
 // mlxType returns an MLX affine dtype or fails the test.

@@ -50,7 +50,7 @@ func TestTokenizerRoundTrip(t *testing.T) {
 			var cases []refCase
 			for _, path := range []string{
 				filepath.Join(dir, "reference.json"),
-				filepath.Join("..", "..", "tokenizer", "testdata", "ordinary", name+".json"),
+				filepath.Join("..", "tokenizer", "testdata", "ordinary", name+".json"),
 			} {
 				raw, err := os.ReadFile(path)
 				if err != nil {
