@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/gguf"
 	"lem/model"
-	"lem/quant"
 	"lem/safetensors"
 )
 

@@ -18,9 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"lem/compute/quant"
 	"lem/internal/half"
 	"lem/model"
-	"lem/quant"
 	"lem/safetensors"
 )
 

@@ -13,10 +13,10 @@ import (
 
 	"lem/compute"
 	"lem/compute/cpu"
+	"lem/compute/quant"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
-	"lem/quant"
 	"lem/safetensors"
 )
 

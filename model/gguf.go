@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/gguf"
-	"lem/quant"
 )
 
 // GGUF files as llama.cpp writes them. A GGUF file names its architecture

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/internal/mmap"
-	"lem/quant"
 	"lem/safetensors"
 )
 

@@ -6,8 +6,8 @@ import (
 	"math"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/internal/half"
-	"lem/quant"
 )
 
 // toF32 decodes a stored float tensor into float32 values.

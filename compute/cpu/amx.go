@@ -8,8 +8,8 @@ import (
 	"unsafe"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/internal/half"
-	"lem/quant"
 )
 
 // Prefill on AMX. On CPUs with AMX-BF16 (Intel Sapphire Rapids and later),

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"lem/compute"
-	"lem/quant"
+	"lem/compute/quant"
 )
 
 // Backend is the CPU implementation of compute.Backend. Float32 tensors are

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/internal/half"
-	"lem/quant"
 )
 
 // randMLXWeights returns m×k random weights of the MLX affine type dt:

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"lem/compute"
-	"lem/quant"
+	"lem/compute/quant"
 )
 
 // Quantized matrix products. Weights of the block-quantized types stay in

@@ -10,8 +10,8 @@ import (
 	"unsafe"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/internal/mmap"
-	"lem/quant"
 )
 
 // Packed quantized weights. At load, the backend copies the 2-D Q8_0,

@@ -11,7 +11,7 @@ import (
 	"unsafe"
 
 	"lem/compute"
-	"lem/quant"
+	"lem/compute/quant"
 )
 
 func TestQpargsLayout(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"unsafe"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/internal/half"
-	"lem/quant"
 )
 
 // Block-quantized weights on the GPU.

@@ -9,13 +9,13 @@ import (
 	"testing"
 
 	"lem/compute"
+	"lem/compute/quant"
 	"lem/convert"
 	"lem/engine"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/internal/half"
 	"lem/model"
-	"lem/quant"
 )
 
 // mlxType returns an MLX affine dtype or fails the test.
