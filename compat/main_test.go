@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"lem/compute/cpu"
 	"lem/engine"
 	"lem/internal/fixtures"
 	"lem/server"
@@ -32,7 +33,7 @@ var (
 func chatModel(t *testing.T) *engine.Model {
 	t.Helper()
 	dir := fixtures.Dir(t, "chat-model")
-	modelOnce.Do(func() { model, modelErr = engine.Open(dir, engine.Options{}) })
+	modelOnce.Do(func() { model, modelErr = engine.Open(dir, engine.Options{Backend: cpu.New(0)}) })
 	if modelErr != nil {
 		t.Fatal(modelErr)
 	}
@@ -46,7 +47,7 @@ func chatModel(t *testing.T) *engine.Model {
 // size and digest of its embedded weights.
 func tinyModel(t *testing.T) *engine.Model {
 	t.Helper()
-	tinyOnce.Do(func() { tinyM, tinyErr = engine.OpenTiny(engine.Options{}) })
+	tinyOnce.Do(func() { tinyM, tinyErr = engine.OpenTiny(engine.Options{Backend: cpu.New(0)}) })
 	if tinyErr != nil {
 		t.Fatal(tinyErr)
 	}

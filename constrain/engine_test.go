@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"lem/chat"
+	"lem/compute/cpu"
 	"lem/constrain"
 	"lem/engine"
 	"lem/internal/fixtures"
@@ -24,7 +25,7 @@ var _ engine.Constraint = (*constrain.JSONState)(nil)
 // least never leave JSON.
 func TestEngineJSON(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
-	m, err := engine.Open(dir, engine.Options{})
+	m, err := engine.Open(dir, engine.Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lem/chat"
+	"lem/compute/cpu"
 	"lem/constrain"
 	"lem/engine"
 	"lem/internal/fixtures"
@@ -27,7 +28,7 @@ func openGrammarModel(t *testing.T) (*engine.Model, *constrain.Vocab) {
 	t.Helper()
 	dir := fixtures.Dir(t, "chat-model")
 	grammarOnce.Do(func() {
-		if grammarModel, grammarErr = engine.Open(dir, engine.Options{}); grammarErr != nil {
+		if grammarModel, grammarErr = engine.Open(dir, engine.Options{Backend: cpu.New(0)}); grammarErr != nil {
 			return
 		}
 		grammarVocab, grammarErr = constrain.NewVocab(grammarModel.Tokenizer)

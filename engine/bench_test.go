@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/internal/fixtures"
 )
 
@@ -24,7 +25,7 @@ func decodeFixtures() []string {
 // session when it is full. The step has run through a whole context and a
 // reset, so that every buffer has grown.
 func decodeLoop(tb testing.TB, path string) (step func()) {
-	m, err := Open(fixtures.Dir(tb, path), Options{})
+	m, err := Open(fixtures.Dir(tb, path), Options{Backend: cpu.New(0)})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"lem/compute"
+	"lem/compute/cpu"
 	"lem/compute/device"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
@@ -37,7 +38,7 @@ func openSlow(t testing.TB) *Model {
 	if _, err := synth.WriteGeometry(dir, g, synth.Options{Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Open(dir, Options{})
+	m, err := Open(dir, Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func (c *cancelAt) Err() error {
 // runs on the device LEM_TEST_DEVICE names, if any (see
 // TestConformanceOnDevice), else on the CPU.
 func TestAppendCancelKeepsState(t *testing.T) {
-	var b compute.Backend = defaultBackend()
+	var b compute.Backend = cpu.New(0)
 	tol := 1e-4
 	if spec := os.Getenv("LEM_TEST_DEVICE"); spec != "" {
 		d, desc, err := device.Open(spec, 0)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"lem/chat"
+	"lem/compute/cpu"
 	"lem/internal/fixtures"
 	"lem/model"
 )
@@ -40,7 +41,7 @@ func loadChatCases(t *testing.T, dir string) []chatCase {
 // trained chat model, through the engine's full path.
 func TestChatModel(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
-	m, err := Open(dir, Options{})
+	m, err := Open(dir, Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func checkChatCases(t *testing.T, m *Model, cases []chatCase) {
 
 func TestGenerateCancel(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
-	m, err := Open(dir, Options{})
+	m, err := Open(dir, Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestGenerateCancel(t *testing.T) {
 
 func TestContextExceeded(t *testing.T) {
 	dir := fixtures.Dir(t, "archs", "llama")
-	b := defaultBackend()
+	b := cpu.New(0)
 	m, err := model.OpenDir(dir, b)
 	if err != nil {
 		t.Fatal(err)

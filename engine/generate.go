@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"lem/compute/cpu"
 )
-
-func defaultBackend() *cpu.Backend { return cpu.New(0) }
 
 // Request is one generation.
 type Request struct {

@@ -31,7 +31,8 @@ type Model struct {
 
 // Options configure Open.
 type Options struct {
-	// Backend runs the model; nil means the CPU with all cores.
+	// Backend runs the model. It is required: the caller chooses the
+	// device (package compute/device turns a --device spec into one).
 	Backend compute.Backend
 	// DequantizeToF32 widens the block-quantized tensors of a GGUF file to
 	// F32 at load, for a backend that cannot compute with them natively
@@ -39,17 +40,20 @@ type Options struct {
 	DequantizeToF32 bool
 }
 
+// errNoBackend is the error of Open and OpenTiny without Options.Backend.
+var errNoBackend = errors.New("engine: no backend: Options.Backend is nil (package compute/device opens one)")
+
 // Open loads the model at path: a Hugging Face model directory, or a GGUF
 // file (the first part, for a split model) with its tokenizer and chat
 // templates from the file's metadata.
 func Open(path string, opts Options) (*Model, error) {
+	b := opts.Backend
+	if b == nil {
+		return nil, errNoBackend
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
-	}
-	b := opts.Backend
-	if b == nil {
-		b = defaultBackend()
 	}
 	if !st.IsDir() {
 		return openGGUF(path, b, opts)

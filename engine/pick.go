@@ -86,9 +86,10 @@ func (s *Sampler) sampleTop(c []candidate) int32 {
 }
 
 // StepKernels returns the kernel launches of the session's recorded decode
-// step, or 0 when none is recorded or the backend does not count them.
+// step, or 0 when none is recorded or the backend does not count them
+// (compute.KernelCounter).
 func (s *Session) StepKernels() int {
-	if g, ok := s.graph.(interface{ Kernels() int }); ok {
+	if g, ok := s.graph.(compute.KernelCounter); ok {
 		return g.Kernels()
 	}
 	return 0

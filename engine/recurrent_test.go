@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
@@ -31,7 +32,7 @@ func TestRecurrentReuse(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", tt.name)
-			b := defaultBackend()
+			b := cpu.New(0)
 			m, err := model.OpenDir(dir, b)
 			if err != nil {
 				t.Fatal(err)

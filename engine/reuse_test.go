@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/model"
@@ -18,7 +19,7 @@ func TestReuse(t *testing.T) {
 	for _, name := range []string{"qwen3", "gemma2"} {
 		t.Run(name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", name)
-			b := defaultBackend()
+			b := cpu.New(0)
 			m, err := model.OpenDir(dir, b)
 			if err != nil {
 				t.Fatal(err)
@@ -68,7 +69,7 @@ func TestReuse(t *testing.T) {
 
 func TestLogprobs(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
-	m, err := Open(dir, Options{})
+	m, err := Open(dir, Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func (c *onlyToken) Done() bool      { return c.seen >= c.n }
 
 func TestConstraint(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
-	m, err := Open(dir, Options{})
+	m, err := Open(dir, Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

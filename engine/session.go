@@ -15,14 +15,10 @@ import (
 // during prefill; it bounds the scratch memory of a session.
 const DefaultChunk = 256
 
-// prefillChunker is implemented by backends that prefer another prefill
-// chunk than DefaultChunk (the CUDA backend: its tensor cores want long
-// chunks).
-type prefillChunker interface{ PrefillChunk() int }
-
-// chunkFor returns the prefill chunk a session on b starts with.
+// chunkFor returns the prefill chunk a session on b starts with: the
+// backend's (compute.PrefillChunker) if it names one, else DefaultChunk.
 func chunkFor(b compute.Backend) int {
-	if c, ok := b.(prefillChunker); ok && c.PrefillChunk() > 0 {
+	if c, ok := b.(compute.PrefillChunker); ok && c.PrefillChunk() > 0 {
 		return c.PrefillChunk()
 	}
 	return DefaultChunk

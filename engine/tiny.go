@@ -19,7 +19,7 @@ import (
 func OpenTiny(opts Options) (*Model, error) {
 	b := opts.Backend
 	if b == nil {
-		b = defaultBackend()
+		return nil, errNoBackend
 	}
 	fail := func(file string, err error) (*Model, error) {
 		return nil, fmt.Errorf("%s: embedded %s: %w", tiny.Name, file, err)

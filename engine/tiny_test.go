@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/internal/fixtures"
 	"lem/safetensors"
 	"lem/tiny"
@@ -16,7 +17,7 @@ import (
 // copy, and checks that it loads as the fixture directory does.
 func TestOpenTiny(t *testing.T) {
 	dir := fixtures.Dir(t, "chat-model")
-	m, err := OpenTiny(Options{})
+	m, err := OpenTiny(Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestOpenTiny(t *testing.T) {
 	}
 	checkChatCases(t, m, loadChatCases(t, dir))
 
-	ref, err := Open(dir, Options{})
+	ref, err := Open(dir, Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestTinyFiles(t *testing.T) {
 func TestOpenTinyInPlace(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	m, err := OpenTiny(Options{})
+	m, err := OpenTiny(Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestOpenTinyInPlace(t *testing.T) {
 func BenchmarkOpenTiny(b *testing.B) {
 	b.Run("load", func(b *testing.B) {
 		for b.Loop() {
-			m, err := OpenTiny(Options{})
+			m, err := OpenTiny(Options{Backend: cpu.New(0)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -107,7 +108,7 @@ func BenchmarkOpenTiny(b *testing.B) {
 	})
 	b.Run("first-token", func(b *testing.B) {
 		for b.Loop() {
-			m, err := OpenTiny(Options{})
+			m, err := OpenTiny(Options{Backend: cpu.New(0)})
 			if err != nil {
 				b.Fatal(err)
 			}

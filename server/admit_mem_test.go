@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"lem/compute/cpu"
 	"lem/engine"
 	"lem/tiny"
 )
@@ -196,7 +197,7 @@ func mib(n int64) float64 { return float64(n) / (1 << 20) }
 // "limit=BYTES" (the model's weights and KV cache plus 1 GiB) and
 // "addr=HOST:PORT", and exits when its standard input closes.
 func serveChild(t *testing.T) {
-	m, err := engine.OpenTiny(engine.Options{})
+	m, err := engine.OpenTiny(engine.Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"lem/compute/cpu"
 	"lem/engine"
 )
 
@@ -41,7 +42,7 @@ const fuzzDeadline = 2 * time.Second
 // newFuzzServer serves lem-tiny as "chat" through Server.Handler.
 func newFuzzServer(tb testing.TB) (*Server, *Model) {
 	tb.Helper()
-	tinyOnce.Do(func() { tinyEng, tinyErr = engine.OpenTiny(engine.Options{}) })
+	tinyOnce.Do(func() { tinyEng, tinyErr = engine.OpenTiny(engine.Options{Backend: cpu.New(0)}) })
 	if tinyErr != nil {
 		tb.Fatal(tinyErr)
 	}

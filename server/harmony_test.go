@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"lem/chat"
+	"lem/compute/cpu"
 	"lem/engine"
 	"lem/synth"
 )
@@ -54,7 +55,7 @@ func newHarmonyServer(t *testing.T) (*Model, *httptest.Server) {
 	if _, err := synth.Write(dir, synth.Options{Like: "tiny", Tokenizer: tokDir, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
-	em, err := engine.Open(dir, engine.Options{})
+	em, err := engine.Open(dir, engine.Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/engine"
 	"lem/internal/fixtures"
 )
@@ -25,7 +26,7 @@ var (
 func openChatModel(t testing.TB) *engine.Model {
 	t.Helper()
 	dir := fixtures.Dir(t, "chat-model")
-	chatModelOnce.Do(func() { chatModel, chatModelErr = engine.Open(dir, engine.Options{}) })
+	chatModelOnce.Do(func() { chatModel, chatModelErr = engine.Open(dir, engine.Options{Backend: cpu.New(0)}) })
 	if chatModelErr != nil {
 		t.Fatal(chatModelErr)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"lem/compute/cpu"
 	"lem/engine"
 	"lem/synth"
 )
@@ -34,7 +35,7 @@ func newSlowServer(t *testing.T) (*Model, *httptest.Server) {
 	if _, err := synth.WriteGeometry(dir, g, synth.Options{Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	em, err := engine.Open(dir, engine.Options{})
+	em, err := engine.Open(dir, engine.Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute/cpu"
-	"lem/compute/cuda"
+	"lem/compute"
 	"lem/compute/device"
 	"lem/engine"
 	"lem/gguf"
-	"lem/internal/mmap"
 	"lem/model"
 	"lem/safetensors"
 )
@@ -195,14 +193,18 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	if err != nil {
 		return nil, err
 	}
-	rep := &benchReport{Model: path, Backend: "cpu", Device: desc, Threads: o.threads, BandwidthMethod: "streaming read"}
-	gpu, onGPU := backend.(*cuda.Backend)
-	if c, ok := backend.(*cpu.Backend); ok {
-		rep.Threads = c.Threads()
+	if c, ok := backend.(io.Closer); ok {
+		defer c.Close()
 	}
-	if onGPU {
-		rep.Backend, rep.Threads, rep.BandwidthMethod = "cuda", 0, "device copy"
-		defer gpu.Close()
+	meter, ok := backend.(compute.BandwidthMeter)
+	if !ok {
+		return nil, fmt.Errorf("backend %s cannot measure its memory bandwidth", backend.Name())
+	}
+	// A backend on the host's threads is the CPU; the other one is CUDA.
+	rep := &benchReport{Model: path, Backend: "cuda", Device: desc, BandwidthMethod: meter.BandwidthMethod()}
+	host, onHost := backend.(compute.Threader)
+	if onHost {
+		rep.Backend, rep.Threads = "cpu", host.Threads()
 	}
 
 	tOpen := time.Now()
@@ -328,20 +330,19 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	// Linux allows; elsewhere only the last measurement, after the tests,
 	// is taken).
 	var peak int64
-	paired := !onGPU && canResetPeakRSS()
+	paired := onHost && canResetPeakRSS()
 	bandwidth := func() (float64, error) {
 		peak = max(peak, peakRSS())
-		if onGPU {
-			bps, err := gpu.CopyBandwidth(rep.MemBufferBytes)
-			return bps / 1e9, err
+		bps, err := meter.MemoryBandwidth(rep.MemBufferBytes)
+		if err != nil {
+			return 0, fmt.Errorf("memory bandwidth baseline: %w", err)
 		}
-		bw, err := memBandwidth(int(rep.MemBufferBytes), rep.Threads)
-		if err == nil && paired {
+		if paired {
 			if err := resetPeakRSS(); err != nil {
 				return 0, fmt.Errorf("peak resident set: %w", err)
 			}
 		}
-		return bw, err
+		return bps / 1e9, nil
 	}
 	run := func(name string, np, ng int, once func(int) (time.Duration, error)) error {
 		if o.depth > 0 {
@@ -516,34 +517,6 @@ func elements(shape []int) int64 {
 		n *= int64(d)
 	}
 	return n
-}
-
-// memBandwidth measures the streaming-read bandwidth over a buffer of size
-// bytes with the given threads: the best of several passes, in 10^9 bytes
-// per second. The buffer lives in huge-page memory when the kernel allows,
-// so that the baseline is the fastest the machine reads, whichever way the
-// weights were loaded.
-func memBandwidth(size, threads int) (float64, error) {
-	buf, err := mmap.Anon(size)
-	if err != nil {
-		return 0, fmt.Errorf("memory bandwidth baseline: %w", err)
-	}
-	defer mmap.Free(buf)
-	for i := 0; i < len(buf); i += 4096 {
-		buf[i] = byte(i>>12) | 1 // back every page with memory
-	}
-	pool := cpu.NewPool(threads)
-	defer pool.Close()
-	cpu.StreamRead(buf, pool)
-	best := 0.0
-	for range 5 {
-		t0 := time.Now()
-		cpu.StreamRead(buf, pool)
-		if s := time.Since(t0).Seconds(); s > 0 {
-			best = max(best, float64(size)/s/1e9)
-		}
-	}
-	return best, nil
 }
 
 // meanStddev returns the mean and the sample standard deviation (0 for one

@@ -34,7 +34,7 @@ func TestBenchCmdJSON(t *testing.T) {
 	g, _ := synth.Like("tiny")
 	bf16, _ := synth.ParseDType("bf16")
 	switch {
-	case rep.Model != dir || rep.ModelType != "qwen3" || rep.Backend != "cpu" || rep.Threads != 2:
+	case rep.Model != dir || rep.ModelType != "qwen3" || rep.Backend != "cpu" || rep.Threads != 2 || rep.BandwidthMethod != "streaming read":
 		t.Errorf("header fields: %+v", rep)
 	case rep.Params != g.Params() || rep.SizeBytes != g.Bytes(bf16):
 		t.Errorf("params %d size %d, want %d and %d", rep.Params, rep.SizeBytes, g.Params(), g.Bytes(bf16))

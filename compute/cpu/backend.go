@@ -67,8 +67,10 @@ func New(threads int) *Backend {
 }
 
 var (
-	_ compute.Backend       = (*Backend)(nil)
-	_ compute.Interruptible = (*Backend)(nil)
+	_ compute.Backend        = (*Backend)(nil)
+	_ compute.Interruptible  = (*Backend)(nil)
+	_ compute.Threader       = (*Backend)(nil)
+	_ compute.BandwidthMeter = (*Backend)(nil)
 )
 
 // SetInterrupt implements compute.Interruptible. The matrix products,
@@ -82,7 +84,7 @@ func (b *Backend) stopped() bool { return b.stop != nil && b.stop.Load() }
 // Name implements compute.Backend.
 func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads, %s)", b.threads, Level()) }
 
-// Threads returns the number of worker threads.
+// Threads implements compute.Threader: the number of worker threads.
 func (b *Backend) Threads() int { return b.threads }
 
 func f32(t *compute.Tensor) []float32 { return t.Buf.([]float32) }

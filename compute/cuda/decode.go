@@ -71,8 +71,20 @@ func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
 // across up to argmaxSplits blocks (argmax_split).
 const argmaxSplitMin, argmaxSplits = 8192, 128
 
-// Kernels returns the number of kernel launches the graph replays.
+var (
+	_ compute.KernelCounter  = (*Graph)(nil)
+	_ compute.BandwidthMeter = (*Backend)(nil)
+)
+
+// Kernels implements compute.KernelCounter: the number of kernel launches
+// the graph replays.
 func (g *Graph) Kernels() int { return g.kernels }
+
+// MemoryBandwidth implements compute.BandwidthMeter with CopyBandwidth.
+func (b *Backend) MemoryBandwidth(size int64) (float64, error) { return b.CopyBandwidth(size) }
+
+// BandwidthMethod implements compute.BandwidthMeter.
+func (b *Backend) BandwidthMethod() string { return "device copy" }
 
 // CopyBandwidth measures the device's memory bandwidth with device-to-device
 // copies of size bytes (bytes read plus bytes written per second, the best

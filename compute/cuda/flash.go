@@ -174,8 +174,10 @@ func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCac
 	return true
 }
 
-// PrefillChunk is the prefill chunk the backend asks sessions for
-// (engine.Session): the tensor cores need long chunks to be busy. On
+var _ compute.PrefillChunker = (*Backend)(nil)
+
+// PrefillChunk implements compute.PrefillChunker: the prefill chunk the
+// backend asks sessions for (engine.Session): the tensor cores need long chunks to be busy. On
 // llama-3.1-8b's geometry a 4096-token prompt prefills at 18.6k tok/s in
 // chunks of 256 and 29.7k tok/s in chunks of 1024 (BenchmarkPrefill8B);
 // longer chunks gain little more and cost scratch memory.
