@@ -34,6 +34,10 @@ type Options struct {
 	// Backend runs the model. It is required: the caller chooses the
 	// device (package compute/device turns a --device spec into one).
 	Backend compute.Backend
+	// NoMmap reads the weight files into memory (transparent huge pages
+	// where the kernel allows) instead of mapping them: slower to start,
+	// faster to decode on the CPU (lem's --no-mmap).
+	NoMmap bool
 	// DequantizeToF32 widens the block-quantized tensors of a GGUF file to
 	// F32 at load, for a backend that cannot compute with them natively
 	// (see model.GGUFOptions). It multiplies their memory by up to eight.
@@ -58,7 +62,7 @@ func Open(path string, opts Options) (*Model, error) {
 	if !st.IsDir() {
 		return openGGUF(path, b, opts)
 	}
-	loaded, err := model.OpenDir(path, b)
+	loaded, err := model.OpenDirWith(path, b, model.OpenOptions{NoMmap: opts.NoMmap})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +89,7 @@ func Open(path string, opts Options) (*Model, error) {
 
 // openGGUF loads a GGUF model file.
 func openGGUF(path string, b compute.Backend, opts Options) (*Model, error) {
-	f, err := gguf.Open(path)
+	f, err := gguf.OpenWith(path, gguf.OpenOptions{NoMmap: opts.NoMmap})
 	if err != nil {
 		return nil, err
 	}

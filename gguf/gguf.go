@@ -361,19 +361,30 @@ func (f *File) checkTensors(p int) error {
 // part of a split model (its split.count is above 1 and its name ends in
 // -NNNNN-of-NNNNN.gguf), every part is opened and the File presents their
 // tensors as one set. Close the File to unmap it.
-func Open(name string) (*File, error) {
-	f, err := openOne(name)
+func Open(name string) (*File, error) { return OpenWith(name, OpenOptions{}) }
+
+// OpenOptions configure OpenWith.
+type OpenOptions struct {
+	// NoMmap reads the file, or every file of a split model, into memory
+	// (transparent huge pages where the kernel allows) instead of mapping
+	// it: slower to start, faster to stream on the CPU.
+	NoMmap bool
+}
+
+// OpenWith is Open with options.
+func OpenWith(name string, opts OpenOptions) (*File, error) {
+	f, err := openOne(name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if c, ok := f.Uint(KeySplitCount); ok && c > 1 {
-		return openSplit(f, c)
+		return openSplit(f, c, opts)
 	}
 	return f, nil
 }
 
-func openOne(name string) (*File, error) {
-	m, err := mmap.Open(name)
+func openOne(name string, opts OpenOptions) (*File, error) {
+	m, err := mmap.OpenWith(name, mmap.Options{NoMmap: opts.NoMmap})
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}

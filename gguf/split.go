@@ -18,7 +18,7 @@ func SplitPath(prefix string, no, count int) string {
 
 // openSplit opens the other files of the split model that first belongs to
 // and merges them into one File. It takes ownership of first.
-func openSplit(first *File, count uint64) (_ *File, err error) {
+func openSplit(first *File, count uint64, opts OpenOptions) (_ *File, err error) {
 	var opened []*File
 	defer func() {
 		if err != nil {
@@ -48,7 +48,7 @@ func openSplit(first *File, count uint64) (_ *File, err error) {
 			files[i] = first
 			continue
 		}
-		p, err := openOne(SplitPath(prefix, i, int(count)))
+		p, err := openOne(SplitPath(prefix, i, int(count)), opts)
 		if err != nil {
 			return nil, fmt.Errorf("gguf: opening file %d of split model %s: %w", i+1, first.Name, err)
 		}

@@ -151,3 +151,44 @@ func TestSplitErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestSplitNoMmap(t *testing.T) {
+	if _, err := os.Stat("/proc/self/maps"); err != nil {
+		t.Skipf("no file mappings to look at: %v", err)
+	}
+	prefix := writeSplit(t, 2, nil)
+	mapsFile := func(path string) bool {
+		raw, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		path, err = filepath.EvalSymlinks(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(raw)) {
+			if strings.HasSuffix(strings.TrimRight(line, "\n"), " "+path) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, noMmap := range []bool{false, true} {
+		f, err := OpenWith(SplitPath(prefix, 0, 2), OpenOptions{NoMmap: noMmap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for no := range 2 {
+			if mapped := mapsFile(SplitPath(prefix, no, 2)); mapped == noMmap {
+				t.Errorf("NoMmap %v: part %d mapped: %v", noMmap, no+1, mapped)
+			}
+		}
+		for i, st := range sampleTensors() {
+			ti, data, ok := f.Tensor(st.name)
+			if !ok || !bytes.Equal(data, tensorBytes(i, int(ti.Size()))) {
+				t.Errorf("NoMmap %v: tensor %s missing or different", noMmap, st.name)
+			}
+		}
+		must(t, f.Close())
+	}
+}

@@ -59,6 +59,19 @@ func (l *Loaded) Close() error {
 // quantized layout, see mlx.go) loads with its quantized weights as MLX
 // affine dtypes.
 func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
+	return OpenDirWith(dir, b, OpenOptions{})
+}
+
+// OpenOptions configure OpenDirWith.
+type OpenOptions struct {
+	// NoMmap reads the weight files into memory (transparent huge pages
+	// where the kernel allows) instead of mapping them: slower to start,
+	// faster to decode on the CPU (lem's --no-mmap).
+	NoMmap bool
+}
+
+// OpenDirWith is OpenDir with options.
+func OpenDirWith(dir string, b compute.Backend, opts OpenOptions) (*Loaded, error) {
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -68,7 +81,7 @@ func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
 		_, err := Load(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	src, err := openSource(dir, cfg)
+	src, err := openSource(dir, cfg, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -95,11 +108,11 @@ func OpenSource(dir string) (*DirSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openSource(dir, cfg)
+	return openSource(dir, cfg, OpenOptions{})
 }
 
-func openSource(dir string, cfg *Config) (*DirSource, error) {
-	st, err := safetensors.OpenDir(dir)
+func openSource(dir string, cfg *Config, opts OpenOptions) (*DirSource, error) {
+	st, err := safetensors.OpenDirWith(dir, safetensors.OpenOptions{NoMmap: opts.NoMmap})
 	if err != nil {
 		return nil, err
 	}

@@ -31,12 +31,15 @@ type Dir struct {
 // model.safetensors.index.json is present, every shard named in its
 // weight_map is opened and every tensor it lists must be in its shard;
 // otherwise dir must hold model.safetensors. Close releases all shards.
-func OpenDir(dir string) (*Dir, error) {
+func OpenDir(dir string) (*Dir, error) { return OpenDirWith(dir, OpenOptions{}) }
+
+// OpenDirWith is OpenDir with options, which apply to every shard.
+func OpenDirWith(dir string, opts OpenOptions) (*Dir, error) {
 	indexPath := filepath.Join(dir, IndexFile)
 	raw, err := os.ReadFile(indexPath)
 	switch {
 	case err == nil:
-		return openSharded(dir, indexPath, raw)
+		return openSharded(dir, indexPath, raw, opts)
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
@@ -44,7 +47,7 @@ func OpenDir(dir string) (*Dir, error) {
 	if _, err := os.Stat(single); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("safetensors: %s: neither %s nor %s found", dir, SingleFile, IndexFile)
 	}
-	f, err := Open(single)
+	f, err := OpenWith(single, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +63,7 @@ type shardIndex struct {
 	WeightMap map[string]string `json:"weight_map"`
 }
 
-func openSharded(dir, indexPath string, raw []byte) (_ *Dir, err error) {
+func openSharded(dir, indexPath string, raw []byte, opts OpenOptions) (_ *Dir, err error) {
 	var idx shardIndex
 	if err := json.Unmarshal(raw, &idx); err != nil {
 		return nil, &FormatError{File: indexPath, Msg: "bad index JSON", Err: err}
@@ -90,7 +93,7 @@ func openSharded(dir, indexPath string, raw []byte) (_ *Dir, err error) {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("safetensors: %s: shard %s (holding tensor %q and %d more) is missing: %w", indexPath, shard, tensors[0], len(tensors)-1, err)
 		}
-		f, err := Open(path)
+		f, err := OpenWith(path, opts)
 		if err != nil {
 			return nil, err
 		}

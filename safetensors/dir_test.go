@@ -197,3 +197,47 @@ func TestOpenDirSingle(t *testing.T) {
 		t.Errorf("OpenDir(corrupt single file) = %v, want a FormatError naming the file", err)
 	}
 }
+
+// mapsFile reports whether the process maps the file at path, from
+// /proc/self/maps.
+func mapsFile(t *testing.T, path string) bool {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no file mappings to look at: %v", err)
+	}
+	path, err = filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if strings.HasSuffix(strings.TrimRight(line, "\n"), " "+path) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestOpenDirNoMmap(t *testing.T) {
+	dir := shardedDir(t)
+	shards := []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+	for _, noMmap := range []bool{false, true} {
+		d, err := OpenDirWith(dir, OpenOptions{NoMmap: noMmap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, shard := range shards {
+			if mapped := mapsFile(t, filepath.Join(dir, shard)); mapped == noMmap {
+				t.Errorf("NoMmap %v: %s mapped: %v", noMmap, shard, mapped)
+			}
+		}
+		for _, tn := range sampleTensors() {
+			if got, ok := d.Tensor(tn.Name); !ok || !slices.Equal(got.Data, tn.Data) {
+				t.Errorf("NoMmap %v: Tensor(%q) = %v, %v", noMmap, tn.Name, got, ok)
+			}
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

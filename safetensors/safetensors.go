@@ -276,10 +276,21 @@ type File struct {
 	metadata map[string]string
 }
 
+// OpenOptions configure OpenWith and OpenDirWith.
+type OpenOptions struct {
+	// NoMmap reads the files into memory (transparent huge pages where the
+	// kernel allows) instead of mapping them: slower to start, faster to
+	// stream on the CPU.
+	NoMmap bool
+}
+
 // Open memory-maps and parses the safetensors file at path. Close releases
 // the mapping.
-func Open(path string) (*File, error) {
-	mm, err := mmap.Open(path)
+func Open(path string) (*File, error) { return OpenWith(path, OpenOptions{}) }
+
+// OpenWith is Open with options.
+func OpenWith(path string, opts OpenOptions) (*File, error) {
+	mm, err := mmap.OpenWith(path, mmap.Options{NoMmap: opts.NoMmap})
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: open: %w", err)
 	}

@@ -106,6 +106,7 @@ type benchOptions struct {
 	memMiB                     int
 	device                     string
 	hostSampling               bool
+	noMmap                     bool // read the weights into memory (--no-mmap)
 	asJSON                     bool
 	cpuProfile                 string    // file for a CPU profile of the timed tests; "": none
 	progress                   io.Writer // receives a line per repetition; nil: none
@@ -172,6 +173,7 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up; the bandwidth reads between decode repetitions show under cpu.StreamRead) to this file")
 	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
+	registerNoMmap(fs, &o.noMmap)
 	return cmd
 }
 
@@ -208,7 +210,7 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	}
 
 	tOpen := time.Now()
-	m, err := engine.Open(path, engine.Options{Backend: backend})
+	m, err := engine.Open(path, engine.Options{Backend: backend, NoMmap: o.noMmap})
 	if err != nil {
 		return nil, err
 	}

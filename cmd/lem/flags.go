@@ -24,8 +24,14 @@ type runFlags struct {
 func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.threads, "threads", 0, "CPU threads (0: all cores)")
 	fs.IntVar(&f.ctx, "ctx", 0, "context length in tokens (0: the model's, at most 8192)")
-	fs.BoolVar(&f.noMmap, "no-mmap", os.Getenv("LEM_NO_MMAP") != "", "read weights into memory (transparent huge pages) instead of mapping the file: slower to start, faster to decode on the CPU (env LEM_NO_MMAP)")
+	registerNoMmap(fs, &f.noMmap)
 	fs.StringVar(&f.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
+}
+
+// registerNoMmap registers --no-mmap, whose default is on when the
+// environment sets LEM_NO_MMAP (to anything but the empty string).
+func registerNoMmap(fs *pflag.FlagSet, noMmap *bool) {
+	fs.BoolVar(noMmap, "no-mmap", os.Getenv("LEM_NO_MMAP") != "", "read weights into memory (transparent huge pages) instead of mapping the file: slower to start, faster to decode on the CPU (env LEM_NO_MMAP)")
 }
 
 // open loads the model at path with the flags' backend.
@@ -40,9 +46,6 @@ func (f *runFlags) open(path string) (*engine.Model, error) {
 // options picks the backend --device names and says which on standard
 // error.
 func (f *runFlags) options() (engine.Options, error) {
-	if f.noMmap {
-		os.Setenv("LEM_NO_MMAP", "1") // read by internal/mmap for every model file
-	}
 	b, desc, err := device.Open(f.device, f.threads)
 	if err != nil {
 		return engine.Options{}, err
@@ -50,7 +53,7 @@ func (f *runFlags) options() (engine.Options, error) {
 	if !f.quiet {
 		fmt.Fprintln(os.Stderr, "lem: device", desc)
 	}
-	return engine.Options{Backend: b}, nil
+	return engine.Options{Backend: b, NoMmap: f.noMmap}, nil
 }
 
 // openModelArg opens the model a verb's optional PATH argument names: the

@@ -17,10 +17,19 @@ type File struct {
 	Data []byte
 }
 
+// Options configure OpenWith.
+type Options struct {
+	// NoMmap reads the file into anonymous memory (see readAnon) instead
+	// of mapping it: lem's --no-mmap.
+	NoMmap bool
+}
+
 // Open maps the named file read-only. An empty file maps to an empty slice.
-// With LEM_NO_MMAP set (lem's --no-mmap), it reads the file into anonymous
-// memory instead (see readAnon).
-func Open(name string) (*File, error) {
+func Open(name string) (*File, error) { return OpenWith(name, Options{}) }
+
+// OpenWith is Open with options: with opts.NoMmap it reads the file into
+// anonymous memory instead of mapping it.
+func OpenWith(name string, opts Options) (*File, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
@@ -37,7 +46,7 @@ func Open(name string) (*File, error) {
 	if int64(int(size)) != size {
 		return nil, fmt.Errorf("mmap %s: file too large (%d bytes)", name, size)
 	}
-	if os.Getenv("LEM_NO_MMAP") != "" {
+	if opts.NoMmap {
 		return readAnon(f, name, int(size))
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)

@@ -13,14 +13,27 @@ func TestOpen(t *testing.T) {
 	if err := os.WriteFile(path, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, noMmap := range []string{"", "1"} {
-		t.Setenv("LEM_NO_MMAP", noMmap)
-		f, err := Open(path)
+	// The environment no longer chooses: LEM_NO_MMAP is the command's
+	// default for --no-mmap, which travels as Options.NoMmap.
+	t.Setenv("LEM_NO_MMAP", "1")
+	for _, tc := range []struct {
+		name   string
+		open   func() (*File, error)
+		mapped bool
+	}{
+		{"Open", func() (*File, error) { return Open(path) }, true},
+		{"OpenWith", func() (*File, error) { return OpenWith(path, Options{}) }, true},
+		{"OpenWith NoMmap", func() (*File, error) { return OpenWith(path, Options{NoMmap: true}) }, false},
+	} {
+		f, err := tc.open()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(f.Data, want) {
-			t.Errorf("LEM_NO_MMAP=%q: data differs", noMmap)
+			t.Errorf("%s: data differs", tc.name)
+		}
+		if got := mapped.contains(f.Data); got != tc.mapped {
+			t.Errorf("%s: file mapping %v, want %v", tc.name, got, tc.mapped)
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
