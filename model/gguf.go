@@ -712,10 +712,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		// llama.cpp scales queries by 1/√head_dim, except for the 27B
 		// models (46 and 62 layers), which use 1/√(hidden/heads). A file
 		// that says otherwise carries attention.scale.
-		c.QueryPreAttnScalar = float64(c.HeadDim)
-		if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
-			c.QueryPreAttnScalar = float64(c.HiddenSize / c.NumAttentionHeads)
-		}
+		c.QueryPreAttnScalar = llamaCppGemmaQueryScalar(arch, c)
 		if hasScale && attnScale > 0 {
 			c.QueryPreAttnScalar = 1 / (attnScale * attnScale)
 		}
@@ -1353,6 +1350,10 @@ func (l *GGUFLayout) metadata() error {
 	case "gemma2", "gemma3":
 		if c.QueryPreAttnScalar > 0 {
 			f32("attention.scale", 1/math.Sqrt(c.QueryPreAttnScalar))
+			if want := llamaCppGemmaQueryScalar(l.Arch, c); c.QueryPreAttnScalar != want {
+				l.Warnings = append(l.Warnings, fmt.Sprintf("query_pre_attn_scalar %g differs from %g: written as %s.attention.scale, which llama.cpp ignores (its %s scales queries by 1/√head_dim, by 1/√(hidden_size/num_attention_heads) for the 27B model, chosen by layer count)",
+					c.QueryPreAttnScalar, want, l.Arch, l.Arch))
+			}
 		}
 	case "smollm3":
 		for i := range c.NumHiddenLayers {
@@ -1396,6 +1397,16 @@ func (l *GGUFLayout) metadata() error {
 	return l.slidingKeys(u32)
 }
 
+// llamaCppGemmaQueryScalar returns the query_pre_attn_scalar llama.cpp's
+// gemma2 and gemma3 use whatever the file says: hidden_size/heads for the
+// 27B models (46 and 62 layers), head_dim otherwise.
+func llamaCppGemmaQueryScalar(arch string, c *Config) float64 {
+	if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
+		return float64(c.HiddenSize / c.NumAttentionHeads)
+	}
+	return float64(c.HeadDim)
+}
+
 // slidingKeys writes the sliding window and, when the layers that use it
 // are not the family's default, the per-layer pattern.
 func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
@@ -1414,6 +1425,10 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		return nil
 	}
 	u32("attention.sliding_window", c.SlidingWindow)
+	if l.Arch == "phi3" {
+		l.Warnings = append(l.Warnings, fmt.Sprintf("sliding_window %d: written as phi3.attention.sliding_window, which llama.cpp ignores since May 2025 (its phi3 attends to the whole context, so it computes differently from position %d on)",
+			c.SlidingWindow, c.SlidingWindow))
+	}
 	def := true
 	for i, s := range pattern {
 		if s != (l.fam.swaPeriod == 0 || (i+1)%l.fam.swaPeriod != 0) {
