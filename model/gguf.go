@@ -1332,6 +1332,9 @@ func (l *GGUFLayout) metadata() error {
 	}
 	if local, ok := c.RopeByLayerType[SlidingAttention]; ok && l.Arch == "gemma3" {
 		f32("rope.freq_base_swa", local.Theta)
+		if local.Theta != 10000 {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("sliding layers' rope_theta %g: written as gemma3.rope.freq_base_swa, which llama.cpp ignores (its gemma3 rotates sliding layers with base 10000)", local.Theta))
+		}
 	}
 	if c.FinalLogitSoftcapping > 0 {
 		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
@@ -1425,9 +1428,14 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		return nil
 	}
 	u32("attention.sliding_window", c.SlidingWindow)
-	if l.Arch == "phi3" {
-		l.Warnings = append(l.Warnings, fmt.Sprintf("sliding_window %d: written as phi3.attention.sliding_window, which llama.cpp ignores since May 2025 (its phi3 attends to the whole context, so it computes differently from position %d on)",
-			c.SlidingWindow, c.SlidingWindow))
+	windowed := llamaCppWindowed[l.Arch]
+	if !windowed {
+		since := ""
+		if l.Arch == "phi3" {
+			since = " since May 2025"
+		}
+		l.Warnings = append(l.Warnings, fmt.Sprintf("sliding_window %d: written as %s.attention.sliding_window, which llama.cpp's %s ignores%s (it attends to the whole context, so it computes differently from position %d on)",
+			c.SlidingWindow, l.Arch, l.Arch, since, c.SlidingWindow))
 	}
 	def := true
 	for i, s := range pattern {
@@ -1437,9 +1445,18 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 	}
 	if !def {
 		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".attention.sliding_window_pattern", Value: gguf.Array(pattern)})
+		if windowed {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("layer_types: the sliding layers differ from llama.cpp's fixed pattern for %s; written as %s.attention.sliding_window_pattern, which llama.cpp does not read",
+				l.Arch, l.Arch))
+		}
 	}
 	return nil
 }
+
+// llamaCppWindowed lists the GGUF architectures among lem's whose
+// attention.sliding_window llama.cpp applies (as of September 2025); the
+// others attend to the whole context whatever the key says.
+var llamaCppWindowed = map[string]bool{"gemma2": true, "gemma3": true, "gemma3n": true, "olmo2": true, "gpt-oss": true}
 
 // llama3FreqFactors computes rope_freqs.weight for Llama 3 rope scaling as
 // llama.cpp's converter does: per rotated pair, 1 for short wavelengths,

@@ -445,15 +445,22 @@ func TestGGUFLayoutWarnings(t *testing.T) {
 		json    string // used when fixture is empty
 		want    []string
 	}{
-		// llama.cpp ignores phi3's window (since May 2025), qwen3moe's
-		// window and expert_weights_norm, and gemma's attention.scale.
+		// llama.cpp ignores the window of llama (mistral), phi3 (since May
+		// 2025) and qwen3moe, qwen3moe's expert_weights_norm, gemma's
+		// attention.scale, and gemma3's freq_base_swa and pattern.
 		{fixture: "phi3", want: []string{"sliding_window 8", "phi3.attention.sliding_window"}},
+		{fixture: "mistral", want: []string{"sliding_window 8", "llama.attention.sliding_window"}},
 		{fixture: "qwen3_moe", want: []string{"norm_topk_prob", "sliding_window"}},
 		{fixture: "gemma3_text", want: []string{"query_pre_attn_scalar 256", "gemma3.attention.scale"}},
 		{fixture: "gemma2", want: []string{"query_pre_attn_scalar 256", "gemma2.attention.scale"}},
+		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"sliding_window":8,"rope_parameters":{"full_attention":{"rope_theta":1e6},"sliding_attention":{"rope_theta":2e4}}}`,
+			want: []string{"rope_theta 20000", "gemma3.rope.freq_base_swa"}},
+		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"sliding_window":8,"layer_types":["full_attention","sliding_attention"]}`,
+			want: []string{"layer_types", "gemma3.attention.sliding_window_pattern"}},
 		{fixture: "llama"},
-		{fixture: "mistral"},
+		{fixture: "qwen2"},
 		{fixture: "qwen3"},
+		{fixture: "gpt_oss"},
 		{json: `{"model_type":"phi3","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1}`},
 		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"query_pre_attn_scalar":16,"sliding_window":8}`},
 		// The 27B's 62 layers take hidden_size/heads in llama.cpp.
