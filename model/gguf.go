@@ -1354,8 +1354,8 @@ func (l *GGUFLayout) metadata() error {
 		if c.QueryPreAttnScalar > 0 {
 			f32("attention.scale", 1/math.Sqrt(c.QueryPreAttnScalar))
 			if want := llamaCppGemmaQueryScalar(l.Arch, c); c.QueryPreAttnScalar != want {
-				l.Warnings = append(l.Warnings, fmt.Sprintf("query_pre_attn_scalar %g differs from %g: written as %s.attention.scale, which llama.cpp ignores (its %s scales queries by 1/√head_dim, by 1/√(hidden_size/num_attention_heads) for the 27B model, chosen by layer count)",
-					c.QueryPreAttnScalar, want, l.Arch, l.Arch))
+				l.Warnings = append(l.Warnings, fmt.Sprintf("query_pre_attn_scalar %g: written as %s.attention.scale, which llama.cpp ignores (its %s scales queries by 1/√%g: 1/√head_dim, or 1/√(hidden_size/num_attention_heads) for the 27B model, told by its layer count)",
+					c.QueryPreAttnScalar, l.Arch, l.Arch, want))
 			}
 		}
 	case "smollm3":
