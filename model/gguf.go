@@ -712,10 +712,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 		// llama.cpp scales queries by 1/√head_dim, except for the 27B
 		// models (46 and 62 layers), which use 1/√(hidden/heads). A file
 		// that says otherwise carries attention.scale.
-		c.QueryPreAttnScalar = float64(c.HeadDim)
-		if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
-			c.QueryPreAttnScalar = float64(c.HiddenSize / c.NumAttentionHeads)
-		}
+		c.QueryPreAttnScalar = llamaCppGemmaQueryScalar(arch, c)
 		if hasScale && attnScale > 0 {
 			c.QueryPreAttnScalar = 1 / (attnScale * attnScale)
 		}
@@ -1335,6 +1332,9 @@ func (l *GGUFLayout) metadata() error {
 	}
 	if local, ok := c.RopeByLayerType[SlidingAttention]; ok && l.Arch == "gemma3" {
 		f32("rope.freq_base_swa", local.Theta)
+		if local.Theta != 10000 {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("sliding layers' rope_theta %g: written as gemma3.rope.freq_base_swa, which llama.cpp ignores (its gemma3 rotates sliding layers with base 10000)", local.Theta))
+		}
 	}
 	if c.FinalLogitSoftcapping > 0 {
 		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
@@ -1353,6 +1353,10 @@ func (l *GGUFLayout) metadata() error {
 	case "gemma2", "gemma3":
 		if c.QueryPreAttnScalar > 0 {
 			f32("attention.scale", 1/math.Sqrt(c.QueryPreAttnScalar))
+			if want := llamaCppGemmaQueryScalar(l.Arch, c); c.QueryPreAttnScalar != want {
+				l.Warnings = append(l.Warnings, fmt.Sprintf("query_pre_attn_scalar %g: written as %s.attention.scale, which llama.cpp ignores (its %s scales queries by 1/√%g: 1/√head_dim, or 1/√(hidden_size/num_attention_heads) for the 27B model, told by its layer count)",
+					c.QueryPreAttnScalar, l.Arch, l.Arch, want))
+			}
 		}
 	case "smollm3":
 		for i := range c.NumHiddenLayers {
@@ -1396,6 +1400,16 @@ func (l *GGUFLayout) metadata() error {
 	return l.slidingKeys(u32)
 }
 
+// llamaCppGemmaQueryScalar returns the query_pre_attn_scalar llama.cpp's
+// gemma2 and gemma3 use whatever the file says: hidden_size/heads for the
+// 27B models (46 and 62 layers), head_dim otherwise.
+func llamaCppGemmaQueryScalar(arch string, c *Config) float64 {
+	if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
+		return float64(c.HiddenSize / c.NumAttentionHeads)
+	}
+	return float64(c.HeadDim)
+}
+
 // slidingKeys writes the sliding window and, when the layers that use it
 // are not the family's default, the per-layer pattern.
 func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
@@ -1414,6 +1428,15 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		return nil
 	}
 	u32("attention.sliding_window", c.SlidingWindow)
+	windowed := llamaCppWindowed[l.Arch]
+	if !windowed {
+		since := ""
+		if l.Arch == "phi3" {
+			since = " since May 2025"
+		}
+		l.Warnings = append(l.Warnings, fmt.Sprintf("sliding_window %d: written as %s.attention.sliding_window, which llama.cpp's %s ignores%s (it attends to the whole context, so it computes differently from position %d on)",
+			c.SlidingWindow, l.Arch, l.Arch, since, c.SlidingWindow))
+	}
 	def := true
 	for i, s := range pattern {
 		if s != (l.fam.swaPeriod == 0 || (i+1)%l.fam.swaPeriod != 0) {
@@ -1422,9 +1445,18 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 	}
 	if !def {
 		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".attention.sliding_window_pattern", Value: gguf.Array(pattern)})
+		if windowed {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("layer_types: the sliding layers differ from llama.cpp's fixed pattern for %s; written as %s.attention.sliding_window_pattern, which llama.cpp does not read",
+				l.Arch, l.Arch))
+		}
 	}
 	return nil
 }
+
+// llamaCppWindowed lists the GGUF architectures among lem's whose
+// attention.sliding_window llama.cpp applies (as of September 2025); the
+// others attend to the whole context whatever the key says.
+var llamaCppWindowed = map[string]bool{"gemma2": true, "gemma3": true, "gemma3n": true, "olmo2": true, "gpt-oss": true}
 
 // llama3FreqFactors computes rope_freqs.weight for Llama 3 rope scaling as
 // llama.cpp's converter does: per rotated pair, 1 for short wavelengths,
