@@ -20,7 +20,8 @@ import (
 // in_proj output ⊙ the µP vector (ssm_multipliers over its z, x, B, C and
 // dt parts), and logits ·lm_head_multiplier.
 func init() {
-	Register("falcon_h1", loadFalconH1)
+	Register(Arch{ModelTypes: []string{"falcon_h1"}, Load: loadFalconH1, GGUF: "falcon-h1",
+		Tensors: &TensorLayout{act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules}})
 }
 
 type falconH1 struct {

@@ -31,7 +31,9 @@ import (
 // the output projection and the soft cap. Attention, KV-shared layers and
 // the per-layer inputs are Gemma 4's (gemmaAttention, perLayerEmbedding).
 func init() {
-	Register("gemma3n_text", loadGemma3n)
+	Register(Arch{ModelTypes: []string{"gemma3n_text"}, Load: loadGemma3n, GGUF: "gemma3n",
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
+			swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n}})
 }
 
 type gemma3n struct {

@@ -31,7 +31,8 @@ import (
 // and values of the last earlier layer of their type and own no cache; with
 // use_double_wide_mlp their MLP is twice as wide.
 func init() {
-	Register("gemma4_text", loadGemma4)
+	Register(Arch{ModelTypes: []string{"gemma4_text"}, Load: loadGemma4, GGUF: "gemma4",
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global}})
 }
 
 type gemma4 struct {

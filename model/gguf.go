@@ -36,9 +36,9 @@ import (
 //   - A missing output.weight means the output projection is tied to
 //     token_embd.
 
-// ggufFamily describes one GGUF architecture.
-type ggufFamily struct {
-	modelType string // the registry entry that loads it
+// TensorLayout describes how one GGUF architecture stores a family's
+// tensors. Families build it in their files; it has no exported fields.
+type TensorLayout struct {
 	act       string // hidden activation (GGUF does not store it)
 	permuted  bool   // Q/K rows permuted for adjacent-pair rope
 	normShift float32
@@ -115,58 +115,6 @@ var (
 	}
 )
 
-var ggufFamilies = map[string]ggufFamily{
-	"llama":   {modelType: "llama", act: "silu", permuted: true, layer: preNormLayer},
-	"granite": {modelType: "granite", act: "silu", permuted: true, layer: preNormLayer},
-	"smollm3": {modelType: "smollm3", act: "silu", permuted: true, layer: preNormLayer},
-	"qwen2":   {modelType: "qwen2", act: "silu", layer: preNormLayer},
-	"qwen3":   {modelType: "qwen3", act: "silu", layer: preNormLayer},
-	"phi3":    {modelType: "phi3", act: "silu", layer: preNormLayer},
-	"olmo2":   {modelType: "olmo2", act: "silu", layer: olmo2Layer},
-	"gemma2":  {modelType: "gemma2", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2},
-	"gemma3":  {modelType: "gemma3_text", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 6},
-
-	"qwen3moe": {modelType: "qwen3_moe", act: "silu", layer: qwen3moeLayer, compose: stackExperts},
-	"gpt-oss":  {modelType: "gpt_oss", act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts},
-
-	"mamba2": {modelType: "mamba2", act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
-		rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
-	"falcon-h1": {modelType: "falcon_h1", act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
-	"lfm2":      {modelType: "lfm2", act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
-
-	"gemma3n": {modelType: "gemma3n_text", act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
-		swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
-	"gemma4": {modelType: "gemma4_text", act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global},
-
-	"qwen3next": {modelType: "qwen3_next", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
-		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, splitQKVZ)},
-	"qwen35": {modelType: "qwen3_5_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
-		layer: linearGGUFLayer, rules: linearRules, compose: tileValueHeads},
-	"qwen35moe": {modelType: "qwen3_5_moe_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
-		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, tileValueHeads)},
-}
-
-// ggufArchOf maps Hugging Face model types to GGUF architectures.
-var ggufArchOf = map[string]string{
-	"llama": "llama", "mistral": "llama", "granite": "granite", "smollm3": "smollm3",
-	"qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "olmo2": "olmo2",
-	"gemma2": "gemma2", "gemma3_text": "gemma3",
-	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
-	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
-	"gemma3n_text": "gemma3n", "gemma4_text": "gemma4", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
-}
-
-// GGUFArchitectures returns the general.architecture values OpenGGUF
-// loads, sorted.
-func GGUFArchitectures() []string {
-	var names []string
-	for n := range ggufFamilies {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
 // Global tensor names.
 var ggufGlobal = map[string]string{
 	"model.embed_tokens.weight": "token_embd.weight",
@@ -182,7 +130,7 @@ const (
 )
 
 // ggufName maps a Hugging Face tensor name to its GGUF name in family fam.
-func ggufName(fam ggufFamily, hf string) (string, bool) {
+func ggufName(fam TensorLayout, hf string) (string, bool) {
 	if n, ok := fam.globals()[hf]; ok {
 		return n, true
 	}
@@ -201,7 +149,7 @@ func ggufName(fam ggufFamily, hf string) (string, bool) {
 }
 
 // globals returns the family's names of the tensors outside the layers.
-func (fam ggufFamily) globals() map[string]string {
+func (fam TensorLayout) globals() map[string]string {
 	if fam.global != nil {
 		return fam.global
 	}
@@ -236,7 +184,7 @@ func layerSuffix(hf string) (idx, suffix string, ok bool) {
 
 // hfLayerNames inverts ggufName for one family: GGUF suffix → HF suffix. The
 // fused phi3 ffn_up is resolved by the caller.
-func hfLayerNames(fam ggufFamily) map[string]string {
+func hfLayerNames(fam TensorLayout) map[string]string {
 	m := map[string]string{}
 	for hf, g := range ggufCommonLayer {
 		if hf != "mlp.gate_up_proj.weight" {
@@ -256,7 +204,7 @@ func isNormWeight(hf string) bool {
 
 // shift returns what the family's files add to a Hugging Face tensor (the
 // norm shift for norm weights, 0 for the rest).
-func (fam ggufFamily) shift(hf string) float32 {
+func (fam TensorLayout) shift(hf string) float32 {
 	if fam.normShift == 0 || !isNormWeight(hf) {
 		return 0
 	}
@@ -319,7 +267,7 @@ type GGUF struct {
 	// (rope pairs adjacent); Config's rope parameters say Interleaved then.
 	Permuted bool
 
-	fam     ggufFamily
+	fam     TensorLayout
 	rules   map[string]ggufRule // by Hugging Face layer suffix
 	opts    GGUFOptions
 	tensors map[string]gguf.TensorInfo // by HF name
@@ -344,10 +292,11 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 	if arch == "" {
 		return nil, fmt.Errorf("no %s key: not a model file", gguf.KeyArchitecture)
 	}
-	fam, ok := ggufFamilies[arch]
+	reg, ok := archByGGUF[arch]
 	if !ok {
 		return nil, fmt.Errorf("unsupported architecture %q (supported: %s)", arch, strings.Join(GGUFArchitectures(), ", "))
 	}
+	fam := *reg.Tensors
 	g := &GGUF{
 		File: f, Arch: arch, Permuted: fam.permuted, fam: fam, opts: opts,
 		tensors: map[string]gguf.TensorInfo{},
@@ -386,7 +335,7 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 	if len(unknown) > 0 {
 		return nil, fmt.Errorf("tensors not part of a %s model: %s", arch, listSome(unknown))
 	}
-	cfg, err := ggufConfig(f, arch, fam, g)
+	cfg, err := ggufConfig(f, arch, reg.ModelTypes[0], fam, g)
 	if err != nil {
 		return nil, err
 	}
@@ -425,14 +374,14 @@ func (g *GGUF) hfName(t gguf.TensorInfo, layer map[string]string) (string, bool)
 
 // layerPrefix returns the prefix of the family's per-layer Hugging Face
 // names.
-func (fam ggufFamily) layerPrefix() string {
+func (fam TensorLayout) layerPrefix() string {
 	if fam.prefix != "" {
 		return fam.prefix
 	}
 	return "model.layers."
 }
 
-// ruleKey returns the key of ggufFamily.rules for a Hugging Face name: its
+// ruleKey returns the key of TensorLayout.rules for a Hugging Face name: its
 // layer suffix, or the whole name for tensors outside the layers.
 func ruleKey(hf string) string {
 	if _, suffix, ok := layerSuffix(hf); ok {
@@ -605,10 +554,10 @@ func (k *ggufKeys) str(key string) (string, bool) {
 
 // ggufConfig builds the Config of a GGUF file from its "<arch>." keys and
 // tensor shapes.
-func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, error) {
+func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF) (*Config, error) {
 	k := &ggufKeys{f: f, arch: arch}
 	c := &Config{
-		ModelType: fam.modelType,
+		ModelType: modelType,
 		HiddenAct: fam.act,
 		Raw:       map[string]json.RawMessage{},
 	}
@@ -880,7 +829,7 @@ func ggufVocab(f *gguf.File, c *Config, g *GGUF) error {
 
 // globalHF returns the Hugging Face name of a GGUF tensor outside the
 // layers.
-func (fam ggufFamily) globalHF(name string) string {
+func (fam TensorLayout) globalHF(name string) string {
 	for hf, n := range fam.globals() {
 		if n == name {
 			return hf
@@ -890,7 +839,7 @@ func (fam ggufFamily) globalHF(name string) string {
 }
 
 // ggufLayerTypes reads the sliding window and which layers use it.
-func ggufLayerTypes(c *Config, k *ggufKeys, fam ggufFamily) error {
+func ggufLayerTypes(c *Config, k *ggufKeys, fam TensorLayout) error {
 	n := c.NumHiddenLayers
 	c.LayerTypes = make([]string, n)
 	for i := range c.LayerTypes {
@@ -1042,23 +991,19 @@ type GGUFLayout struct {
 	Warnings []string
 
 	cfg   *Config
-	fam   ggufFamily
+	fam   TensorLayout
 	rules map[string]ggufRule
 }
 
 // NewGGUFLayout returns the GGUF layout of a model, or an error naming
 // what GGUF (or lem's reading of it) cannot express.
 func NewGGUFLayout(cfg *Config) (*GGUFLayout, error) {
-	arch, ok := ggufArchOf[cfg.ModelType]
-	if !ok {
-		var types []string
-		for t := range ggufArchOf {
-			types = append(types, t)
-		}
-		slices.Sort(types)
-		return nil, fmt.Errorf("model_type %q has no GGUF layout (supported: %s)", cfg.ModelType, strings.Join(types, ", "))
+	reg, ok := archByType[cfg.ModelType]
+	if !ok || reg.GGUF == "" {
+		return nil, fmt.Errorf("model_type %q has no GGUF layout (supported: %s)", cfg.ModelType, strings.Join(ggufWritable(), ", "))
 	}
-	fam := ggufFamilies[arch]
+	arch := reg.GGUF
+	fam := *archByGGUF[arch].Tensors
 	l := &GGUFLayout{Arch: arch, cfg: cfg, fam: fam}
 	if fam.rules != nil {
 		l.rules = fam.rules(cfg)

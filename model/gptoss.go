@@ -21,7 +21,8 @@ import (
 // with α = 1.702 and L = swiglu_limit (7). Checkpoints store the experts
 // input-major with gate and up columns interleaved.
 func init() {
-	Register("gpt_oss", loadGptOss)
+	Register(Arch{ModelTypes: []string{"gpt_oss"}, Load: loadGptOss, GGUF: "gpt-oss",
+		Tensors: &TensorLayout{act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts}})
 }
 
 // gptOssAlpha is the slope of the sigmoid in gpt-oss's SwiGLU.

@@ -21,7 +21,8 @@ import (
 //
 // where conv is a depthwise causal convolution of conv_L_cache taps.
 func init() {
-	Register("lfm2", loadLFM2)
+	Register(Arch{ModelTypes: []string{"lfm2"}, Load: loadLFM2, GGUF: "lfm2",
+		Tensors: &TensorLayout{act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules}})
 }
 
 type lfm2 struct {

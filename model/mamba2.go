@@ -27,7 +27,9 @@ import (
 //
 // Falcon-H1 may normalise before the gate, or not at all.
 func init() {
-	Register("mamba2", loadMamba2)
+	Register(Arch{ModelTypes: []string{"mamba2"}, Load: loadMamba2, GGUF: "mamba2",
+		Tensors: &TensorLayout{act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
+			rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }}})
 }
 
 // ssmMixer is one Mamba2 mixer.

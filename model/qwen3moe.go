@@ -19,7 +19,8 @@ import (
 // MLP of intermediate_size. Every layer attends within sliding_window
 // when the config gives one.
 func init() {
-	Register("qwen3_moe", loadQwen3MoE)
+	Register(Arch{ModelTypes: []string{"qwen3_moe"}, Load: loadQwen3MoE, GGUF: "qwen3moe",
+		Tensors: &TensorLayout{act: "silu", layer: qwen3moeLayer, compose: stackExperts}})
 }
 
 func loadQwen3MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {

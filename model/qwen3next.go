@@ -26,9 +26,18 @@ import (
 // The FFN is the SwiGLU MLP (Qwen3.5) or a mixture of experts with a
 // gated shared expert (Qwen3-Next, Qwen3.5-MoE).
 func init() {
-	Register("qwen3_5_text", loadQwen35)
-	Register("qwen3_next", loadQwen3Next)
-	Register("qwen3_5_moe_text", loadQwen35MoE)
+	// Every norm weight but the linear-attention layers' gated norm is
+	// stored as w+1.
+	linear := func(layer map[string]string, compose func(*Config, Source, []string) ([]composite, error)) *TensorLayout {
+		return &TensorLayout{act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
+			layer: layer, rules: linearRules, compose: compose}
+	}
+	Register(Arch{ModelTypes: []string{"qwen3_5_text"}, Load: loadQwen35, GGUF: "qwen35",
+		Tensors: linear(linearGGUFLayer, tileValueHeads)})
+	Register(Arch{ModelTypes: []string{"qwen3_next"}, Load: loadQwen3Next, GGUF: "qwen3next",
+		Tensors: linear(linearMoELayer, composeAll(stackExperts, splitQKVZ))})
+	Register(Arch{ModelTypes: []string{"qwen3_5_moe_text"}, Load: loadQwen35MoE, GGUF: "qwen35moe",
+		Tensors: linear(linearMoELayer, composeAll(stackExperts, tileValueHeads))})
 }
 
 // hybrid is the stack shared by the three families.
