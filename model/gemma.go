@@ -51,3 +51,10 @@ func loadGemma(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	}
 	return m, nil
 }
+
+// gemmaLayer names the four norms of a Gemma layer in GGUF files.
+var gemmaLayer = map[string]string{
+	"post_attention_layernorm.weight":   "post_attention_norm.weight",
+	"pre_feedforward_layernorm.weight":  "ffn_norm.weight",
+	"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}

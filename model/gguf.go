@@ -100,21 +100,6 @@ var ggufCommonLayer = map[string]string{
 	"mlp.gate_up_proj.weight":   "ffn_up.weight", // phi3: gate and up fused
 }
 
-var (
-	preNormLayer = map[string]string{
-		"post_attention_layernorm.weight": "ffn_norm.weight",
-	}
-	gemmaLayer = map[string]string{
-		"post_attention_layernorm.weight":   "post_attention_norm.weight",
-		"pre_feedforward_layernorm.weight":  "ffn_norm.weight",
-		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-	}
-	olmo2Layer = map[string]string{
-		"post_attention_layernorm.weight":   "post_attention_norm.weight",
-		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-	}
-)
-
 // Global tensor names.
 var ggufGlobal = map[string]string{
 	"model.embed_tokens.weight": "token_embd.weight",

@@ -121,3 +121,16 @@ func loadPhi3(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	slideAll(m)
 	return m, nil
 }
+
+// GGUF tensor names of the llama-family layers beyond the shared ones: a
+// pre-norm layer's second norm is ffn_norm; OLMo 2 normalises after
+// attention and after the MLP instead.
+var (
+	preNormLayer = map[string]string{
+		"post_attention_layernorm.weight": "ffn_norm.weight",
+	}
+	olmo2Layer = map[string]string{
+		"post_attention_layernorm.weight":   "post_attention_norm.weight",
+		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+	}
+)

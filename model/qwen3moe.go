@@ -60,3 +60,22 @@ func loadQwen3MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	}
 	return m, nil
 }
+
+// qwen3moeLayer names the tensors of a qwen3moe layer.
+var qwen3moeLayer = merge(preNormLayer, moeStackedLayer, map[string]string{
+	"mlp.gate.weight": "ffn_gate_inp.weight",
+})
+
+// qwen3moeWindow returns the window transformers applies to every layer of
+// a Qwen3 MoE checkpoint whose config gives a sliding_window (see
+// loadQwen3MoE), or 0.
+func qwen3moeWindow(c *Config) (int, error) {
+	if slices.Contains(c.LayerTypes, SlidingAttention) {
+		return 0, nil
+	}
+	var window int
+	if _, err := c.Get("sliding_window", &window); err != nil {
+		return 0, err
+	}
+	return window, nil
+}
