@@ -23,6 +23,10 @@ type Arch struct {
 	// nil for a family written under another family's architecture (Mistral
 	// as llama), whose files read back as that family.
 	Tensors *TensorLayout
+	// Keys maps the family's own config keys between config.json and the
+	// GGUF metadata (the keys most families share are in sharedKeys).
+	// Families written under one architecture share its keys.
+	Keys []ConfigKey
 }
 
 var (

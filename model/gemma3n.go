@@ -36,7 +36,8 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"gemma3n_text"}, Load: loadGemma3n, GGUF: "gemma3n",
 		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
-			swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n}})
+			swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
+		Keys: perLayerInputKeys})
 }
 
 type gemma3n struct {
@@ -496,8 +497,8 @@ func ggufGemma3nConfig(c *Config, k *ggufKeys, g *GGUF, ff []int) error {
 		r.AltUpNumInputs = v
 	}
 	r.AltUpActiveIdx, _ = k.uint("altup.active_idx")
-	c.HiddenSizePerLayerInput = k.need("embedding_length_per_layer_input")
-	c.NumKVSharedLayers, _ = k.uint("attention.shared_kv_layers")
+	c.HiddenSizePerLayerInput = k.need("hidden_size_per_layer_input")
+	c.NumKVSharedLayers, _ = k.uint("num_kv_shared_layers")
 	if k.err != nil {
 		return k.err
 	}
@@ -568,8 +569,8 @@ func (l *GGUFLayout) gemma3nMetadata(u32 func(string, int), f32 func(string, flo
 	}
 	u32("altup.active_idx", r.AltUpActiveIdx)
 	u32("altup.num_inputs", r.AltUpNumInputs)
-	u32("embedding_length_per_layer_input", c.HiddenSizePerLayerInput)
-	u32("attention.shared_kv_layers", c.NumKVSharedLayers)
+	u32("hidden_size_per_layer_input", c.HiddenSizePerLayerInput)
+	u32("num_kv_shared_layers", c.NumKVSharedLayers)
 	if first := c.NumHiddenLayers - c.NumKVSharedLayers; c.NumKVSharedLayers > 0 && first != 20 {
 		l.Warnings = append(l.Warnings, fmt.Sprintf("KV-shared layers start at layer %d: llama.cpp's gemma3n starts them at layer 20 whatever attention.shared_kv_layers says", first))
 	}
@@ -619,7 +620,7 @@ func (l *GGUFLayout) gemma3nMetadata(u32 func(string, int), f32 func(string, flo
 		}
 	}
 	if c.SlidingWindow > 0 {
-		u32("attention.sliding_window", c.SlidingWindow)
+		u32("sliding_window", c.SlidingWindow)
 	}
 	l.KV = append(l.KV, gguf.KV{Key: a + "attention.sliding_window_pattern", Value: gguf.Array(pattern)})
 	if local, ok := c.RopeByLayerType[SlidingAttention]; ok {

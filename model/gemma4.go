@@ -35,7 +35,8 @@ import (
 // use_double_wide_mlp their MLP is twice as wide.
 func init() {
 	Register(Arch{ModelTypes: []string{"gemma4_text"}, Load: loadGemma4, GGUF: "gemma4",
-		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global}})
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global},
+		Keys:    perLayerInputKeys})
 }
 
 type gemma4 struct {
@@ -327,11 +328,13 @@ func ggufGemma4Config(c *Config, k *ggufKeys, g *GGUF, ff, kvHeads []int) error 
 		return fmt.Errorf("key %s.attention.key_length_swa is 0", k.arch)
 	}
 	c.HeadDim = swa
+	c.Raw["head_dim"] = rawNumber(float64(swa))
 	if full != swa {
 		c.GlobalHeadDim = full
+		c.Raw["global_head_dim"] = rawNumber(float64(full))
 	}
-	c.HiddenSizePerLayerInput, _ = k.uint("embedding_length_per_layer_input")
-	c.NumKVSharedLayers, _ = k.uint("attention.shared_kv_layers")
+	c.HiddenSizePerLayerInput, _ = k.uint("hidden_size_per_layer_input")
+	c.NumKVSharedLayers, _ = k.uint("num_kv_shared_layers")
 	if k.err != nil {
 		return k.err
 	}
@@ -368,8 +371,8 @@ func ggufGemma4Config(c *Config, k *ggufKeys, g *GGUF, ff, kvHeads []int) error 
 
 	moe := g.hasLayerTensor("router.proj.weight")
 	if moe {
-		c.NumExperts = k.need("expert_count")
-		c.NumExpertsPerTok = k.need("expert_used_count")
+		c.NumExperts = k.need("num_experts")
+		c.NumExpertsPerTok = k.need("num_experts_per_tok")
 		c.MoEIntermediateSize = k.need("expert_feed_forward_length")
 		if k.err != nil {
 			return k.err
@@ -392,7 +395,7 @@ func ggufGemma4Config(c *Config, k *ggufKeys, g *GGUF, ff, kvHeads []int) error 
 // rope's rotated fraction.
 func ggufGemma4Rope(c *Config, k *ggufKeys, g *GGUF, full, swa int) error {
 	p := RopeParams{Type: "proportional", Theta: 1e6, Factor: 1, PartialRotaryFactor: 1}
-	if v, ok := k.float("rope.freq_base"); ok {
+	if v, ok := k.float("rope_theta"); ok {
 		p.Theta = v
 	}
 	if d, ok := k.uint("rope.dimension_count"); ok && d != full {
@@ -503,18 +506,18 @@ func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, floa
 	}
 
 	if c.MaxPositionEmbeddings > 0 {
-		u32("context_length", c.MaxPositionEmbeddings)
+		u32("max_position_embeddings", c.MaxPositionEmbeddings)
 	}
-	u32("embedding_length", c.HiddenSize)
-	u32("block_count", n)
+	u32("hidden_size", c.HiddenSize)
+	u32("num_hidden_layers", n)
 	if sameFF {
-		u32("feed_forward_length", int(ff[0]))
+		u32("intermediate_size", int(ff[0]))
 	} else {
 		l.KV = append(l.KV, gguf.KV{Key: a + "feed_forward_length", Value: gguf.Array(ff)})
 	}
-	u32("attention.head_count", c.NumAttentionHeads)
+	u32("num_attention_heads", c.NumAttentionHeads)
 	if sameKV {
-		u32("attention.head_count_kv", int(kv[0]))
+		u32("num_key_value_heads", int(kv[0]))
 	} else {
 		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
 	}
@@ -522,7 +525,7 @@ func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, floa
 	u32("attention.value_length", full)
 	u32("attention.key_length_swa", swa)
 	u32("attention.value_length_swa", swa)
-	f32("attention.layer_norm_rms_epsilon", c.NormEps())
+	f32("rms_norm_eps", c.NormEps())
 	u32("vocab_size", c.VocabSize)
 
 	global, local := c.Rope(FullAttention), c.Rope(SlidingAttention)
@@ -557,7 +560,7 @@ func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, floa
 	}
 	u32("rope.dimension_count", full)
 	u32("rope.dimension_count_swa", rot)
-	f32("rope.freq_base", global.Theta)
+	f32("rope_theta", global.Theta)
 	f32("rope.freq_base_swa", local.Theta)
 	freqs := make([]float32, full/2)
 	for i := range freqs {
@@ -569,11 +572,11 @@ func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, floa
 	l.Extra = append(l.Extra, GGUFTensor{Name: ggufRopeFreqs, Dims: []int64{int64(len(freqs))}, Data: freqs})
 
 	if c.SlidingWindow > 0 {
-		u32("attention.sliding_window", c.SlidingWindow)
+		u32("sliding_window", c.SlidingWindow)
 	}
 	l.KV = append(l.KV, gguf.KV{Key: a + "attention.sliding_window_pattern", Value: gguf.Array(pattern)})
-	u32("attention.shared_kv_layers", c.NumKVSharedLayers)
-	u32("embedding_length_per_layer_input", max(c.HiddenSizePerLayerInput, 0))
+	u32("num_kv_shared_layers", c.NumKVSharedLayers)
+	u32("hidden_size_per_layer_input", max(c.HiddenSizePerLayerInput, 0))
 	if c.FinalLogitSoftcapping > 0 {
 		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
 	}
@@ -582,9 +585,16 @@ func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, floa
 		return err
 	}
 	if moe {
-		u32("expert_count", c.NumExperts)
-		u32("expert_used_count", c.NumExpertsPerTok)
+		u32("num_experts", c.NumExperts)
+		u32("num_experts_per_tok", c.NumExpertsPerTok)
 		u32("expert_feed_forward_length", c.MoEIntermediateSize)
 	}
 	return nil
+}
+
+// perLayerInputKeys are the config keys of the per-layer inputs and
+// KV-shared layers of Gemma 3n and Gemma 4.
+var perLayerInputKeys = []ConfigKey{
+	{"num_kv_shared_layers", "attention.shared_kv_layers"},
+	{"hidden_size_per_layer_input", "embedding_length_per_layer_input"},
 }

@@ -457,6 +457,27 @@ type ggufKeys struct {
 	f    *gguf.File
 	arch string
 	err  error
+	// names is the architecture's key table (keyNames); raw, when set,
+	// receives each value read through it under its Hugging Face key.
+	names map[string]string
+	raw   map[string]json.RawMessage
+}
+
+// resolve returns the GGUF key (with the "<arch>." prefix) of a name the
+// reader asks for, and the Hugging Face key when the table has one.
+func (k *ggufKeys) resolve(name string) (full, hf string) {
+	g, ok := ggufKeyName(k.names, name)
+	if ok {
+		hf = name
+	}
+	return k.arch + "." + g, hf
+}
+
+// record keeps a value read through the table under its Hugging Face key.
+func (k *ggufKeys) record(hf string, v json.RawMessage) {
+	if hf != "" && k.raw != nil {
+		k.raw[hf] = v
+	}
 }
 
 func (k *ggufKeys) fail(err error) {
@@ -467,7 +488,7 @@ func (k *ggufKeys) fail(err error) {
 
 // uint reads a non-negative integer key; ok is false when it is absent.
 func (k *ggufKeys) uint(key string) (int, bool) {
-	full := k.arch + "." + key
+	full, hf := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return 0, false
@@ -477,27 +498,29 @@ func (k *ggufKeys) uint(key string) (int, bool) {
 		k.fail(fmt.Errorf("key %s: want a non-negative integer, got %s %v", full, v.Type(), v))
 		return 0, false
 	}
+	k.record(hf, rawNumber(float64(n)))
 	return int(n), true
 }
 
 // need reads a required positive integer key.
 func (k *ggufKeys) need(key string) int {
 	n, ok := k.uint(key)
+	full, _ := k.resolve(key)
 	if !ok {
-		if _, present := k.f.Value(k.arch + "." + key); !present {
-			k.fail(fmt.Errorf("missing key %s.%s", k.arch, key))
+		if _, present := k.f.Value(full); !present {
+			k.fail(fmt.Errorf("missing key %s", full))
 		}
 		return 0
 	}
 	if n == 0 {
-		k.fail(fmt.Errorf("key %s.%s is 0", k.arch, key))
+		k.fail(fmt.Errorf("key %s is 0", full))
 	}
 	return n
 }
 
 // float reads a number key.
 func (k *ggufKeys) float(key string) (float64, bool) {
-	full := k.arch + "." + key
+	full, hf := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return 0, false
@@ -507,6 +530,7 @@ func (k *ggufKeys) float(key string) (float64, bool) {
 		k.fail(fmt.Errorf("key %s: want a finite number, got %s %v", full, v.Type(), v))
 		return 0, false
 	}
+	k.record(hf, json.RawMessage(strconv.FormatFloat(x, 'g', -1, 64)))
 	return x, true
 }
 
@@ -518,14 +542,15 @@ func (k *ggufKeys) eps(key string, dst *float64) {
 		return
 	}
 	if err := checkEps(v); err != nil {
-		k.fail(fmt.Errorf("key %s.%s: %w", k.arch, key, err))
+		full, _ := k.resolve(key)
+		k.fail(fmt.Errorf("key %s: %w", full, err))
 		return
 	}
 	*dst = v
 }
 
 func (k *ggufKeys) str(key string) (string, bool) {
-	full := k.arch + "." + key
+	full, _ := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return "", false
@@ -540,22 +565,22 @@ func (k *ggufKeys) str(key string) (string, bool) {
 // ggufConfig builds the Config of a GGUF file from its "<arch>." keys and
 // tensor shapes.
 func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF) (*Config, error) {
-	k := &ggufKeys{f: f, arch: arch}
 	c := &Config{
 		ModelType: modelType,
 		HiddenAct: fam.act,
 		Raw:       map[string]json.RawMessage{},
 	}
+	k := &ggufKeys{f: f, arch: arch, names: keyNames(arch), raw: c.Raw}
 	if arch == "mamba2" {
 		return ggufMamba2Config(f, k, c, g)
 	}
-	c.NumHiddenLayers = k.need("block_count")
-	c.HiddenSize = k.need("embedding_length")
+	c.NumHiddenLayers = k.need("num_hidden_layers")
+	c.HiddenSize = k.need("hidden_size")
 	var ffPerLayer []int
 	switch {
 	case isLinearArch(arch):
 		// Qwen3.5-MoE checkpoints have no intermediate_size.
-		c.IntermediateSize, _ = k.uint("feed_forward_length")
+		c.IntermediateSize, _ = k.uint("intermediate_size")
 	case arch == "gemma3n" || arch == "gemma4":
 		// One width per layer, or one for all.
 		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
@@ -572,9 +597,9 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 			}
 		}
 	default:
-		c.IntermediateSize = k.need("feed_forward_length")
+		c.IntermediateSize = k.need("intermediate_size")
 	}
-	c.NumAttentionHeads = k.need("attention.head_count")
+	c.NumAttentionHeads = k.need("num_attention_heads")
 	c.NumKeyValueHeads = c.NumAttentionHeads
 	kvHeads, err := ggufPerLayer(k, "attention.head_count_kv", c.NumHiddenLayers)
 	if err != nil {
@@ -593,12 +618,12 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 			}
 		}
 	}
-	c.MaxPositionEmbeddings, _ = k.uint("context_length")
+	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
 	c.RMSNormEps = 1e-5
 	if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" {
 		c.RMSNormEps = 1e-6
 	}
-	k.eps("attention.layer_norm_rms_epsilon", &c.RMSNormEps)
+	k.eps("rms_norm_eps", &c.RMSNormEps)
 	if k.err != nil {
 		return nil, k.err
 	}
@@ -608,7 +633,7 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 	if c.NumKeyValueHeads == 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return nil, fmt.Errorf("key %s.attention.head_count_kv: %d attention heads are not a multiple of %d key/value heads", arch, c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
-	c.HeadDim, _ = k.uint("attention.key_length")
+	c.HeadDim, _ = k.uint("head_dim")
 	if c.HeadDim == 0 {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
 			return nil, fmt.Errorf("key %s.attention.key_length absent, and embedding_length %d is not a multiple of head_count %d", arch, c.HiddenSize, c.NumAttentionHeads)
@@ -630,17 +655,17 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 	attnScale, hasScale := k.float("attention.scale")
 	switch arch {
 	case "granite":
-		if v, ok := k.float("embedding_scale"); ok {
+		if v, ok := k.float("embedding_multiplier"); ok {
 			c.EmbeddingMultiplier = v
 		}
-		if v, ok := k.float("residual_scale"); ok {
+		if v, ok := k.float("residual_multiplier"); ok {
 			c.ResidualMultiplier = v
 		}
-		if v, ok := k.float("logit_scale"); ok && v != 0 {
+		if v, ok := k.float("logits_scaling"); ok && v != 0 {
 			c.LogitsScaling = v
 		}
-		if hasScale {
-			c.AttentionMultiplier = attnScale
+		if v, ok := k.float("attention_multiplier"); ok {
+			c.AttentionMultiplier = v
 		}
 	case "gemma2", "gemma3":
 		// llama.cpp scales queries by 1/√head_dim, except for the 27B
@@ -830,7 +855,7 @@ func ggufLayerTypes(c *Config, k *ggufKeys, fam TensorLayout) error {
 	for i := range c.LayerTypes {
 		c.LayerTypes[i] = FullAttention
 	}
-	c.SlidingWindow, _ = k.uint("attention.sliding_window")
+	c.SlidingWindow, _ = k.uint("sliding_window")
 	if c.SlidingWindow == 0 {
 		return k.err
 	}
@@ -860,7 +885,7 @@ func ggufLayerTypes(c *Config, k *ggufKeys, fam TensorLayout) error {
 // ggufRope reads the rope parameters.
 func ggufRope(c *Config, k *ggufKeys, g *GGUF) error {
 	p := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: 1, Interleaved: g.Permuted}
-	if v, ok := k.float("rope.freq_base"); ok {
+	if v, ok := k.float("rope_theta"); ok {
 		p.Theta = v
 	}
 	if d, ok := k.uint("rope.dimension_count"); ok && d != c.HeadDim {
@@ -1157,10 +1182,15 @@ func PermuteRows(src []byte, rows, rowBytes, heads int, inverse bool) ([]byte, e
 func (l *GGUFLayout) metadata() error {
 	c := l.cfg
 	a := l.Arch + "."
+	names := keyNames(l.Arch)
+	// u32 and f32 write a value under the GGUF key of its Hugging Face key
+	// (or under a GGUF key with no config.json counterpart).
 	u32 := func(key string, v int) {
+		key, _ = ggufKeyName(names, key)
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Uint32(uint32(v))})
 	}
 	f32 := func(key string, v float64) {
+		key, _ = ggufKeyName(names, key)
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Float32(float32(v))})
 	}
 	str := func(key, v string) {
@@ -1178,19 +1208,19 @@ func (l *GGUFLayout) metadata() error {
 		}
 	}
 	if c.MaxPositionEmbeddings > 0 {
-		u32("context_length", c.MaxPositionEmbeddings)
+		u32("max_position_embeddings", c.MaxPositionEmbeddings)
 	}
-	u32("embedding_length", c.HiddenSize)
-	u32("block_count", c.NumHiddenLayers)
+	u32("hidden_size", c.HiddenSize)
+	u32("num_hidden_layers", c.NumHiddenLayers)
 	switch {
 	case l.Arch == "lfm2":
-		u32("feed_forward_length", c.FeedForwardSize())
+		u32("intermediate_size", c.FeedForwardSize())
 	case isLinearArch(l.Arch) && c.IntermediateSize == 0:
 		// Qwen3.5-MoE: the converter writes no key it has no value for.
 	default:
-		u32("feed_forward_length", c.IntermediateSize)
+		u32("intermediate_size", c.IntermediateSize)
 	}
-	u32("attention.head_count", c.NumAttentionHeads)
+	u32("num_attention_heads", c.NumAttentionHeads)
 	if l.Arch == "lfm2" {
 		// One count per layer, 0 for the convolution layers.
 		kv := make([]uint32, c.NumHiddenLayers)
@@ -1201,18 +1231,18 @@ func (l *GGUFLayout) metadata() error {
 		}
 		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
 	} else {
-		u32("attention.head_count_kv", c.NumKeyValueHeads)
+		u32("num_key_value_heads", c.NumKeyValueHeads)
 	}
-	u32("attention.key_length", c.HeadDim)
+	u32("head_dim", c.HeadDim)
 	u32("attention.value_length", c.HeadDim)
-	f32("attention.layer_norm_rms_epsilon", c.NormEps())
+	f32("rms_norm_eps", c.NormEps())
 	u32("vocab_size", c.VocabSize)
 
 	full := c.Rope(FullAttention)
 	rotary := int(float64(c.HeadDim) * full.PartialRotaryFactor)
 	rotary -= rotary % 2
 	u32("rope.dimension_count", rotary)
-	f32("rope.freq_base", full.Theta)
+	f32("rope_theta", full.Theta)
 	switch full.Type {
 	case "", "default", "dynamic":
 	case "linear":
@@ -1274,11 +1304,11 @@ func (l *GGUFLayout) metadata() error {
 	}
 	switch l.Arch {
 	case "granite":
-		f32("embedding_scale", c.EmbeddingMultiplier)
-		f32("residual_scale", c.ResidualMultiplier)
-		f32("logit_scale", c.LogitsScaling)
+		f32("embedding_multiplier", c.EmbeddingMultiplier)
+		f32("residual_multiplier", c.ResidualMultiplier)
+		f32("logits_scaling", c.LogitsScaling)
 		if c.AttentionMultiplier != 0 {
-			f32("attention.scale", c.AttentionMultiplier)
+			f32("attention_multiplier", c.AttentionMultiplier)
 		}
 	case "gemma2", "gemma3":
 		if c.QueryPreAttnScalar > 0 {
@@ -1318,7 +1348,7 @@ func (l *GGUFLayout) metadata() error {
 			return err
 		}
 		if w > 0 {
-			u32("attention.sliding_window", w)
+			u32("sliding_window", w)
 			l.Warnings = append(l.Warnings, "sliding_window windows every layer (as transformers does): written as qwen3moe.attention.sliding_window, which llama.cpp ignores")
 			return nil
 		}
@@ -1343,7 +1373,7 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 	if !slides || c.SlidingWindow <= 0 {
 		return nil
 	}
-	u32("attention.sliding_window", c.SlidingWindow)
+	u32("sliding_window", c.SlidingWindow)
 	def := true
 	for i, s := range pattern {
 		if s != (l.fam.swaPeriod == 0 || (i+1)%l.fam.swaPeriod != 0) {

@@ -224,8 +224,8 @@ func stackExperts(c *Config, src Source, names []string) ([]composite, error) {
 
 // ggufMoEConfig reads the expert keys of the mixture-of-experts families.
 func ggufMoEConfig(c *Config, k *ggufKeys) {
-	c.NumExperts = k.need("expert_count")
-	c.NumExpertsPerTok = k.need("expert_used_count")
+	c.NumExperts = k.need("num_experts")
+	c.NumExpertsPerTok = k.need("num_experts_per_tok")
 	if k.err == nil && c.NumExpertsPerTok > c.NumExperts {
 		k.fail(fmt.Errorf("key %s.expert_used_count: %d of %d experts", k.arch, c.NumExpertsPerTok, c.NumExperts))
 	}
@@ -280,8 +280,8 @@ func ggufMoEConfig(c *Config, k *ggufKeys) {
 // moeMetadata writes the expert keys of the mixture-of-experts families.
 func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
 	c := l.cfg
-	u32("expert_count", c.NumExperts)
-	u32("expert_used_count", c.NumExpertsPerTok)
+	u32("num_experts", c.NumExperts)
+	u32("num_experts_per_tok", c.NumExpertsPerTok)
 	switch l.Arch {
 	case "qwen3moe":
 		for i := range c.NumHiddenLayers {

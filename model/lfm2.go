@@ -23,7 +23,8 @@ import (
 // where conv is a depthwise causal convolution of conv_L_cache taps.
 func init() {
 	Register(Arch{ModelTypes: []string{"lfm2"}, Load: loadLFM2, GGUF: "lfm2",
-		Tensors: &TensorLayout{act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules}})
+		Tensors: &TensorLayout{act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
+		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}}})
 }
 
 type lfm2 struct {
@@ -242,7 +243,7 @@ func ggufLFM2Config(c *Config, k *ggufKeys, kvHeads []int) error {
 			c.LayerTypes[i] = "conv"
 		}
 	}
-	c.ConvKernel, _ = k.uint("shortconv.l_cache")
+	c.ConvKernel, _ = k.uint("conv_L_cache")
 	if slices.Contains(c.LayerTypes, "conv") && c.ConvKernel == 0 {
 		return fmt.Errorf("missing key %s.shortconv.l_cache", k.arch)
 	}

@@ -20,7 +20,13 @@ func init() {
 	Register(Arch{ModelTypes: []string{"qwen2"}, Load: loadLlama, GGUF: "qwen2", Tensors: preNorm(false)})
 	Register(Arch{ModelTypes: []string{"qwen3"}, Load: loadQwen3, GGUF: "qwen3", Tensors: preNorm(false)})
 	Register(Arch{ModelTypes: []string{"smollm3"}, Load: loadSmolLM3, GGUF: "smollm3", Tensors: preNorm(true)})
-	Register(Arch{ModelTypes: []string{"granite"}, Load: loadGranite, GGUF: "granite", Tensors: preNorm(true)})
+	Register(Arch{ModelTypes: []string{"granite"}, Load: loadGranite, GGUF: "granite", Tensors: preNorm(true),
+		Keys: []ConfigKey{
+			{"embedding_multiplier", "embedding_scale"},
+			{"residual_multiplier", "residual_scale"},
+			{"logits_scaling", "logit_scale"},
+			{"attention_multiplier", "attention.scale"},
+		}})
 	Register(Arch{ModelTypes: []string{"olmo2"}, Load: loadOlmo2, GGUF: "olmo2",
 		Tensors: &TensorLayout{act: "silu", layer: olmo2Layer}})
 	Register(Arch{ModelTypes: []string{"phi3"}, Load: loadPhi3, GGUF: "phi3", Tensors: preNorm(false)})

@@ -366,11 +366,11 @@ var (
 
 // ggufMamba2Config builds the Config of a mamba2 file.
 func ggufMamba2Config(f *gguf.File, k *ggufKeys, c *Config, g *GGUF) (*Config, error) {
-	c.NumHiddenLayers = k.need("block_count")
-	c.HiddenSize = k.need("embedding_length")
-	c.MaxPositionEmbeddings, _ = k.uint("context_length")
+	c.NumHiddenLayers = k.need("num_hidden_layers")
+	c.HiddenSize = k.need("hidden_size")
+	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
 	c.RMSNormEps = 1e-5
-	k.eps("attention.layer_norm_rms_epsilon", &c.RMSNormEps)
+	k.eps("rms_norm_eps", &c.RMSNormEps)
 	if err := ggufSSMConfig(c, k); err != nil {
 		return nil, err
 	}
@@ -393,12 +393,12 @@ func (l *GGUFLayout) mamba2Metadata(u32 func(string, int), f32 func(string, floa
 		return fmt.Errorf("%s: llama.cpp's mamba2 normalises the gated output (mamba_rms_norm true, norm_before_gate false)", c.ModelType)
 	}
 	// The converter's context length: mamba2 has no position limit.
-	u32("context_length", 1<<20)
-	u32("embedding_length", c.HiddenSize)
-	u32("feed_forward_length", 0)
-	u32("attention.head_count", 0)
-	u32("block_count", c.NumHiddenLayers)
-	f32("attention.layer_norm_rms_epsilon", c.NormEps())
+	u32("max_position_embeddings", 1<<20)
+	u32("hidden_size", c.HiddenSize)
+	u32("intermediate_size", 0)
+	u32("num_attention_heads", 0)
+	u32("num_hidden_layers", c.NumHiddenLayers)
+	f32("rms_norm_eps", c.NormEps())
 	u32("vocab_size", c.VocabSize)
 	return l.ssmMetadata(u32)
 }

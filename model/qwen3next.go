@@ -36,11 +36,11 @@ func init() {
 			layer: layer, rules: linearRules, compose: compose}
 	}
 	Register(Arch{ModelTypes: []string{"qwen3_5_text"}, Load: loadQwen35, GGUF: "qwen35",
-		Tensors: linear(linearGGUFLayer, tileValueHeads)})
+		Tensors: linear(linearGGUFLayer, tileValueHeads), Keys: linearKeys})
 	Register(Arch{ModelTypes: []string{"qwen3_next"}, Load: loadQwen3Next, GGUF: "qwen3next",
-		Tensors: linear(linearMoELayer, composeAll(stackExperts, splitQKVZ))})
+		Tensors: linear(linearMoELayer, composeAll(stackExperts, splitQKVZ)), Keys: linearKeys})
 	Register(Arch{ModelTypes: []string{"qwen3_5_moe_text"}, Load: loadQwen35MoE, GGUF: "qwen35moe",
-		Tensors: linear(linearMoELayer, composeAll(stackExperts, tileValueHeads))})
+		Tensors: linear(linearMoELayer, composeAll(stackExperts, tileValueHeads)), Keys: linearKeys})
 }
 
 // hybrid is the stack shared by the three families.
@@ -530,10 +530,10 @@ func tileValueHeads(c *Config, src Source, names []string) ([]composite, error) 
 // ggufLinearConfig reads the linear-attention keys and marks which layers
 // are recurrent.
 func ggufLinearConfig(c *Config, k *ggufKeys) error {
-	c.LinearConvKernelDim = k.need("ssm.conv_kernel")
-	c.LinearKeyHeadDim = k.need("ssm.state_size")
-	c.LinearNumKeyHeads = k.need("ssm.group_count")
-	c.LinearNumValueHeads = k.need("ssm.time_step_rank")
+	c.LinearConvKernelDim = k.need("linear_conv_kernel_dim")
+	c.LinearKeyHeadDim = k.need("linear_key_head_dim")
+	c.LinearNumKeyHeads = k.need("linear_num_key_heads")
+	c.LinearNumValueHeads = k.need("linear_num_value_heads")
 	inner := k.need("ssm.inner_size")
 	if k.err != nil {
 		return k.err
@@ -586,10 +586,10 @@ func (l *GGUFLayout) linearMetadata(u32 func(string, int)) error {
 	if c.LinearKeyHeadDim != c.LinearValueHeadDim {
 		l.Warnings = append(l.Warnings, fmt.Sprintf("linear_key_head_dim %d ≠ linear_value_head_dim %d: llama.cpp sizes both from ssm.state_size and will not load the file", c.LinearKeyHeadDim, c.LinearValueHeadDim))
 	}
-	u32("ssm.conv_kernel", c.LinearConvKernelDim)
-	u32("ssm.state_size", c.LinearKeyHeadDim)
-	u32("ssm.group_count", c.LinearNumKeyHeads)
-	u32("ssm.time_step_rank", c.LinearNumValueHeads)
+	u32("linear_conv_kernel_dim", c.LinearConvKernelDim)
+	u32("linear_key_head_dim", c.LinearKeyHeadDim)
+	u32("linear_num_key_heads", c.LinearNumKeyHeads)
+	u32("linear_num_value_heads", c.LinearNumValueHeads)
 	u32("ssm.inner_size", c.LinearValueHeadDim*c.LinearNumValueHeads)
 	recurrent := make([]bool, c.NumHiddenLayers)
 	for i := range recurrent {
@@ -650,11 +650,24 @@ func (l *GGUFLayout) linearMoEMetadata(u32 func(string, int)) error {
 	if c.SharedExpertIntermediateSize <= 0 {
 		return fmt.Errorf("%s: llama.cpp's %s needs the shared expert (shared_expert_intermediate_size)", c.ModelType, l.Arch)
 	}
-	u32("expert_feed_forward_length", c.MoEIntermediateSize)
-	u32("expert_shared_feed_forward_length", c.SharedExpertIntermediateSize)
+	u32("moe_intermediate_size", c.MoEIntermediateSize)
+	u32("shared_expert_intermediate_size", c.SharedExpertIntermediateSize)
 	if l.Arch == "qwen3next" && !c.NormTopKProb {
 		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
 		l.Warnings = append(l.Warnings, "norm_topk_prob is false: written as qwen3next.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)")
 	}
 	return nil
+}
+
+// linearKeys are the config keys of the delta-rule hybrids. The SSM keys
+// hold the linear-attention sizes; ssm.inner_size is
+// linear_value_head_dim × linear_num_value_heads.
+var linearKeys = []ConfigKey{
+	{"linear_conv_kernel_dim", "ssm.conv_kernel"},
+	{"linear_key_head_dim", "ssm.state_size"},
+	{"linear_num_key_heads", "ssm.group_count"},
+	{"linear_num_value_heads", "ssm.time_step_rank"},
+	{"full_attention_interval", "full_attention_interval"},
+	{"moe_intermediate_size", "expert_feed_forward_length"},
+	{"shared_expert_intermediate_size", "expert_shared_feed_forward_length"},
 }
