@@ -584,7 +584,7 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 	case arch == "gemma3n" || arch == "gemma4":
 		// One width per layer, or one for all.
 		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
-			ff, err := ggufPerLayer(k, "feed_forward_length", c.NumHiddenLayers)
+			ff, err := ggufPerLayer(k, "intermediate_size", c.NumHiddenLayers)
 			if err != nil {
 				return nil, err
 			}
@@ -601,7 +601,7 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 	}
 	c.NumAttentionHeads = k.need("num_attention_heads")
 	c.NumKeyValueHeads = c.NumAttentionHeads
-	kvHeads, err := ggufPerLayer(k, "attention.head_count_kv", c.NumHiddenLayers)
+	kvHeads, err := ggufPerLayer(k, "num_key_value_heads", c.NumHiddenLayers)
 	if err != nil {
 		return nil, err
 	}
@@ -741,12 +741,13 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 // ggufPerLayer reads a key that holds one integer, or one per layer (nil
 // when absent).
 func ggufPerLayer(k *ggufKeys, key string, n int) ([]int, error) {
-	full := k.arch + "." + key
+	full, hf := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return nil, nil
 	}
 	if x, ok := v.Uint(); ok && x <= math.MaxInt32 {
+		k.record(hf, rawNumber(float64(x)))
 		out := make([]int, n)
 		for i := range out {
 			out[i] = int(x)

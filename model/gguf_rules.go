@@ -229,7 +229,13 @@ func ggufMoEConfig(c *Config, k *ggufKeys) {
 	if k.err == nil && c.NumExpertsPerTok > c.NumExperts {
 		k.fail(fmt.Errorf("key %s.expert_used_count: %d of %d experts", k.arch, c.NumExpertsPerTok, c.NumExperts))
 	}
-	ff, hasFF := k.uint("expert_feed_forward_length")
+	// The experts' width is moe_intermediate_size, except for gpt-oss,
+	// whose experts are intermediate_size wide.
+	ffKey := "moe_intermediate_size"
+	if k.arch == "gpt-oss" {
+		ffKey = "expert_feed_forward_length"
+	}
+	ff, hasFF := k.uint(ffKey)
 	switch k.arch {
 	case "qwen3moe":
 		// llama.cpp's default when the key is absent.
@@ -253,7 +259,7 @@ func ggufMoEConfig(c *Config, k *ggufKeys) {
 		}
 		c.MoEIntermediateSize = ff
 		c.SharedExpertIntermediateSize = c.IntermediateSize
-		if v, ok := k.uint("expert_shared_feed_forward_length"); ok {
+		if v, ok := k.uint("shared_expert_intermediate_size"); ok {
 			c.SharedExpertIntermediateSize = v
 		}
 		c.DecoderSparseStep = 1
@@ -292,7 +298,7 @@ func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
 		if c.NumSharedExperts > 0 || c.SharedExpertIntermediateSize > 0 {
 			return fmt.Errorf("%s: shared experts have no place in llama.cpp's qwen3moe", c.ModelType)
 		}
-		u32("expert_feed_forward_length", c.MoEIntermediateSize)
+		u32("moe_intermediate_size", c.MoEIntermediateSize)
 		if !c.NormTopKProb {
 			l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
 			l.Warnings = append(l.Warnings, "norm_topk_prob is false: written as qwen3moe.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)")

@@ -20,7 +20,8 @@ import (
 // when the config gives one.
 func init() {
 	Register(Arch{ModelTypes: []string{"qwen3_moe"}, Load: loadQwen3MoE, GGUF: "qwen3moe",
-		Tensors: &TensorLayout{act: "silu", layer: qwen3moeLayer, compose: stackExperts}})
+		Tensors: &TensorLayout{act: "silu", layer: qwen3moeLayer, compose: stackExperts},
+		Keys:    []ConfigKey{{"moe_intermediate_size", "expert_feed_forward_length"}}})
 }
 
 func loadQwen3MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {
