@@ -78,7 +78,7 @@ func TestGGUFNames(t *testing.T) {
 		{"llama", "vision_tower.blocks.0.weight", ""},
 	}
 	for _, tc := range tests {
-		got, ok := ggufName(ggufFamilies[tc.arch], tc.hf)
+		got, ok := ggufName(*archByGGUF[tc.arch].Tensors, tc.hf)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("%s %s → %q, %v; want %q", tc.arch, tc.hf, got, ok, tc.want)
 		}

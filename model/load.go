@@ -63,7 +63,7 @@ func OpenDir(dir string, b compute.Backend) (*Loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := registry[cfg.ModelType]; !ok {
+	if _, ok := archByType[cfg.ModelType]; !ok {
 		// Fail before mapping any weights.
 		_, err := Load(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)
