@@ -92,5 +92,12 @@
 //     given), whatever their order in a request's JSON.
 //
 // OutputFormat and OutputParser split a model's generated text, as it
-// streams, into reasoning, content and tool calls (output.go).
+// streams, into reasoning, content and tool calls. Each tool-call format
+// (ToolFormat) is one unit in a file of its own, format_NAME.go: how a
+// template shows it, its markers, its parser's steps and the syntax a
+// grammar forces a call in (ForcedCalls); format.go lists them, output.go
+// holds the parsing they share and output_calls.go the readers of calls
+// they share. Adding a format is one such file, its entry in toolFormats
+// and its tests; TestToolFormatRoundTrip checks that its forced calls
+// parse back.
 package chat

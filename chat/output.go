@@ -6,99 +6,9 @@ import (
 	"unicode/utf8"
 )
 
-// OutputFormat describes how a model marks reasoning and tool calls in its
-// output.
-type OutputFormat struct {
-	// ThinkStart and ThinkEnd enclose the model's reasoning, such as
-	// "<think>" and "</think>". An empty ThinkEnd means the model does not
-	// reason (outside the Harmony format, which has its own channels).
-	ThinkStart, ThinkEnd string
-	// Tools is how tool calls are written.
-	Tools ToolFormat
-}
-
-// ToolFormat names a way of writing tool calls in a model's output.
-type ToolFormat string
-
-// Tool-call formats.
-const (
-	// ToolsNone: the model does not call tools; all output is text.
-	ToolsNone ToolFormat = ""
-	// ToolsHermes: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
-	// anywhere in the reply (Qwen 2.5/3, Hermes). The body may also be
-	// <function=NAME><parameter=KEY>VALUE</parameter></function> (Qwen 3.5,
-	// Nemotron) or NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>
-	// (GLM).
-	ToolsHermes ToolFormat = "hermes"
-	// ToolsLlama3: {"name": ..., "parameters": {...}} as the reply,
-	// optionally after <|python_tag|>; several calls may follow each other,
-	// separated by white space or ";".
-	ToolsLlama3 ToolFormat = "llama3"
-	// ToolsMistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...],
-	// or [TOOL_CALLS]NAME[ARGS]{...} (optionally NAME[CALL_ID]ID[ARGS]{...}),
-	// once per call.
-	ToolsMistral ToolFormat = "mistral"
-	// ToolsGemma: the reply is a JSON object {"name": ..., "parameters":
-	// {...}} (or an array of them), or a ```tool_code, ```tool_call or
-	// ```json fenced block holding such JSON or Python-style calls
-	// (name(key=value, ...), one per line or as a [list]), or such a
-	// [list] unfenced. Gemma 3 templates render no tools themselves; these
-	// are the forms Gemma's function-calling guide asks the model for.
-	ToolsGemma ToolFormat = "gemma"
-	// ToolsHarmony: gpt-oss's channels. <|channel|>analysis<|message|>...<|end|>
-	// is reasoning, <|channel|>final<|message|>... content, and
-	// <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>
-	// a tool call (the recipient may also come before <|channel|>).
-	ToolsHarmony ToolFormat = "harmony"
-)
-
-// DetectOutputFormat infers a model's output format from its template's
-// source: the markers the template renders for reasoning ("<think>",
-// "[THINK]") and for tool calls ("<|channel|>", "[TOOL_CALLS]",
-// "<tool_call>", "<|python_tag|>" or a Llama 3 prompt asking for
-// "parameters", a Gemma turn marker). A nil template gives the zero format.
-func DetectOutputFormat(t *Template) OutputFormat {
-	if t == nil {
-		return OutputFormat{}
-	}
-	return detectOutputFormat(t.Source())
-}
-
-func detectOutputFormat(src string) OutputFormat {
-	var f OutputFormat
-	switch {
-	case strings.Contains(src, "<|channel|>"):
-		// Harmony reasons through its channels, not with markers.
-		return OutputFormat{Tools: ToolsHarmony}
-	case strings.Contains(src, "[TOOL_CALLS]"):
-		f.Tools = ToolsMistral
-	case strings.Contains(src, "<tool_call>"):
-		f.Tools = ToolsHermes
-	case strings.Contains(src, "<|python_tag|>"),
-		strings.Contains(src, "<|start_header_id|>") && strings.Contains(src, `"parameters"`):
-		f.Tools = ToolsLlama3
-	case strings.Contains(src, "<start_of_turn>"):
-		f.Tools = ToolsGemma
-	}
-	switch {
-	case strings.Contains(src, "<think>") || strings.Contains(src, "</think>"):
-		f.ThinkStart, f.ThinkEnd = "<think>", "</think>"
-	case strings.Contains(src, "[THINK]") || strings.Contains(src, "[/THINK]"):
-		f.ThinkStart, f.ThinkEnd = "[THINK]", "[/THINK]"
-	}
-	return f
-}
-
-// InReasoning reports whether a rendered prompt ends inside an open
-// reasoning block: it ends with ThinkStart, possibly followed by white
-// space, as Qwen 3.5's or DeepSeek R1's generation prompts do. A server
-// passes the result to NewParser.
-func (f OutputFormat) InReasoning(prompt string) bool {
-	if f.ThinkStart == "" || f.ThinkEnd == "" || f.Tools == ToolsHarmony {
-		return false
-	}
-	return strings.HasSuffix(strings.TrimRight(prompt, wsChars), f.ThinkStart)
-}
+// This file is the streaming parser the tool-call formats share: reasoning
+// between markers, content, and the reading of a block or a bracketed
+// value of calls; each format's file adds the steps of its own syntax.
 
 // OutputKind tells the parts of a model's output apart.
 type OutputKind int
@@ -147,6 +57,7 @@ type OutputEvent struct {
 type OutputParser struct {
 	f     OutputFormat
 	tools bool
+	rc    *replyCalls // the format's calls that open a reply, while tools are offered
 
 	st       pstate
 	buf      string // text received and not yet consumed; kept short
@@ -157,85 +68,50 @@ type OutputParser struct {
 	ws       []byte // trailing white space held back from the text emitted last
 	wsKind   OutputKind
 	trimLead bool // drop white space at the start of the next text
-	reply    bool // at the start of a reply (Llama 3, Gemma: a call may begin here)
-	sepOK    bool // ';' may separate calls here (Llama 3)
+	reply    bool // at the start of a reply (formats with rc: a call may begin here)
+	sepOK    bool // rc.sep may separate calls here
 
-	// The tool-call block (or Harmony header or call) being read.
+	// The tool-call block (or message header or call) being read.
 	raw     string // its opening text, consumed
 	preWS   string // white space held back before it
 	acc     []byte // its text consumed from buf so far
-	block   blockKind
+	end     string // stepBlock: the marker that closes it
+	parse   func(string) ([]ParsedToolCall, bool)
+	check   bool // stepValue: a reply that merely starts with a bracket may be text
 	scan    valueScanner
 	checked bool // stepValue: the start of the value was found plausible
 	name    string
 
-	// Harmony.
+	// Formats with channels.
 	hKind OutputKind // what the message body is
 	hText OutputKind // what a call's body becomes when it is not one
 }
 
-// pstate is the parser's state.
-type pstate uint8
+// pstate is the parser's state: the step it makes next, which reports
+// whether another may follow.
+type pstate func(*OutputParser) bool
 
-const (
-	sStart         pstate = iota // before anything: reasoning may open
-	sReasoning                   // inside reasoning
-	sContent                     // content, watching for tool calls
-	sBlock                       // a tool-call block with an end marker (Hermes, Gemma fence)
-	sMistral                     // after [TOOL_CALLS]
-	sMistralName                 // after [TOOL_CALLS]NAME, before [ARGS]
-	sValue                       // a bracketed value that may be tool calls
-	sHarmonyHeader               // a Harmony message header, up to <|message|>
-	sHarmonyBody                 // a Harmony message body
-)
+// replyCalls describes tool calls that open a reply rather than follow a
+// marker anywhere in it (Llama 3, Gemma): a JSON object, or a text that
+// opens calls.
+type replyCalls struct {
+	// openers are texts that open calls at the start of a reply. After
+	// one, the calls are a bracketed value, or with fence set a block up
+	// to fenceClose that fenced reads.
+	openers []string
+	fence   bool
+	fenced  func(string) ([]ParsedToolCall, bool)
+	// value reads the calls of a bracketed value.
+	value func(string) ([]ParsedToolCall, bool)
+	// arrays: a reply may open with "[" as well as "{", and such a value
+	// may be a list of Python-style calls.
+	arrays bool
+	// sep: ";" may separate calls.
+	sep bool
+}
 
-// blockKind tells what a block of tool calls holds.
-type blockKind uint8
-
-const (
-	bHermes     blockKind = iota // <tool_call>...</tool_call>
-	bFence                       // ```tool_code ... ```
-	bJSON                        // Llama 3 / Gemma: JSON (or Python-style) calls
-	bMistralArr                  // [TOOL_CALLS][...]
-	bMistralArg                  // [TOOL_CALLS]NAME[ARGS]{...}
-)
-
-// Markers.
-const (
-	hermesOpen   = "<tool_call>"
-	hermesClose  = "</tool_call>"
-	pythonTag    = "<|python_tag|>"
-	mistralCalls = "[TOOL_CALLS]"
-	mistralArgs  = "[ARGS]"
-	mistralID    = "[CALL_ID]"
-	fenceClose   = "```"
-
-	hMessage = "<|message|>"
-	hChannel = "<|channel|>"
-	hStart   = "<|start|>"
-	hEnd     = "<|end|>"
-	hCall    = "<|call|>"
-	hReturn  = "<|return|>"
-)
-
-// gemmaFences open a fenced block of tool calls in the Gemma format.
-var gemmaFences = []string{"```tool_code", "```tool_call", "```json"}
-
-// harmonyEnds end a Harmony message body. The first three belong to the
-// message; the others start the next one.
-var harmonyEnds = []string{hEnd, hCall, hReturn, hStart, hChannel}
-
-// maxHeaderLead bounds the text before the first marker of a Harmony
-// header (" to=functions.NAME"); longer text is not a header.
-const maxHeaderLead = 64
-
-// maxHeader bounds a Harmony header up to <|message|>: room for the role,
-// the channel, a recipient with a tool name of maxNameLen bytes and a
-// content type. A longer one is malformed.
-const maxHeader = 96 + maxNameLen
-
-// maxMistralName bounds what may come between [TOOL_CALLS] and [ARGS].
-const maxMistralName = 512
+// fenceClose ends a fenced block.
+const fenceClose = "```"
 
 const wsChars = " \t\r\n"
 
@@ -244,17 +120,16 @@ const wsChars = " \t\r\n"
 // starts as reasoning. Tool calls are recognised only when toolsOffered;
 // otherwise all output is content or reasoning.
 func (f OutputFormat) NewParser(inReasoning, toolsOffered bool) *OutputParser {
-	p := &OutputParser{f: f, tools: toolsOffered && f.Tools != ToolsNone, reply: true}
+	p := &OutputParser{f: f, tools: toolsOffered && f.Tools != nil, reply: true}
+	if p.tools {
+		p.rc = f.Tools.reply()
+	}
 	switch {
-	case f.Tools == ToolsHarmony:
-		p.st = sHarmonyHeader
-		if inReasoning {
-			p.st, p.hKind, p.trimLead = sHarmonyBody, OutputReasoning, true
-		}
+	case f.Tools != nil && f.Tools.begin(p, inReasoning):
 	case inReasoning && f.ThinkEnd != "":
-		p.st, p.trimLead = sReasoning, true
+		p.st, p.trimLead = (*OutputParser).stepReasoning, true
 	default:
-		p.st = sStart
+		p.st = (*OutputParser).stepStart
 	}
 	return p
 }
@@ -344,33 +219,8 @@ func (p *OutputParser) call(c ParsedToolCall) {
 
 // run steps the state machine until it needs more input.
 func (p *OutputParser) run() {
-	for p.step() {
+	for p.st(p) {
 	}
-}
-
-// step makes one move and reports whether another may follow.
-func (p *OutputParser) step() bool {
-	switch p.st {
-	case sStart:
-		return p.stepStart()
-	case sReasoning:
-		return p.stepReasoning()
-	case sContent:
-		return p.stepContent()
-	case sBlock:
-		return p.stepBlock()
-	case sMistral:
-		return p.stepMistral()
-	case sMistralName:
-		return p.stepMistralName()
-	case sValue:
-		return p.stepValue()
-	case sHarmonyHeader:
-		return p.stepHarmonyHeader()
-	case sHarmonyBody:
-		return p.stepHarmonyBody()
-	}
-	return false
 }
 
 // stepStart waits to see whether the output opens with reasoning. White
@@ -378,7 +228,7 @@ func (p *OutputParser) step() bool {
 func (p *OutputParser) stepStart() bool {
 	start := p.f.ThinkStart
 	if start == "" || p.f.ThinkEnd == "" {
-		p.st = sContent
+		p.st = (*OutputParser).stepContent
 		return true
 	}
 	t := strings.TrimLeft(p.buf, wsChars)
@@ -387,13 +237,13 @@ func (p *OutputParser) stepStart() bool {
 	if strings.HasPrefix(t, start) {
 		p.buf = t[len(start):]
 		p.ws = p.ws[:0]
-		p.st, p.trimLead = sReasoning, true
+		p.st, p.trimLead = (*OutputParser).stepReasoning, true
 		return true
 	}
 	if !p.final && strings.HasPrefix(start, t) {
 		return false
 	}
-	p.st = sContent
+	p.st = (*OutputParser).stepContent
 	return true
 }
 
@@ -404,7 +254,7 @@ func (p *OutputParser) stepReasoning() bool {
 		p.text(OutputReasoning, p.buf[:i])
 		p.ws = p.ws[:0]
 		p.buf = p.buf[i+len(end):]
-		p.st, p.trimLead, p.reply = sContent, true, true
+		p.st, p.trimLead, p.reply = (*OutputParser).stepContent, true, true
 		return true
 	}
 	return p.release(OutputReasoning, end)
@@ -433,28 +283,18 @@ func (p *OutputParser) hold(markers ...string) {
 	p.buf = p.buf[n:]
 }
 
-// stepContent streams content, watching for the start of tool calls.
+// stepContent streams content, watching, while tools are offered, for the
+// start of the format's calls.
 func (p *OutputParser) stepContent() bool {
 	if !p.tools {
 		return p.release(OutputContent)
 	}
-	switch p.f.Tools {
-	case ToolsHermes:
-		return p.contentUntil(hermesOpen, func() { p.block, p.st = bHermes, sBlock })
-	case ToolsMistral:
-		return p.contentUntil(mistralCalls, func() { p.st = sMistral })
-	case ToolsLlama3, ToolsGemma:
-		if p.reply {
-			if moved, decided := p.replyStart(); !decided {
-				return moved
-			}
-		}
-	}
-	return p.release(OutputContent)
+	return p.f.Tools.content(p)
 }
 
-// contentUntil streams content up to marker, then opens a block with it.
-func (p *OutputParser) contentUntil(marker string, open func()) bool {
+// contentUntil streams content up to marker, then opens a block with it
+// and goes on with next.
+func (p *OutputParser) contentUntil(marker string, next pstate) bool {
 	i := strings.Index(p.buf, marker)
 	if i < 0 {
 		return p.release(OutputContent, marker)
@@ -462,7 +302,7 @@ func (p *OutputParser) contentUntil(marker string, open func()) bool {
 	p.text(OutputContent, p.buf[:i])
 	p.openBlock(marker)
 	p.buf = p.buf[i+len(marker):]
-	open()
+	p.st = next
 	return true
 }
 
@@ -479,10 +319,35 @@ func (p *OutputParser) openBlock(raw string) {
 	p.checked = false
 }
 
-// replyStart looks for a tool call at the start of a reply (Llama 3,
-// Gemma). decided is false while the text could still open one, or when one
-// was opened (moved reports progress); true means the reply is text.
+// readBlock goes on to read the block up to its end marker, then its body
+// with parse.
+func (p *OutputParser) readBlock(end string, parse func(string) ([]ParsedToolCall, bool)) {
+	p.end, p.parse, p.st = end, parse, (*OutputParser).stepBlock
+}
+
+// readValue goes on to read a bracketed value, then its calls with parse.
+// check says that the value opens a reply, which may be text that merely
+// starts with a bracket.
+func (p *OutputParser) readValue(parse func(string) ([]ParsedToolCall, bool), check bool) {
+	p.parse, p.check, p.st = parse, check, (*OutputParser).stepValue
+}
+
+// replyContent is the content step of a format whose calls open a reply.
+func (p *OutputParser) replyContent() bool {
+	if p.reply {
+		if moved, decided := p.replyStart(); !decided {
+			return moved
+		}
+	}
+	return p.release(OutputContent)
+}
+
+// replyStart looks for tool calls at the start of a reply (see
+// replyCalls). decided is false while the text could still open them, or
+// when they were opened (moved reports progress); true means the reply is
+// text.
 func (p *OutputParser) replyStart() (moved, decided bool) {
+	rc := p.rc
 	cut := wsChars
 	if p.sepOK {
 		cut += ";"
@@ -500,36 +365,27 @@ func (p *OutputParser) replyStart() (moved, decided bool) {
 		}
 		return false, false
 	}
-	if p.f.Tools == ToolsLlama3 && strings.HasPrefix(t, pythonTag) {
-		p.openBlock(pythonTag)
-		p.buf = t[len(pythonTag):]
-		p.block, p.st = bJSON, sValue
-		return true, false
-	}
-	if p.f.Tools == ToolsGemma {
-		for _, f := range gemmaFences {
-			if strings.HasPrefix(t, f) {
-				p.openBlock(f)
-				p.buf = t[len(f):]
-				p.block, p.st = bFence, sBlock
-				return true, false
+	for _, o := range rc.openers {
+		if strings.HasPrefix(t, o) {
+			p.openBlock(o)
+			p.buf = t[len(o):]
+			if rc.fence {
+				p.readBlock(fenceClose, rc.fenced)
+			} else {
+				p.readValue(rc.value, true)
 			}
+			return true, false
 		}
 	}
-	if t[0] == '{' || t[0] == '[' && p.f.Tools == ToolsGemma {
+	if t[0] == '{' || t[0] == '[' && rc.arrays {
 		p.openBlock("")
-		p.block, p.st = bJSON, sValue
+		p.readValue(rc.value, true)
 		return true, false
 	}
 	if !p.final {
-		if p.f.Tools == ToolsLlama3 && strings.HasPrefix(pythonTag, t) {
-			return false, false
-		}
-		if p.f.Tools == ToolsGemma {
-			for _, f := range gemmaFences {
-				if strings.HasPrefix(f, t) {
-					return false, false
-				}
+		for _, o := range rc.openers {
+			if strings.HasPrefix(o, t) {
+				return false, false
 			}
 		}
 	}
@@ -541,7 +397,7 @@ func (p *OutputParser) replyStart() (moved, decided bool) {
 // white space before it) becomes content, and what followed is read again
 // as content.
 func (p *OutputParser) degrade() bool {
-	p.st = sContent
+	p.st = (*OutputParser).stepContent
 	p.reply, p.sepOK = false, false
 	p.text(OutputContent, p.preWS+p.raw)
 	p.buf = string(p.acc) + p.buf
@@ -556,85 +412,31 @@ func (p *OutputParser) finishCalls(calls []ParsedToolCall, n int) bool {
 	}
 	p.buf = p.buf[n:]
 	p.preWS, p.raw, p.acc = "", "", p.acc[:0]
-	p.st, p.trimLead = sContent, true
-	p.reply = p.f.Tools == ToolsLlama3 || p.f.Tools == ToolsGemma
-	p.sepOK = p.f.Tools == ToolsLlama3
+	p.st, p.trimLead = (*OutputParser).stepContent, true
+	p.reply = p.rc != nil
+	p.sepOK = p.rc != nil && p.rc.sep
 	return true
 }
 
-// stepBlock waits for the end marker of a Hermes block or a Gemma fence.
+// stepBlock waits for the end marker of a block of calls and reads them.
 func (p *OutputParser) stepBlock() bool {
-	end := hermesClose
-	if p.block == bFence {
-		end = fenceClose
-	}
-	i := strings.Index(p.buf, end)
+	i := strings.Index(p.buf, p.end)
 	if i < 0 {
 		if p.final {
 			return p.degrade()
 		}
-		p.hold(end)
+		p.hold(p.end)
 		return false
 	}
-	body := string(p.acc) + p.buf[:i]
-	var calls []ParsedToolCall
-	var ok bool
-	if p.block == bFence {
-		calls, ok = parseGemmaCalls(body)
-	} else {
-		calls, ok = parseHermesBody(body)
-	}
+	calls, ok := p.parse(string(p.acc) + p.buf[:i])
 	if !ok {
 		return p.degrade()
 	}
-	return p.finishCalls(calls, i+len(end))
+	return p.finishCalls(calls, i+len(p.end))
 }
 
-// stepMistral decides between the two Mistral forms after [TOOL_CALLS].
-func (p *OutputParser) stepMistral() bool {
-	t := strings.TrimLeft(p.buf, wsChars)
-	p.raw += p.buf[:len(p.buf)-len(t)]
-	p.buf = t
-	if t == "" {
-		if p.final {
-			return p.degrade()
-		}
-		return false
-	}
-	if t[0] == '[' || t[0] == '{' {
-		p.block, p.st = bMistralArr, sValue
-		return true
-	}
-	p.st = sMistralName
-	return true
-}
-
-// stepMistralName reads NAME (and [CALL_ID]ID) up to [ARGS].
-func (p *OutputParser) stepMistralName() bool {
-	i := strings.Index(p.buf, mistralArgs)
-	if i < 0 {
-		if p.final || len(p.buf) > maxMistralName {
-			return p.degrade()
-		}
-		return false
-	}
-	name := p.buf[:i]
-	if j := strings.Index(name, mistralID); j >= 0 {
-		name = name[:j]
-	}
-	name = strings.TrimSpace(name)
-	if !validName(name) {
-		return p.degrade()
-	}
-	p.raw += p.buf[:i+len(mistralArgs)]
-	p.buf = p.buf[i+len(mistralArgs):]
-	p.block, p.st = bMistralArg, sValue
-	p.name = name
-	return true
-}
-
-// stepValue reads a bracketed value (JSON, or Python-style calls for
-// Gemma) to its end and parses it as tool calls.
+// stepValue reads a bracketed value (JSON, or Python-style calls) to its
+// end and parses it as tool calls.
 func (p *OutputParser) stepValue() bool {
 	if !p.scan.started {
 		t := strings.TrimLeft(p.buf, wsChars)
@@ -651,7 +453,7 @@ func (p *OutputParser) stepValue() bool {
 		}
 		p.scan.started = true
 	}
-	if p.block == bJSON && !p.checked {
+	if p.check && !p.checked {
 		// A reply that merely starts with a bracket is text: look at
 		// what follows it.
 		t := strings.TrimLeft(p.buf[1:], wsChars)
@@ -661,7 +463,7 @@ func (p *OutputParser) stepValue() bool {
 			}
 			return false
 		}
-		if !plausibleStart(p.buf[0], t[0], p.f.Tools == ToolsGemma) {
+		if !plausibleStart(p.buf[0], t[0], p.rc.arrays) {
 			return p.degrade()
 		}
 		p.checked = true
@@ -678,22 +480,7 @@ func (p *OutputParser) stepValue() bool {
 		p.buf = ""
 		return false
 	}
-	val := string(p.acc) + p.buf[:end]
-	var calls []ParsedToolCall
-	ok := false
-	switch p.block {
-	case bJSON:
-		calls, ok = parseJSONCalls(val, false)
-		if !ok && p.f.Tools == ToolsGemma && val[0] == '[' {
-			calls, ok = parsePythonCalls(val)
-		}
-	case bMistralArr:
-		calls, ok = parseJSONCalls(val, true)
-	case bMistralArg:
-		if args, aok := objectArgs([]byte(val)); aok {
-			calls, ok = []ParsedToolCall{{Name: p.name, Arguments: args}}, true
-		}
-	}
+	calls, ok := p.parse(string(p.acc) + p.buf[:end])
 	if !ok {
 		return p.degrade()
 	}
@@ -702,83 +489,12 @@ func (p *OutputParser) stepValue() bool {
 
 // plausibleStart reports whether a value opening with the bracket open and
 // going on with c may be tool calls: an object must go on with a key (or
-// close), an array with an object (or, for Gemma, a Python-style call).
+// close), an array with an object (or, where python, a Python-style call).
 func plausibleStart(open, c byte, python bool) bool {
 	if open == '{' {
 		return c == '"' || c == '}'
 	}
 	return c == '{' || c == ']' || python && (c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z')
-}
-
-// stepHarmonyHeader reads a Harmony message header up to <|message|>.
-// Text that cannot open a header (anything but white space or a recipient,
-// " to=...", before the first marker) is content up to the next marker. A
-// header that is too long, or that an end marker closes before
-// <|message|>, is malformed: its text becomes content. A header cut short
-// by the end of the output is dropped.
-func (p *OutputParser) stepHarmonyHeader() bool {
-	j := strings.Index(p.buf, "<|")
-	lead := p.buf
-	switch {
-	case j >= 0:
-		lead = p.buf[:j]
-	case !p.final:
-		lead = strings.TrimSuffix(lead, "<") // "<|" may follow
-	}
-	if len(lead) > maxHeaderLead || !headerLead(lead, j >= 0 || p.final) || j < 0 && p.final && p.buf != "" {
-		p.st, p.hKind = sHarmonyBody, OutputContent
-		return true
-	}
-	if j < 0 {
-		return false
-	}
-	// The header's length is bounded, so it is searched from its start
-	// each time rather than gathered.
-	window := p.buf[:min(len(p.buf), maxHeader+len(hMessage))]
-	i, m := firstMarker(window, hMessage, hEnd, hCall, hReturn)
-	switch {
-	case i > maxHeader || i < 0 && len(p.buf) > maxHeader+len(hMessage):
-		n := maxHeader + 1
-		p.text(OutputContent, p.buf[:n])
-		p.buf = p.buf[n:]
-		p.st, p.hKind = sHarmonyBody, OutputContent
-		return true
-	case i < 0 && p.final:
-		// A header cut short: nothing of it is text.
-		p.buf = ""
-		return false
-	case i < 0:
-		return false
-	case m != hMessage:
-		// An end marker before <|message|>: the text was not a header.
-		p.text(OutputContent, p.buf[:i])
-		p.ws = p.ws[:0]
-		p.buf = p.buf[i+len(m):]
-		p.trimLead = true
-		return true
-	}
-	channel, recipient := parseHarmonyHeader(p.buf[:i])
-	p.buf = p.buf[i+len(hMessage):]
-	p.acc = p.acc[:0]
-	p.st, p.trimLead = sHarmonyBody, true
-	p.name = ""
-	p.hKind = OutputContent
-	if channel == "analysis" {
-		p.hKind = OutputReasoning
-	}
-	p.hText = p.hKind
-	if name, ok := strings.CutPrefix(recipient, "functions."); ok && p.tools && validName(name) {
-		p.hKind, p.name = OutputToolCall, name
-	}
-	return true
-}
-
-// headerLead reports whether text before the first marker may belong to a
-// Harmony header: white space, then nothing or a recipient ("to=...").
-// Unless complete, more text may follow it.
-func headerLead(s string, complete bool) bool {
-	t := strings.TrimLeft(s, wsChars)
-	return t == "" || strings.HasPrefix(t, "to=") || !complete && strings.HasPrefix("to=", t)
 }
 
 // firstMarker returns the offset of the first of the markers in s and
@@ -793,75 +509,6 @@ func firstMarker(s string, markers ...string) (int, string) {
 	return i, m
 }
 
-// stepHarmonyBody streams a message body up to its end.
-func (p *OutputParser) stepHarmonyBody() bool {
-	i, m := firstMarker(p.buf, harmonyEnds...)
-	if i < 0 && !p.final {
-		if p.hKind == OutputToolCall {
-			p.hold(harmonyEnds...)
-			return false
-		}
-		return p.release(p.hKind, harmonyEnds...)
-	}
-	if i < 0 {
-		i = len(p.buf)
-	}
-	body := p.buf[:i]
-	rest := p.buf[i:]
-	if m == hEnd || m == hCall || m == hReturn {
-		rest = rest[len(m):]
-	}
-	if p.hKind == OutputToolCall {
-		body = string(p.acc) + body
-		p.acc = p.acc[:0]
-		if args, ok := objectArgs([]byte(body)); ok {
-			p.call(ParsedToolCall{Name: p.name, Arguments: args})
-		} else {
-			p.text(p.hText, body)
-		}
-	} else {
-		p.text(p.hKind, body)
-	}
-	p.ws = p.ws[:0]
-	p.buf = rest
-	p.st, p.trimLead = sHarmonyHeader, true
-	return i > 0 || m != ""
-}
-
-// parseHarmonyHeader returns the channel and the recipient named in a
-// Harmony header such as "<|start|>assistant<|channel|>commentary
-// to=functions.get_weather <|constrain|>json".
-func parseHarmonyHeader(h string) (channel, recipient string) {
-	if i := strings.Index(h, hChannel); i >= 0 {
-		channel = headerWord(h[i+len(hChannel):])
-	}
-	for s := h; ; {
-		i := strings.Index(s, "to=")
-		if i < 0 {
-			break
-		}
-		if i == 0 || strings.IndexByte(" \t\n>", s[i-1]) >= 0 {
-			recipient = headerWord(s[i+3:])
-			break
-		}
-		s = s[i+3:]
-	}
-	return channel, recipient
-}
-
-// headerWord returns s up to white space or the next marker.
-func headerWord(s string) string {
-	end := len(s)
-	if i := strings.IndexAny(s, wsChars); i >= 0 {
-		end = i
-	}
-	if i := strings.Index(s[:end], "<|"); i >= 0 {
-		end = i
-	}
-	return s[:end]
-}
-
-// markerFree returns the length of s without its longest suffix that is a
 // proper prefix of one of the markers.
 func markerFree(s string, markers []string) int {
 	longest := 0

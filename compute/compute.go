@@ -26,7 +26,7 @@ const (
 	I32
 
 	// Block-quantized weight types, stored exactly as ggml lays out their
-	// blocks (see package lem/quant). Each block of BlockSize elements
+	// blocks (see package lem/compute/quant). Each block of BlockSize elements
 	// takes BlockBytes bytes; a row is a whole number of blocks.
 	Q8_0   // 32 elements: f16 scale, 32 int8
 	Q4_0   // 32 elements: f16 scale, 16 bytes of 4-bit codes

@@ -20,7 +20,8 @@ import (
 // in_proj output ⊙ the µP vector (ssm_multipliers over its z, x, B, C and
 // dt parts), and logits ·lm_head_multiplier.
 func init() {
-	Register("falcon_h1", loadFalconH1)
+	Register(Arch{ModelTypes: []string{"falcon_h1"}, Load: loadFalconH1, GGUF: "falcon-h1",
+		Tensors: &TensorLayout{act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules}})
 }
 
 type falconH1 struct {
@@ -201,4 +202,94 @@ func scaledAdd(b compute.Backend, x, y *compute.Tensor, s float32) {
 		b.Scale(y, y, s)
 	}
 	b.Add(x, x, y)
+}
+
+// Falcon-H1 (FalconH1Model, a Mamba2Model with attention): every layer runs
+// attention and the SSM mixer side by side on attn_norm (input_layernorm),
+// then the MLP on ffn_norm (pre_ff_layernorm). The converter folds the µP
+// multipliers into the weights — embedding_multiplier into token_embd,
+// lm_head_multiplier into output, attention_in_multiplier into attn_q, attn_k
+// and attn_v (key_multiplier too into attn_k), attention_out_multiplier
+// into attn_output, mlp_multipliers into ffn_gate and ffn_down,
+// ssm_out_multiplier into ssm_out, and ssm_in_multiplier times the
+// ssm_multipliers of the z, x, B, C and dt rows into ssm_in — and
+// llama.cpp's graph applies none, so a file is read with every multiplier 1.
+// Keys: the mamba2 ones, with feed_forward_length, attention.head_count(_kv),
+// key_length and value_length of the attention half.
+
+var (
+	falconH1Global = map[string]string{
+		"model.embed_tokens.weight":    "token_embd.weight",
+		"model.final_layernorm.weight": "output_norm.weight",
+		"lm_head.weight":               "output.weight",
+	}
+	falconH1GGUFLayer = map[string]string{
+		"input_layernorm.weight":        "attn_norm.weight",
+		"pre_ff_layernorm.weight":       "ffn_norm.weight",
+		"feed_forward.gate_proj.weight": "ffn_gate.weight",
+		"feed_forward.up_proj.weight":   "ffn_up.weight",
+		"feed_forward.down_proj.weight": "ffn_down.weight",
+		"mamba.in_proj.weight":          "ssm_in.weight",
+		"mamba.conv1d.weight":           "ssm_conv1d.weight",
+		"mamba.conv1d.bias":             "ssm_conv1d.bias",
+		"mamba.dt_bias":                 "ssm_dt.bias",
+		"mamba.A_log":                   "ssm_a",
+		"mamba.D":                       "ssm_d",
+		"mamba.norm.weight":             "ssm_norm.weight",
+		"mamba.out_proj.weight":         "ssm_out.weight",
+	}
+)
+
+// falconH1Rules are the SSM rules plus the folded multipliers.
+func falconH1Rules(c *Config) map[string]ggufRule {
+	rules := ssmRules(c, "mamba.")
+	scale := func(name string, f float64) {
+		if f == 1 || f == 0 {
+			return
+		}
+		r := rules[name]
+		s := float32(f)
+		r.encode = func(row []float32, _ int) {
+			for i := range row {
+				row[i] *= s
+			}
+		}
+		rules[name] = r
+	}
+	scale("model.embed_tokens.weight", c.EmbeddingMultiplier)
+	scale("lm_head.weight", c.LMHeadMultiplier)
+	scale("self_attn.q_proj.weight", c.AttentionInMultiplier)
+	scale("self_attn.k_proj.weight", c.AttentionInMultiplier*c.KeyMultiplier)
+	scale("self_attn.v_proj.weight", c.AttentionInMultiplier)
+	scale("self_attn.o_proj.weight", c.AttentionOutMultiplier)
+	scale("feed_forward.gate_proj.weight", c.MLPMultipliers[0])
+	scale("feed_forward.down_proj.weight", c.MLPMultipliers[1])
+	scale("mamba.out_proj.weight", c.SSMOutMultiplier)
+	if mup := mupVector(c); mup != nil {
+		r := rules["mamba.in_proj.weight"]
+		r.encode = func(row []float32, i int) {
+			s := mup[min(i, len(mup)-1)]
+			for j := range row {
+				row[j] *= s
+			}
+		}
+		rules["mamba.in_proj.weight"] = r
+	}
+	return rules
+}
+
+// falconH1Metadata writes the SSM keys of a falcon-h1 file after checking
+// that the weights can carry the multipliers.
+func (l *GGUFLayout) falconH1Metadata(u32 func(string, int)) error {
+	c := l.cfg
+	if c.SSM.RMSNorm && c.SSM.NormBeforeGate {
+		return fmt.Errorf("%s: mamba_norm_before_gate: llama.cpp normalises the SSM output after the gate", c.ModelType)
+	}
+	if c.AttentionBias || c.MLPBias {
+		return fmt.Errorf("%s: biases cannot carry the µP multipliers that llama.cpp folds into the weights", c.ModelType)
+	}
+	if c.TieWordEmbeddings && c.EmbeddingMultiplier != c.LMHeadMultiplier {
+		return fmt.Errorf("%s: tied embeddings with embedding_multiplier %g ≠ lm_head_multiplier %g cannot carry both folded", c.ModelType, c.EmbeddingMultiplier, c.LMHeadMultiplier)
+	}
+	return l.ssmMetadata(u32)
 }

@@ -17,8 +17,10 @@ import (
 // Gemma 3 adds per-head q/k norms and alternates sliding-window layers
 // (local rope base) with global layers (global rope base).
 func init() {
-	Register("gemma2", loadGemma)
-	Register("gemma3_text", loadGemma)
+	Register(Arch{ModelTypes: []string{"gemma2"}, Load: loadGemma, GGUF: "gemma2",
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2}})
+	Register(Arch{ModelTypes: []string{"gemma3_text"}, Load: loadGemma, GGUF: "gemma3",
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 6}})
 }
 
 var gemmaNames = denseNames{
@@ -48,4 +50,11 @@ func loadGemma(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		a.SoftCap = float32(cfg.AttnLogitSoftcapping)
 	}
 	return m, nil
+}
+
+// gemmaLayer names the four norms of a Gemma layer in GGUF files.
+var gemmaLayer = map[string]string{
+	"post_attention_layernorm.weight":   "post_attention_norm.weight",
+	"pre_feedforward_layernorm.weight":  "ffn_norm.weight",
+	"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }

@@ -1,9 +1,12 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 
 	"lem/compute"
+	"lem/gguf"
 )
 
 // Gemma 4 (text). Gemma 3's sandwich norms around attention and MLP, with
@@ -31,7 +34,9 @@ import (
 // and values of the last earlier layer of their type and own no cache; with
 // use_double_wide_mlp their MLP is twice as wide.
 func init() {
-	Register("gemma4_text", loadGemma4)
+	Register(Arch{ModelTypes: []string{"gemma4_text"}, Load: loadGemma4, GGUF: "gemma4",
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global},
+		Keys:    perLayerInputKeys})
 }
 
 type gemma4 struct {
@@ -241,4 +246,355 @@ func (m *gemma4) layer(i int, st *kvState, s *scratch, x, ple, pos *compute.Tens
 	if l.scalar != 1 {
 		b.Scale(x, x, l.scalar)
 	}
+}
+
+// GGUF layout of Gemma 4 (text), as llama.cpp's converter (Gemma4Model in
+// conversion/gemma.py) writes it and src/models/gemma4.cpp reads it, as
+// architecture gemma4.
+//
+//   - Norm weights are stored as they are (Gemma 4 scales by w, not 1+w).
+//   - Per-layer inputs as Gemma 3n's: per_layer_token_embd,
+//     per_layer_model_proj, per_layer_proj_norm, and per layer inp_gate,
+//     proj and post_norm. layer_scalar is layer_output_scale.
+//   - The mixture of experts: router.proj is ffn_gate_inp, router.scale
+//     ffn_gate_inp.scale, router.per_expert_scale ffn_down_exps.scale, the
+//     fused experts.gate_up_proj [experts, 2·ff, hidden] ffn_gate_up_exps
+//     (gate rows first) and experts.down_proj ffn_down_exps, both in the
+//     checkpoint's element order; the norms around it are
+//     post_ffw_norm_1, pre_ffw_norm_2 and post_ffw_norm_2.
+//   - Head sizes per layer type: attention.key_length and value_length are
+//     the full-attention layers', key_length_swa and value_length_swa the
+//     sliding layers'. feed_forward_length and attention.head_count_kv are
+//     one value, or one per layer where layers differ (the double-wide MLP
+//     of the KV-shared layers is written out as doubled widths).
+//   - Rope: the full-attention layers' proportional rope is a rope over the
+//     whole head (rope.dimension_count = key_length, base rope.freq_base)
+//     whose pairs beyond the rotated fraction are frozen by a frequency
+//     divisor of 1e30 in rope_freqs.weight (key_length/2 values, 1 for the
+//     pairs that turn); the sliding layers use rope.freq_base_swa over
+//     rope.dimension_count_swa dimensions.
+//   - attention.sliding_window_pattern holds one bool per layer,
+//     attention.shared_kv_layers the number of trailing KV-shared layers,
+//     embedding_length_per_layer_input the per-layer input width (0: none),
+//     expert_count, expert_used_count and expert_feed_forward_length the
+//     mixture of experts.
+
+var (
+	gemma4Global = map[string]string{
+		"model.embed_tokens.weight":               "token_embd.weight",
+		"model.norm.weight":                       "output_norm.weight",
+		"lm_head.weight":                          "output.weight",
+		"model.embed_tokens_per_layer.weight":     "per_layer_token_embd.weight",
+		"model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
+		"model.per_layer_projection_norm.weight":  "per_layer_proj_norm.weight",
+	}
+	gemma4GGUFLayer = merge(gemmaLayer, map[string]string{
+		"per_layer_input_gate.weight":         "inp_gate.weight",
+		"per_layer_projection.weight":         "proj.weight",
+		"post_per_layer_input_norm.weight":    "post_norm.weight",
+		"layer_scalar":                        "layer_output_scale.weight",
+		"router.proj.weight":                  "ffn_gate_inp.weight",
+		"router.scale":                        "ffn_gate_inp.scale",
+		"router.per_expert_scale":             "ffn_down_exps.scale",
+		"experts.gate_up_proj":                "ffn_gate_up_exps.weight",
+		"experts.down_proj":                   "ffn_down_exps.weight",
+		"post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+		"pre_feedforward_layernorm_2.weight":  "pre_ffw_norm_2.weight",
+		"post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
+	})
+)
+
+// gemma4Frozen is the rope_freqs.weight divisor that stops a pair from
+// turning; anything this large freezes a pair for every position a context
+// can hold.
+const gemma4Frozen = 1e30
+
+// ggufGemma4Config reads the keys and shapes of a gemma4 file that the
+// common keys do not cover: head sizes per layer type, per-layer widths
+// and key/value heads (ff and kvHeads, nil when one value), per-layer
+// inputs, KV-shared layers, the mixture of experts and the rope of each
+// layer type.
+func ggufGemma4Config(c *Config, k *ggufKeys, g *GGUF, ff, kvHeads []int) error {
+	n := c.NumHiddenLayers
+	full := c.HeadDim // attention.key_length
+	swa, ok := k.uint("attention.key_length_swa")
+	if !ok {
+		swa = full
+	}
+	if v, ok := k.uint("attention.value_length_swa"); ok && v != swa {
+		return fmt.Errorf("key %s.attention.value_length_swa %d differs from key_length_swa %d", k.arch, v, swa)
+	}
+	if swa == 0 {
+		return fmt.Errorf("key %s.attention.key_length_swa is 0", k.arch)
+	}
+	c.HeadDim = swa
+	c.Raw["head_dim"] = rawNumber(float64(swa))
+	if full != swa {
+		c.GlobalHeadDim = full
+		c.Raw["global_head_dim"] = rawNumber(float64(full))
+	}
+	c.HiddenSizePerLayerInput, _ = k.uint("hidden_size_per_layer_input")
+	c.NumKVSharedLayers, _ = k.uint("num_kv_shared_layers")
+	if k.err != nil {
+		return k.err
+	}
+	if c.NumKVSharedLayers >= n {
+		return fmt.Errorf("key %s.attention.shared_kv_layers: %d of %d layers", k.arch, c.NumKVSharedLayers, n)
+	}
+	if d := c.HiddenSizePerLayerInput; d > 0 {
+		t, ok := g.tensors["model.embed_tokens_per_layer.weight"]
+		if !ok {
+			return fmt.Errorf("key %s.embedding_length_per_layer_input is %d but tensor per_layer_token_embd.weight is missing", k.arch, d)
+		}
+		if len(t.Dims) != 2 || t.Dims[0] != int64(n*d) {
+			return fmt.Errorf("tensor per_layer_token_embd.weight has dims %v, want [%d, vocab]", t.Dims, n*d)
+		}
+		c.VocabSizePerLayerInput = int(t.Dims[1])
+	}
+
+	c.perLayer = map[int]layerOverride{}
+	for i := range n {
+		var o layerOverride
+		if ff != nil && ff[i] != c.IntermediateSize {
+			o.intermediate = ff[i]
+		}
+		if kvHeads != nil && kvHeads[i] != c.NumKeyValueHeads {
+			if kvHeads[i] == 0 || c.NumAttentionHeads%kvHeads[i] != 0 {
+				return fmt.Errorf("key %s.attention.head_count_kv: layer %d has %d key/value heads for %d heads", k.arch, i, kvHeads[i], c.NumAttentionHeads)
+			}
+			o.kvHeads = kvHeads[i]
+		}
+		if o.intermediate > 0 || o.kvHeads > 0 {
+			c.perLayer[i] = o
+		}
+	}
+
+	moe := g.hasLayerTensor("router.proj.weight")
+	if moe {
+		c.NumExperts = k.need("num_experts")
+		c.NumExpertsPerTok = k.need("num_experts_per_tok")
+		c.MoEIntermediateSize = k.need("expert_feed_forward_length")
+		if k.err != nil {
+			return k.err
+		}
+		if c.NumExpertsPerTok > c.NumExperts {
+			return fmt.Errorf("key %s.expert_used_count: %d of %d experts", k.arch, c.NumExpertsPerTok, c.NumExperts)
+		}
+	}
+	raw, err := json.Marshal(moe)
+	if err != nil {
+		return err
+	}
+	c.Raw["enable_moe_block"] = raw
+
+	return ggufGemma4Rope(c, k, g, full, swa)
+}
+
+// ggufGemma4Rope reads the rope of both layer types: the full-attention
+// layers' rope_freqs.weight, ones then frozen pairs, is their proportional
+// rope's rotated fraction.
+func ggufGemma4Rope(c *Config, k *ggufKeys, g *GGUF, full, swa int) error {
+	p := RopeParams{Type: "proportional", Theta: 1e6, Factor: 1, PartialRotaryFactor: 1}
+	if v, ok := k.float("rope_theta"); ok {
+		p.Theta = v
+	}
+	if d, ok := k.uint("rope.dimension_count"); ok && d != full {
+		return fmt.Errorf("key %s.rope.dimension_count: %d, want the full-attention head size %d", k.arch, d, full)
+	}
+	freqs, err := g.f64Tensor(ggufRopeFreqs)
+	if err != nil {
+		return err
+	}
+	if freqs != nil {
+		if len(freqs) != full/2 {
+			return fmt.Errorf("tensor %s has %d values for heads of %d", ggufRopeFreqs, len(freqs), full)
+		}
+		turning := 0
+		for turning < len(freqs) && freqs[turning] == 1 {
+			turning++
+		}
+		for i, f := range freqs[turning:] {
+			if f < gemma4Frozen/10 {
+				return fmt.Errorf("tensor %s: value %g at pair %d: a Gemma 4 file has 1 for the pairs that turn, then %g", ggufRopeFreqs, f, turning+i, float64(gemma4Frozen))
+			}
+		}
+		if turning == 0 {
+			return fmt.Errorf("tensor %s turns no pair", ggufRopeFreqs)
+		}
+		p.PartialRotaryFactor = float64(2*turning) / float64(full)
+	}
+	local := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: 1}
+	if v, ok := k.float("rope.freq_base_swa"); ok {
+		local.Theta = v
+	}
+	if d, ok := k.uint("rope.dimension_count_swa"); ok && d != swa {
+		if d == 0 || d > swa || d%2 != 0 {
+			return fmt.Errorf("key %s.rope.dimension_count_swa: %d rotary dimensions for head size %d", k.arch, d, swa)
+		}
+		local.PartialRotaryFactor = float64(d) / float64(swa)
+	}
+	if k.err != nil {
+		return k.err
+	}
+	for _, r := range []RopeParams{p, local} {
+		if err := r.validate(k.arch + "."); err != nil {
+			return err
+		}
+	}
+	c.RopeParams = p
+	c.PartialRotaryFactor = p.PartialRotaryFactor
+	c.RopeByLayerType = map[string]RopeParams{FullAttention: p, SlidingAttention: local}
+	return nil
+}
+
+// gemma4Metadata writes the keys of a gemma4 file and its rope_freqs.weight.
+func (l *GGUFLayout) gemma4Metadata(u32 func(string, int), f32 func(string, float64)) error {
+	c := l.cfg
+	a := l.Arch + "."
+	var kEqV, doubleWide bool
+	for _, k := range []struct {
+		key string
+		dst *bool
+	}{{"attention_k_eq_v", &kEqV}, {"use_double_wide_mlp", &doubleWide}} {
+		if _, err := c.Get(k.key, k.dst); err != nil {
+			return err
+		}
+	}
+	if kEqV {
+		return fmt.Errorf("%s: attention_k_eq_v: global layers whose values are their keys are not supported", c.ModelType)
+	}
+	n := c.NumHiddenLayers
+	if c.NumKVSharedLayers >= n {
+		return fmt.Errorf("%s: %d KV-shared layers of %d", c.ModelType, c.NumKVSharedLayers, n)
+	}
+	heads := map[string]int{}
+	pattern := make([]bool, n)
+	ff := make([]uint32, n)
+	kv := make([]uint32, n)
+	sameFF, sameKV := true, true
+	for i := range n {
+		t := c.LayerType(i)
+		switch t {
+		case SlidingAttention:
+			pattern[i] = true
+		case FullAttention:
+		default:
+			return fmt.Errorf("%s: layer %d is %q", c.ModelType, i, t)
+		}
+		hd := c.HeadDimFor(i)
+		if h, ok := heads[t]; ok && h != hd {
+			return fmt.Errorf("%s: layer %d has heads of %d, other %s layers %d: GGUF holds one head size per layer type", c.ModelType, i, hd, t, h)
+		}
+		heads[t] = hd
+		ff[i] = uint32(c.IntermediateSizeFor(i))
+		if doubleWide && i >= n-c.NumKVSharedLayers {
+			ff[i] *= 2
+		}
+		kv[i] = uint32(c.KVHeadsFor(i))
+		sameFF = sameFF && ff[i] == ff[0]
+		sameKV = sameKV && kv[i] == kv[0]
+	}
+	full, swa := c.HeadDim, c.HeadDim
+	if h, ok := heads[FullAttention]; ok {
+		full = h
+	}
+	if h, ok := heads[SlidingAttention]; ok {
+		swa = h
+	}
+	if full%2 != 0 {
+		return fmt.Errorf("%s: full-attention heads of %d: rope needs an even size", c.ModelType, full)
+	}
+
+	if c.MaxPositionEmbeddings > 0 {
+		u32("max_position_embeddings", c.MaxPositionEmbeddings)
+	}
+	u32("hidden_size", c.HiddenSize)
+	u32("num_hidden_layers", n)
+	if sameFF {
+		u32("intermediate_size", int(ff[0]))
+	} else {
+		l.KV = append(l.KV, gguf.KV{Key: a + "feed_forward_length", Value: gguf.Array(ff)})
+	}
+	u32("num_attention_heads", c.NumAttentionHeads)
+	if sameKV {
+		u32("num_key_value_heads", int(kv[0]))
+	} else {
+		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
+	}
+	u32("attention.key_length", full)
+	u32("attention.value_length", full)
+	u32("attention.key_length_swa", swa)
+	u32("attention.value_length_swa", swa)
+	f32("rms_norm_eps", c.NormEps())
+	u32("vocab_size", c.VocabSize)
+
+	global, local := c.Rope(FullAttention), c.Rope(SlidingAttention)
+	turning := full / 2
+	switch global.Type {
+	case "proportional":
+		turning = int(math.Floor(global.PartialRotaryFactor * float64(full) / 2))
+	case "", "default":
+		if global.PartialRotaryFactor != 1 {
+			return fmt.Errorf("%s: a default rope over %g of the full-attention heads has no gemma4 form (a proportional one has)", c.ModelType, global.PartialRotaryFactor)
+		}
+	default:
+		return fmt.Errorf("%s: full-attention rope_type %q has no gemma4 form", c.ModelType, global.Type)
+	}
+	if global.Factor != 1 && global.Factor != 0 {
+		return fmt.Errorf("%s: full-attention rope factor %g has no gemma4 form", c.ModelType, global.Factor)
+	}
+	if turning <= 0 {
+		return fmt.Errorf("%s: the full-attention rope turns no pair", c.ModelType)
+	}
+	if local.Type != "" && local.Type != "default" {
+		return fmt.Errorf("%s: sliding-attention rope_type %q has no gemma4 form", c.ModelType, local.Type)
+	}
+	partial := local.PartialRotaryFactor
+	if partial == 0 {
+		partial = 1
+	}
+	rot := int(float64(swa) * partial)
+	rot -= rot % 2
+	if rot <= 0 {
+		return fmt.Errorf("%s: the sliding-attention rope turns no pair", c.ModelType)
+	}
+	u32("rope.dimension_count", full)
+	u32("rope.dimension_count_swa", rot)
+	f32("rope_theta", global.Theta)
+	f32("rope.freq_base_swa", local.Theta)
+	freqs := make([]float32, full/2)
+	for i := range freqs {
+		freqs[i] = gemma4Frozen
+		if i < turning {
+			freqs[i] = 1
+		}
+	}
+	l.Extra = append(l.Extra, GGUFTensor{Name: ggufRopeFreqs, Dims: []int64{int64(len(freqs))}, Data: freqs})
+
+	if c.SlidingWindow > 0 {
+		u32("sliding_window", c.SlidingWindow)
+	}
+	l.KV = append(l.KV, gguf.KV{Key: a + "attention.sliding_window_pattern", Value: gguf.Array(pattern)})
+	u32("num_kv_shared_layers", c.NumKVSharedLayers)
+	u32("hidden_size_per_layer_input", max(c.HiddenSizePerLayerInput, 0))
+	if c.FinalLogitSoftcapping > 0 {
+		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
+	}
+	var moe bool
+	if _, err := c.Get("enable_moe_block", &moe); err != nil {
+		return err
+	}
+	if moe {
+		u32("num_experts", c.NumExperts)
+		u32("num_experts_per_tok", c.NumExpertsPerTok)
+		u32("expert_feed_forward_length", c.MoEIntermediateSize)
+	}
+	return nil
+}
+
+// perLayerInputKeys are the config keys of the per-layer inputs and
+// KV-shared layers of Gemma 3n and Gemma 4.
+var perLayerInputKeys = []ConfigKey{
+	{"num_kv_shared_layers", "attention.shared_kv_layers"},
+	{"hidden_size_per_layer_input", "embedding_length_per_layer_input"},
 }

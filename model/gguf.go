@@ -36,9 +36,9 @@ import (
 //   - A missing output.weight means the output projection is tied to
 //     token_embd.
 
-// ggufFamily describes one GGUF architecture.
-type ggufFamily struct {
-	modelType string // the registry entry that loads it
+// TensorLayout describes how one GGUF architecture stores a family's
+// tensors. Families build it in their files; it has no exported fields.
+type TensorLayout struct {
 	act       string // hidden activation (GGUF does not store it)
 	permuted  bool   // Q/K rows permuted for adjacent-pair rope
 	normShift float32
@@ -100,73 +100,6 @@ var ggufCommonLayer = map[string]string{
 	"mlp.gate_up_proj.weight":   "ffn_up.weight", // phi3: gate and up fused
 }
 
-var (
-	preNormLayer = map[string]string{
-		"post_attention_layernorm.weight": "ffn_norm.weight",
-	}
-	gemmaLayer = map[string]string{
-		"post_attention_layernorm.weight":   "post_attention_norm.weight",
-		"pre_feedforward_layernorm.weight":  "ffn_norm.weight",
-		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-	}
-	olmo2Layer = map[string]string{
-		"post_attention_layernorm.weight":   "post_attention_norm.weight",
-		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-	}
-)
-
-var ggufFamilies = map[string]ggufFamily{
-	"llama":   {modelType: "llama", act: "silu", permuted: true, layer: preNormLayer},
-	"granite": {modelType: "granite", act: "silu", permuted: true, layer: preNormLayer},
-	"smollm3": {modelType: "smollm3", act: "silu", permuted: true, layer: preNormLayer},
-	"qwen2":   {modelType: "qwen2", act: "silu", layer: preNormLayer},
-	"qwen3":   {modelType: "qwen3", act: "silu", layer: preNormLayer},
-	"phi3":    {modelType: "phi3", act: "silu", layer: preNormLayer},
-	"olmo2":   {modelType: "olmo2", act: "silu", layer: olmo2Layer},
-	"gemma2":  {modelType: "gemma2", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2},
-	"gemma3":  {modelType: "gemma3_text", act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 6},
-
-	"qwen3moe": {modelType: "qwen3_moe", act: "silu", layer: qwen3moeLayer, compose: stackExperts},
-	"gpt-oss":  {modelType: "gpt_oss", act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts},
-
-	"mamba2": {modelType: "mamba2", act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
-		rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
-	"falcon-h1": {modelType: "falcon_h1", act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
-	"lfm2":      {modelType: "lfm2", act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
-
-	"gemma3n": {modelType: "gemma3n_text", act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
-		swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
-	"gemma4": {modelType: "gemma4_text", act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global},
-
-	"qwen3next": {modelType: "qwen3_next", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
-		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, splitQKVZ)},
-	"qwen35": {modelType: "qwen3_5_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
-		layer: linearGGUFLayer, rules: linearRules, compose: tileValueHeads},
-	"qwen35moe": {modelType: "qwen3_5_moe_text", act: "silu", normShift: 1, unshifted: []string{"linear_attn.norm.weight"},
-		layer: linearMoELayer, rules: linearRules, compose: composeAll(stackExperts, tileValueHeads)},
-}
-
-// ggufArchOf maps Hugging Face model types to GGUF architectures.
-var ggufArchOf = map[string]string{
-	"llama": "llama", "mistral": "llama", "granite": "granite", "smollm3": "smollm3",
-	"qwen2": "qwen2", "qwen3": "qwen3", "phi3": "phi3", "olmo2": "olmo2",
-	"gemma2": "gemma2", "gemma3_text": "gemma3",
-	"qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss", "mamba2": "mamba2",
-	"falcon_h1": "falcon-h1", "lfm2": "lfm2",
-	"gemma3n_text": "gemma3n", "gemma4_text": "gemma4", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe",
-}
-
-// GGUFArchitectures returns the general.architecture values OpenGGUF
-// loads, sorted.
-func GGUFArchitectures() []string {
-	var names []string
-	for n := range ggufFamilies {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
 // Global tensor names.
 var ggufGlobal = map[string]string{
 	"model.embed_tokens.weight": "token_embd.weight",
@@ -182,7 +115,7 @@ const (
 )
 
 // ggufName maps a Hugging Face tensor name to its GGUF name in family fam.
-func ggufName(fam ggufFamily, hf string) (string, bool) {
+func ggufName(fam TensorLayout, hf string) (string, bool) {
 	if n, ok := fam.globals()[hf]; ok {
 		return n, true
 	}
@@ -201,7 +134,7 @@ func ggufName(fam ggufFamily, hf string) (string, bool) {
 }
 
 // globals returns the family's names of the tensors outside the layers.
-func (fam ggufFamily) globals() map[string]string {
+func (fam TensorLayout) globals() map[string]string {
 	if fam.global != nil {
 		return fam.global
 	}
@@ -236,7 +169,7 @@ func layerSuffix(hf string) (idx, suffix string, ok bool) {
 
 // hfLayerNames inverts ggufName for one family: GGUF suffix → HF suffix. The
 // fused phi3 ffn_up is resolved by the caller.
-func hfLayerNames(fam ggufFamily) map[string]string {
+func hfLayerNames(fam TensorLayout) map[string]string {
 	m := map[string]string{}
 	for hf, g := range ggufCommonLayer {
 		if hf != "mlp.gate_up_proj.weight" {
@@ -256,7 +189,7 @@ func isNormWeight(hf string) bool {
 
 // shift returns what the family's files add to a Hugging Face tensor (the
 // norm shift for norm weights, 0 for the rest).
-func (fam ggufFamily) shift(hf string) float32 {
+func (fam TensorLayout) shift(hf string) float32 {
 	if fam.normShift == 0 || !isNormWeight(hf) {
 		return 0
 	}
@@ -319,7 +252,7 @@ type GGUF struct {
 	// (rope pairs adjacent); Config's rope parameters say Interleaved then.
 	Permuted bool
 
-	fam     ggufFamily
+	fam     TensorLayout
 	rules   map[string]ggufRule // by Hugging Face layer suffix
 	opts    GGUFOptions
 	tensors map[string]gguf.TensorInfo // by HF name
@@ -344,10 +277,11 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 	if arch == "" {
 		return nil, fmt.Errorf("no %s key: not a model file", gguf.KeyArchitecture)
 	}
-	fam, ok := ggufFamilies[arch]
+	reg, ok := archByGGUF[arch]
 	if !ok {
 		return nil, fmt.Errorf("unsupported architecture %q (supported: %s)", arch, strings.Join(GGUFArchitectures(), ", "))
 	}
+	fam := *reg.Tensors
 	g := &GGUF{
 		File: f, Arch: arch, Permuted: fam.permuted, fam: fam, opts: opts,
 		tensors: map[string]gguf.TensorInfo{},
@@ -386,7 +320,7 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 	if len(unknown) > 0 {
 		return nil, fmt.Errorf("tensors not part of a %s model: %s", arch, listSome(unknown))
 	}
-	cfg, err := ggufConfig(f, arch, fam, g)
+	cfg, err := ggufConfig(f, arch, reg.ModelTypes[0], fam, g)
 	if err != nil {
 		return nil, err
 	}
@@ -425,14 +359,14 @@ func (g *GGUF) hfName(t gguf.TensorInfo, layer map[string]string) (string, bool)
 
 // layerPrefix returns the prefix of the family's per-layer Hugging Face
 // names.
-func (fam ggufFamily) layerPrefix() string {
+func (fam TensorLayout) layerPrefix() string {
 	if fam.prefix != "" {
 		return fam.prefix
 	}
 	return "model.layers."
 }
 
-// ruleKey returns the key of ggufFamily.rules for a Hugging Face name: its
+// ruleKey returns the key of TensorLayout.rules for a Hugging Face name: its
 // layer suffix, or the whole name for tensors outside the layers.
 func ruleKey(hf string) string {
 	if _, suffix, ok := layerSuffix(hf); ok {
@@ -523,6 +457,27 @@ type ggufKeys struct {
 	f    *gguf.File
 	arch string
 	err  error
+	// names is the architecture's key table (keyNames); raw, when set,
+	// receives each value read through it under its Hugging Face key.
+	names map[string]string
+	raw   map[string]json.RawMessage
+}
+
+// resolve returns the GGUF key (with the "<arch>." prefix) of a name the
+// reader asks for, and the Hugging Face key when the table has one.
+func (k *ggufKeys) resolve(name string) (full, hf string) {
+	g, ok := ggufKeyName(k.names, name)
+	if ok {
+		hf = name
+	}
+	return k.arch + "." + g, hf
+}
+
+// record keeps a value read through the table under its Hugging Face key.
+func (k *ggufKeys) record(hf string, v json.RawMessage) {
+	if hf != "" && k.raw != nil {
+		k.raw[hf] = v
+	}
 }
 
 func (k *ggufKeys) fail(err error) {
@@ -533,7 +488,7 @@ func (k *ggufKeys) fail(err error) {
 
 // uint reads a non-negative integer key; ok is false when it is absent.
 func (k *ggufKeys) uint(key string) (int, bool) {
-	full := k.arch + "." + key
+	full, hf := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return 0, false
@@ -543,27 +498,29 @@ func (k *ggufKeys) uint(key string) (int, bool) {
 		k.fail(fmt.Errorf("key %s: want a non-negative integer, got %s %v", full, v.Type(), v))
 		return 0, false
 	}
+	k.record(hf, rawNumber(float64(n)))
 	return int(n), true
 }
 
 // need reads a required positive integer key.
 func (k *ggufKeys) need(key string) int {
 	n, ok := k.uint(key)
+	full, _ := k.resolve(key)
 	if !ok {
-		if _, present := k.f.Value(k.arch + "." + key); !present {
-			k.fail(fmt.Errorf("missing key %s.%s", k.arch, key))
+		if _, present := k.f.Value(full); !present {
+			k.fail(fmt.Errorf("missing key %s", full))
 		}
 		return 0
 	}
 	if n == 0 {
-		k.fail(fmt.Errorf("key %s.%s is 0", k.arch, key))
+		k.fail(fmt.Errorf("key %s is 0", full))
 	}
 	return n
 }
 
 // float reads a number key.
 func (k *ggufKeys) float(key string) (float64, bool) {
-	full := k.arch + "." + key
+	full, hf := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return 0, false
@@ -573,6 +530,7 @@ func (k *ggufKeys) float(key string) (float64, bool) {
 		k.fail(fmt.Errorf("key %s: want a finite number, got %s %v", full, v.Type(), v))
 		return 0, false
 	}
+	k.record(hf, json.RawMessage(strconv.FormatFloat(x, 'g', -1, 64)))
 	return x, true
 }
 
@@ -584,14 +542,15 @@ func (k *ggufKeys) eps(key string, dst *float64) {
 		return
 	}
 	if err := checkEps(v); err != nil {
-		k.fail(fmt.Errorf("key %s.%s: %w", k.arch, key, err))
+		full, _ := k.resolve(key)
+		k.fail(fmt.Errorf("key %s: %w", full, err))
 		return
 	}
 	*dst = v
 }
 
 func (k *ggufKeys) str(key string) (string, bool) {
-	full := k.arch + "." + key
+	full, _ := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return "", false
@@ -605,27 +564,27 @@ func (k *ggufKeys) str(key string) (string, bool) {
 
 // ggufConfig builds the Config of a GGUF file from its "<arch>." keys and
 // tensor shapes.
-func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, error) {
-	k := &ggufKeys{f: f, arch: arch}
+func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF) (*Config, error) {
 	c := &Config{
-		ModelType: fam.modelType,
+		ModelType: modelType,
 		HiddenAct: fam.act,
 		Raw:       map[string]json.RawMessage{},
 	}
+	k := &ggufKeys{f: f, arch: arch, names: keyNames(arch), raw: c.Raw}
 	if arch == "mamba2" {
 		return ggufMamba2Config(f, k, c, g)
 	}
-	c.NumHiddenLayers = k.need("block_count")
-	c.HiddenSize = k.need("embedding_length")
+	c.NumHiddenLayers = k.need("num_hidden_layers")
+	c.HiddenSize = k.need("hidden_size")
 	var ffPerLayer []int
 	switch {
 	case isLinearArch(arch):
 		// Qwen3.5-MoE checkpoints have no intermediate_size.
-		c.IntermediateSize, _ = k.uint("feed_forward_length")
+		c.IntermediateSize, _ = k.uint("intermediate_size")
 	case arch == "gemma3n" || arch == "gemma4":
 		// One width per layer, or one for all.
 		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
-			ff, err := ggufPerLayer(k, "feed_forward_length", c.NumHiddenLayers)
+			ff, err := ggufPerLayer(k, "intermediate_size", c.NumHiddenLayers)
 			if err != nil {
 				return nil, err
 			}
@@ -638,11 +597,11 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 			}
 		}
 	default:
-		c.IntermediateSize = k.need("feed_forward_length")
+		c.IntermediateSize = k.need("intermediate_size")
 	}
-	c.NumAttentionHeads = k.need("attention.head_count")
+	c.NumAttentionHeads = k.need("num_attention_heads")
 	c.NumKeyValueHeads = c.NumAttentionHeads
-	kvHeads, err := ggufPerLayer(k, "attention.head_count_kv", c.NumHiddenLayers)
+	kvHeads, err := ggufPerLayer(k, "num_key_value_heads", c.NumHiddenLayers)
 	if err != nil {
 		return nil, err
 	}
@@ -659,12 +618,12 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 			}
 		}
 	}
-	c.MaxPositionEmbeddings, _ = k.uint("context_length")
+	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
 	c.RMSNormEps = 1e-5
 	if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" {
 		c.RMSNormEps = 1e-6
 	}
-	k.eps("attention.layer_norm_rms_epsilon", &c.RMSNormEps)
+	k.eps("rms_norm_eps", &c.RMSNormEps)
 	if k.err != nil {
 		return nil, k.err
 	}
@@ -674,7 +633,7 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	if c.NumKeyValueHeads == 0 || c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return nil, fmt.Errorf("key %s.attention.head_count_kv: %d attention heads are not a multiple of %d key/value heads", arch, c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
-	c.HeadDim, _ = k.uint("attention.key_length")
+	c.HeadDim, _ = k.uint("head_dim")
 	if c.HeadDim == 0 {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
 			return nil, fmt.Errorf("key %s.attention.key_length absent, and embedding_length %d is not a multiple of head_count %d", arch, c.HiddenSize, c.NumAttentionHeads)
@@ -696,26 +655,23 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 	attnScale, hasScale := k.float("attention.scale")
 	switch arch {
 	case "granite":
-		if v, ok := k.float("embedding_scale"); ok {
+		if v, ok := k.float("embedding_multiplier"); ok {
 			c.EmbeddingMultiplier = v
 		}
-		if v, ok := k.float("residual_scale"); ok {
+		if v, ok := k.float("residual_multiplier"); ok {
 			c.ResidualMultiplier = v
 		}
-		if v, ok := k.float("logit_scale"); ok && v != 0 {
+		if v, ok := k.float("logits_scaling"); ok && v != 0 {
 			c.LogitsScaling = v
 		}
-		if hasScale {
-			c.AttentionMultiplier = attnScale
+		if v, ok := k.float("attention_multiplier"); ok {
+			c.AttentionMultiplier = v
 		}
 	case "gemma2", "gemma3":
 		// llama.cpp scales queries by 1/√head_dim, except for the 27B
 		// models (46 and 62 layers), which use 1/√(hidden/heads). A file
 		// that says otherwise carries attention.scale.
-		c.QueryPreAttnScalar = float64(c.HeadDim)
-		if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
-			c.QueryPreAttnScalar = float64(c.HiddenSize / c.NumAttentionHeads)
-		}
+		c.QueryPreAttnScalar = llamaCppGemmaQueryScalar(arch, c)
 		if hasScale && attnScale > 0 {
 			c.QueryPreAttnScalar = 1 / (attnScale * attnScale)
 		}
@@ -782,12 +738,13 @@ func ggufConfig(f *gguf.File, arch string, fam ggufFamily, g *GGUF) (*Config, er
 // ggufPerLayer reads a key that holds one integer, or one per layer (nil
 // when absent).
 func ggufPerLayer(k *ggufKeys, key string, n int) ([]int, error) {
-	full := k.arch + "." + key
+	full, hf := k.resolve(key)
 	v, ok := k.f.Value(full)
 	if !ok {
 		return nil, nil
 	}
 	if x, ok := v.Uint(); ok && x <= math.MaxInt32 {
+		k.record(hf, rawNumber(float64(x)))
 		out := make([]int, n)
 		for i := range out {
 			out[i] = int(x)
@@ -880,7 +837,7 @@ func ggufVocab(f *gguf.File, c *Config, g *GGUF) error {
 
 // globalHF returns the Hugging Face name of a GGUF tensor outside the
 // layers.
-func (fam ggufFamily) globalHF(name string) string {
+func (fam TensorLayout) globalHF(name string) string {
 	for hf, n := range fam.globals() {
 		if n == name {
 			return hf
@@ -890,13 +847,13 @@ func (fam ggufFamily) globalHF(name string) string {
 }
 
 // ggufLayerTypes reads the sliding window and which layers use it.
-func ggufLayerTypes(c *Config, k *ggufKeys, fam ggufFamily) error {
+func ggufLayerTypes(c *Config, k *ggufKeys, fam TensorLayout) error {
 	n := c.NumHiddenLayers
 	c.LayerTypes = make([]string, n)
 	for i := range c.LayerTypes {
 		c.LayerTypes[i] = FullAttention
 	}
-	c.SlidingWindow, _ = k.uint("attention.sliding_window")
+	c.SlidingWindow, _ = k.uint("sliding_window")
 	if c.SlidingWindow == 0 {
 		return k.err
 	}
@@ -926,7 +883,7 @@ func ggufLayerTypes(c *Config, k *ggufKeys, fam ggufFamily) error {
 // ggufRope reads the rope parameters.
 func ggufRope(c *Config, k *ggufKeys, g *GGUF) error {
 	p := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: 1, Interleaved: g.Permuted}
-	if v, ok := k.float("rope.freq_base"); ok {
+	if v, ok := k.float("rope_theta"); ok {
 		p.Theta = v
 	}
 	if d, ok := k.uint("rope.dimension_count"); ok && d != c.HeadDim {
@@ -1042,23 +999,19 @@ type GGUFLayout struct {
 	Warnings []string
 
 	cfg   *Config
-	fam   ggufFamily
+	fam   TensorLayout
 	rules map[string]ggufRule
 }
 
 // NewGGUFLayout returns the GGUF layout of a model, or an error naming
 // what GGUF (or lem's reading of it) cannot express.
 func NewGGUFLayout(cfg *Config) (*GGUFLayout, error) {
-	arch, ok := ggufArchOf[cfg.ModelType]
-	if !ok {
-		var types []string
-		for t := range ggufArchOf {
-			types = append(types, t)
-		}
-		slices.Sort(types)
-		return nil, fmt.Errorf("model_type %q has no GGUF layout (supported: %s)", cfg.ModelType, strings.Join(types, ", "))
+	reg, ok := archByType[cfg.ModelType]
+	if !ok || reg.GGUF == "" {
+		return nil, fmt.Errorf("model_type %q has no GGUF layout (supported: %s)", cfg.ModelType, strings.Join(ggufWritable(), ", "))
 	}
-	fam := ggufFamilies[arch]
+	arch := reg.GGUF
+	fam := *archByGGUF[arch].Tensors
 	l := &GGUFLayout{Arch: arch, cfg: cfg, fam: fam}
 	if fam.rules != nil {
 		l.rules = fam.rules(cfg)
@@ -1227,10 +1180,15 @@ func PermuteRows(src []byte, rows, rowBytes, heads int, inverse bool) ([]byte, e
 func (l *GGUFLayout) metadata() error {
 	c := l.cfg
 	a := l.Arch + "."
+	names := keyNames(l.Arch)
+	// u32 and f32 write a value under the GGUF key of its Hugging Face key
+	// (or under a GGUF key with no config.json counterpart).
 	u32 := func(key string, v int) {
+		key, _ = ggufKeyName(names, key)
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Uint32(uint32(v))})
 	}
 	f32 := func(key string, v float64) {
+		key, _ = ggufKeyName(names, key)
 		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Float32(float32(v))})
 	}
 	str := func(key, v string) {
@@ -1248,19 +1206,19 @@ func (l *GGUFLayout) metadata() error {
 		}
 	}
 	if c.MaxPositionEmbeddings > 0 {
-		u32("context_length", c.MaxPositionEmbeddings)
+		u32("max_position_embeddings", c.MaxPositionEmbeddings)
 	}
-	u32("embedding_length", c.HiddenSize)
-	u32("block_count", c.NumHiddenLayers)
+	u32("hidden_size", c.HiddenSize)
+	u32("num_hidden_layers", c.NumHiddenLayers)
 	switch {
 	case l.Arch == "lfm2":
-		u32("feed_forward_length", c.FeedForwardSize())
+		u32("intermediate_size", c.FeedForwardSize())
 	case isLinearArch(l.Arch) && c.IntermediateSize == 0:
 		// Qwen3.5-MoE: the converter writes no key it has no value for.
 	default:
-		u32("feed_forward_length", c.IntermediateSize)
+		u32("intermediate_size", c.IntermediateSize)
 	}
-	u32("attention.head_count", c.NumAttentionHeads)
+	u32("num_attention_heads", c.NumAttentionHeads)
 	if l.Arch == "lfm2" {
 		// One count per layer, 0 for the convolution layers.
 		kv := make([]uint32, c.NumHiddenLayers)
@@ -1271,18 +1229,18 @@ func (l *GGUFLayout) metadata() error {
 		}
 		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
 	} else {
-		u32("attention.head_count_kv", c.NumKeyValueHeads)
+		u32("num_key_value_heads", c.NumKeyValueHeads)
 	}
-	u32("attention.key_length", c.HeadDim)
+	u32("head_dim", c.HeadDim)
 	u32("attention.value_length", c.HeadDim)
-	f32("attention.layer_norm_rms_epsilon", c.NormEps())
+	f32("rms_norm_eps", c.NormEps())
 	u32("vocab_size", c.VocabSize)
 
 	full := c.Rope(FullAttention)
 	rotary := int(float64(c.HeadDim) * full.PartialRotaryFactor)
 	rotary -= rotary % 2
 	u32("rope.dimension_count", rotary)
-	f32("rope.freq_base", full.Theta)
+	f32("rope_theta", full.Theta)
 	switch full.Type {
 	case "", "default", "dynamic":
 	case "linear":
@@ -1335,6 +1293,9 @@ func (l *GGUFLayout) metadata() error {
 	}
 	if local, ok := c.RopeByLayerType[SlidingAttention]; ok && l.Arch == "gemma3" {
 		f32("rope.freq_base_swa", local.Theta)
+		if local.Theta != 10000 {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("sliding layers' rope_theta %g: written as gemma3.rope.freq_base_swa, which llama.cpp ignores (its gemma3 rotates sliding layers with base 10000)", local.Theta))
+		}
 	}
 	if c.FinalLogitSoftcapping > 0 {
 		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
@@ -1344,15 +1305,19 @@ func (l *GGUFLayout) metadata() error {
 	}
 	switch l.Arch {
 	case "granite":
-		f32("embedding_scale", c.EmbeddingMultiplier)
-		f32("residual_scale", c.ResidualMultiplier)
-		f32("logit_scale", c.LogitsScaling)
+		f32("embedding_multiplier", c.EmbeddingMultiplier)
+		f32("residual_multiplier", c.ResidualMultiplier)
+		f32("logits_scaling", c.LogitsScaling)
 		if c.AttentionMultiplier != 0 {
-			f32("attention.scale", c.AttentionMultiplier)
+			f32("attention_multiplier", c.AttentionMultiplier)
 		}
 	case "gemma2", "gemma3":
 		if c.QueryPreAttnScalar > 0 {
 			f32("attention.scale", 1/math.Sqrt(c.QueryPreAttnScalar))
+			if want := llamaCppGemmaQueryScalar(l.Arch, c); c.QueryPreAttnScalar != want {
+				l.Warnings = append(l.Warnings, fmt.Sprintf("query_pre_attn_scalar %g: written as %s.attention.scale, which llama.cpp ignores (its %s scales queries by 1/√%g: 1/√head_dim, or 1/√(hidden_size/num_attention_heads) for the 27B model, told by its layer count)",
+					c.QueryPreAttnScalar, l.Arch, l.Arch, want))
+			}
 		}
 	case "smollm3":
 		for i := range c.NumHiddenLayers {
@@ -1388,12 +1353,22 @@ func (l *GGUFLayout) metadata() error {
 			return err
 		}
 		if w > 0 {
-			u32("attention.sliding_window", w)
+			u32("sliding_window", w)
 			l.Warnings = append(l.Warnings, "sliding_window windows every layer (as transformers does): written as qwen3moe.attention.sliding_window, which llama.cpp ignores")
 			return nil
 		}
 	}
 	return l.slidingKeys(u32)
+}
+
+// llamaCppGemmaQueryScalar returns the query_pre_attn_scalar llama.cpp's
+// gemma2 and gemma3 use whatever the file says: hidden_size/heads for the
+// 27B models (46 and 62 layers), head_dim otherwise.
+func llamaCppGemmaQueryScalar(arch string, c *Config) float64 {
+	if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
+		return float64(c.HiddenSize / c.NumAttentionHeads)
+	}
+	return float64(c.HeadDim)
 }
 
 // slidingKeys writes the sliding window and, when the layers that use it
@@ -1413,7 +1388,16 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 	if !slides || c.SlidingWindow <= 0 {
 		return nil
 	}
-	u32("attention.sliding_window", c.SlidingWindow)
+	u32("sliding_window", c.SlidingWindow)
+	windowed := llamaCppWindowed[l.Arch]
+	if !windowed {
+		since := ""
+		if l.Arch == "phi3" {
+			since = " since May 2025"
+		}
+		l.Warnings = append(l.Warnings, fmt.Sprintf("sliding_window %d: written as %s.attention.sliding_window, which llama.cpp's %s ignores%s (it attends to the whole context, so it computes differently from position %d on)",
+			c.SlidingWindow, l.Arch, l.Arch, since, c.SlidingWindow))
+	}
 	def := true
 	for i, s := range pattern {
 		if s != (l.fam.swaPeriod == 0 || (i+1)%l.fam.swaPeriod != 0) {
@@ -1422,9 +1406,18 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 	}
 	if !def {
 		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".attention.sliding_window_pattern", Value: gguf.Array(pattern)})
+		if windowed {
+			l.Warnings = append(l.Warnings, fmt.Sprintf("layer_types: the sliding layers differ from llama.cpp's fixed pattern for %s; written as %s.attention.sliding_window_pattern, which llama.cpp does not read",
+				l.Arch, l.Arch))
+		}
 	}
 	return nil
 }
+
+// llamaCppWindowed lists the GGUF architectures among lem's whose
+// attention.sliding_window llama.cpp applies (as of September 2025); the
+// others attend to the whole context whatever the key says.
+var llamaCppWindowed = map[string]bool{"gemma2": true, "gemma3": true, "gemma3n": true, "olmo2": true, "gpt-oss": true}
 
 // llama3FreqFactors computes rope_freqs.weight for Llama 3 rope scaling as
 // llama.cpp's converter does: per rotated pair, 1 for short wavelengths,

@@ -78,7 +78,7 @@ func TestGGUFNames(t *testing.T) {
 		{"llama", "vision_tower.blocks.0.weight", ""},
 	}
 	for _, tc := range tests {
-		got, ok := ggufName(ggufFamilies[tc.arch], tc.hf)
+		got, ok := ggufName(*archByGGUF[tc.arch].Tensors, tc.hf)
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("%s %s → %q, %v; want %q", tc.arch, tc.hf, got, ok, tc.want)
 		}
@@ -432,6 +432,64 @@ func TestGGUFLayoutRejects(t *testing.T) {
 		}
 		if _, err := NewGGUFLayout(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestGGUFLayoutWarnings checks that writing a config llama.cpp cannot
+// represent warns, naming the config key, and that representable configs
+// do not.
+func TestGGUFLayoutWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		fixture string
+		json    string // used when fixture is empty
+		want    []string
+	}{
+		// llama.cpp ignores the window of llama (mistral), phi3 (since May
+		// 2025) and qwen3moe, qwen3moe's expert_weights_norm, gemma's
+		// attention.scale, and gemma3's freq_base_swa and pattern.
+		{fixture: "phi3", want: []string{"sliding_window 8", "phi3.attention.sliding_window"}},
+		{fixture: "mistral", want: []string{"sliding_window 8", "llama.attention.sliding_window"}},
+		{fixture: "qwen3_moe", want: []string{"norm_topk_prob", "sliding_window"}},
+		{fixture: "gemma3_text", want: []string{"query_pre_attn_scalar 256", "gemma3.attention.scale"}},
+		{fixture: "gemma2", want: []string{"query_pre_attn_scalar 256", "gemma2.attention.scale"}},
+		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"sliding_window":8,"rope_parameters":{"full_attention":{"rope_theta":1e6},"sliding_attention":{"rope_theta":2e4}}}`,
+			want: []string{"rope_theta 20000", "gemma3.rope.freq_base_swa"}},
+		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"sliding_window":8,"layer_types":["full_attention","sliding_attention"]}`,
+			want: []string{"layer_types", "gemma3.attention.sliding_window_pattern"}},
+		{fixture: "llama"},
+		{fixture: "qwen2"},
+		{fixture: "qwen3"},
+		{fixture: "gpt_oss"},
+		{json: `{"model_type":"phi3","vocab_size":8,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":1}`},
+		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"query_pre_attn_scalar":16,"sliding_window":8}`},
+		// The 27B's 62 layers take hidden_size/heads in llama.cpp.
+		{json: `{"model_type":"gemma3_text","vocab_size":8,"hidden_size":64,"num_hidden_layers":62,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16,"query_pre_attn_scalar":32,"sliding_window":8}`},
+	} {
+		name := tc.fixture
+		var cfg *Config
+		var err error
+		if name != "" {
+			cfg, err = LoadConfig(fixtures.Dir(t, "archs", name))
+		} else {
+			name = tc.json
+			cfg, err = ParseConfig([]byte(tc.json))
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		l, err := NewGGUFLayout(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		all := strings.Join(l.Warnings, "\n")
+		if len(tc.want) == 0 && len(l.Warnings) > 0 {
+			t.Errorf("%s: unexpected warnings %q", name, l.Warnings)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(all, w) {
+				t.Errorf("%s: no warning names %q; warnings: %q", name, w, l.Warnings)
+			}
 		}
 	}
 }

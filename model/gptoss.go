@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"lem/compute"
 )
@@ -21,7 +23,8 @@ import (
 // with α = 1.702 and L = swiglu_limit (7). Checkpoints store the experts
 // input-major with gate and up columns interleaved.
 func init() {
-	Register("gpt_oss", loadGptOss)
+	Register(Arch{ModelTypes: []string{"gpt_oss"}, Load: loadGptOss, GGUF: "gpt-oss",
+		Tensors: &TensorLayout{act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts}})
 }
 
 // gptOssAlpha is the slope of the sigmoid in gpt-oss's SwiGLU.
@@ -53,4 +56,105 @@ func loadGptOss(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
 	}
 	return m, nil
+}
+
+// gptOssLayer names the tensors of a gpt-oss layer.
+var gptOssLayer = merge(moeStackedLayer, map[string]string{
+	"post_attention_layernorm.weight": "post_attention_norm.weight",
+	"self_attn.sinks":                 "attn_sinks.weight",
+	"mlp.router.weight":               "ffn_gate_inp.weight",
+	"mlp.router.bias":                 "ffn_gate_inp.bias",
+	"mlp.experts.gate_proj.bias":      "ffn_gate_exps.bias",
+	"mlp.experts.up_proj.bias":        "ffn_up_exps.bias",
+	"mlp.experts.down_proj.bias":      "ffn_down_exps.bias",
+})
+
+// splitGptOssExperts turns gpt-oss's input-major fused experts into the
+// stacked output-major projections llama.cpp stores.
+func splitGptOssExperts(c *Config, src Source, names []string) ([]composite, error) {
+	var out []composite
+	for _, n := range names {
+		_, suffix, ok := layerSuffix(n)
+		if !ok {
+			continue
+		}
+		p := strings.TrimSuffix(n, suffix) + "mlp.experts."
+		s, _ := src.Lookup(n)
+		es := s.DType.Size()
+		if strings.HasPrefix(suffix, "mlp.experts.") && (es == 0 || s.DType.Quantized()) {
+			return nil, fmt.Errorf("tensor %s is %s: gpt-oss experts are rearranged element by element, which needs a float type", n, s.DType)
+		}
+		ne := c.NumExperts
+		want := func(shape ...int) error {
+			if !slices.Equal(s.Shape, shape) || len(s.Data) != es*shapeLen(shape) {
+				return fmt.Errorf("tensor %s has shape %v (%d bytes of %s), want %v", n, s.Shape, len(s.Data), s.DType, shape)
+			}
+			return nil
+		}
+		switch suffix {
+		case "mlp.experts.gate_up_proj":
+			hid, inter := c.HiddenSize, c.IntermediateSize
+			if err := want(ne, hid, 2*inter); err != nil {
+				return nil, err
+			}
+			for half, proj := range []string{"gate_proj.weight", "up_proj.weight"} {
+				out = append(out, composite{
+					name: p + proj, parts: []string{n}, dtype: s.DType, shape: []int{ne, inter, hid},
+					build: func() []byte {
+						s, _ := src.Lookup(n)
+						var data []byte
+						per := inter * hid * es
+						for e := range ne {
+							t := deinterleaveT(slab(s, e, ne), hid, inter, es)
+							data = append(data, t[half*per:(half+1)*per]...)
+						}
+						return data
+					},
+				})
+			}
+		case "mlp.experts.gate_up_proj_bias":
+			inter := c.IntermediateSize
+			if err := want(ne, 2*inter); err != nil {
+				return nil, err
+			}
+			for half, proj := range []string{"gate_proj.bias", "up_proj.bias"} {
+				out = append(out, composite{
+					name: p + proj, parts: []string{n}, dtype: s.DType, shape: []int{ne, inter},
+					build: func() []byte {
+						s, _ := src.Lookup(n)
+						data := make([]byte, 0, len(s.Data)/2)
+						for i := half; i < 2*ne*inter; i += 2 {
+							data = append(data, s.Data[i*es:(i+1)*es]...)
+						}
+						return data
+					},
+				})
+			}
+		case "mlp.experts.down_proj":
+			hid, inter := c.HiddenSize, c.IntermediateSize
+			if err := want(ne, inter, hid); err != nil {
+				return nil, err
+			}
+			out = append(out, composite{
+				name: p + "down_proj.weight", parts: []string{n}, dtype: s.DType, shape: []int{ne, hid, inter},
+				build: func() []byte {
+					s, _ := src.Lookup(n)
+					var data []byte
+					for e := range ne {
+						data = append(data, transpose(slab(s, e, ne), inter, hid, es)...)
+					}
+					return data
+				},
+			})
+		case "mlp.experts.down_proj_bias":
+			if err := want(ne, c.HiddenSize); err != nil {
+				return nil, err
+			}
+			out = append(out, composite{
+				name: p + "down_proj.bias", parts: []string{n}, dtype: s.DType, shape: s.Shape,
+				build: func() []byte { s, _ := src.Lookup(n); return s.Data },
+			})
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"lem/compute"
 )
@@ -21,7 +22,9 @@ import (
 //
 // where conv is a depthwise causal convolution of conv_L_cache taps.
 func init() {
-	Register("lfm2", loadLFM2)
+	Register(Arch{ModelTypes: []string{"lfm2"}, Load: loadLFM2, GGUF: "lfm2",
+		Tensors: &TensorLayout{act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
+		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}}})
 }
 
 type lfm2 struct {
@@ -194,4 +197,55 @@ func (c *shortConv) forward(b compute.Backend, s *lfm2Scratch, out, h, window *c
 	c.convolver.CausalConv(s.cy, s.cb, c.w, c.bias, window, false)
 	b.Mul(s.cy, s.cc, s.cy)
 	project(b, out, s.cy, c.outProj, c.outBias)
+}
+
+// LFM2 (LFM2Model): layers are short convolutions or attention, told apart
+// by attention.head_count_kv, one count per layer with 0 for the
+// convolution layers. The convolution's in_proj, out_proj and depthwise
+// kernel (squeezed from [hidden, 1, width] to [hidden, width]) are
+// shortconv.in_proj, shortconv.out_proj and shortconv.conv, its width
+// shortconv.l_cache; operator_norm is attn_norm, feed_forward.w1/w3/w2 are
+// ffn_gate/up/down, q_layernorm and k_layernorm attn_q_norm and
+// attn_k_norm; the final norm, model.embedding_norm, is token_embd_norm.
+// feed_forward_length is the width after block_auto_adjust_ff_dim.
+
+var (
+	lfm2Global = map[string]string{
+		"model.embed_tokens.weight":   "token_embd.weight",
+		"model.embedding_norm.weight": "token_embd_norm.weight",
+		"lm_head.weight":              "output.weight",
+	}
+	lfm2GGUFLayer = map[string]string{
+		"operator_norm.weight":         "attn_norm.weight",
+		"ffn_norm.weight":              "ffn_norm.weight",
+		"feed_forward.w1.weight":       "ffn_gate.weight",
+		"feed_forward.w3.weight":       "ffn_up.weight",
+		"feed_forward.w2.weight":       "ffn_down.weight",
+		"self_attn.out_proj.weight":    "attn_output.weight",
+		"self_attn.q_layernorm.weight": "attn_q_norm.weight",
+		"self_attn.k_layernorm.weight": "attn_k_norm.weight",
+		"conv.conv.weight":             "shortconv.conv.weight",
+		"conv.in_proj.weight":          "shortconv.in_proj.weight",
+		"conv.out_proj.weight":         "shortconv.out_proj.weight",
+	}
+)
+
+// lfm2Rules squeezes the convolution kernels.
+func lfm2Rules(c *Config) map[string]ggufRule {
+	conv := ssmRules(c, "conv.")["conv.conv1d.weight"]
+	return map[string]ggufRule{"conv.conv.weight": conv}
+}
+
+// ggufLFM2Config marks the convolution layers and reads their width.
+func ggufLFM2Config(c *Config, k *ggufKeys, kvHeads []int) error {
+	for i, n := range kvHeads {
+		if n == 0 {
+			c.LayerTypes[i] = "conv"
+		}
+	}
+	c.ConvKernel, _ = k.uint("conv_L_cache")
+	if slices.Contains(c.LayerTypes, "conv") && c.ConvKernel == 0 {
+		return fmt.Errorf("missing key %s.shortconv.l_cache", k.arch)
+	}
+	return k.err
 }

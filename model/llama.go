@@ -10,14 +10,26 @@ import (
 //	h = x + Attn(RMSNorm(x))
 //	y = h + MLP(RMSNorm(h)),   MLP(h) = down(silu(gate(h)) ⊙ up(h))
 func init() {
-	Register("llama", loadLlama)
-	Register("mistral", loadMistral)
-	Register("qwen2", loadLlama) // q/k/v biases are read when present
-	Register("qwen3", loadQwen3)
-	Register("smollm3", loadSmolLM3)
-	Register("granite", loadGranite)
-	Register("olmo2", loadOlmo2)
-	Register("phi3", loadPhi3)
+	preNorm := func(permuted bool) *TensorLayout {
+		return &TensorLayout{act: "silu", permuted: permuted, layer: preNormLayer}
+	}
+	Register(Arch{ModelTypes: []string{"llama"}, Load: loadLlama, GGUF: "llama", Tensors: preNorm(true)})
+	// Mistral is written as llama and reads back as llama.
+	Register(Arch{ModelTypes: []string{"mistral"}, Load: loadMistral, GGUF: "llama"})
+	// q/k/v biases are read when present.
+	Register(Arch{ModelTypes: []string{"qwen2"}, Load: loadLlama, GGUF: "qwen2", Tensors: preNorm(false)})
+	Register(Arch{ModelTypes: []string{"qwen3"}, Load: loadQwen3, GGUF: "qwen3", Tensors: preNorm(false)})
+	Register(Arch{ModelTypes: []string{"smollm3"}, Load: loadSmolLM3, GGUF: "smollm3", Tensors: preNorm(true)})
+	Register(Arch{ModelTypes: []string{"granite"}, Load: loadGranite, GGUF: "granite", Tensors: preNorm(true),
+		Keys: []ConfigKey{
+			{"embedding_multiplier", "embedding_scale"},
+			{"residual_multiplier", "residual_scale"},
+			{"logits_scaling", "logit_scale"},
+			{"attention_multiplier", "attention.scale"},
+		}})
+	Register(Arch{ModelTypes: []string{"olmo2"}, Load: loadOlmo2, GGUF: "olmo2",
+		Tensors: &TensorLayout{act: "silu", layer: olmo2Layer}})
+	Register(Arch{ModelTypes: []string{"phi3"}, Load: loadPhi3, GGUF: "phi3", Tensors: preNorm(false)})
 }
 
 func loadLlama(cfg *Config, src Source, b compute.Backend) (Model, error) {
@@ -115,3 +127,16 @@ func loadPhi3(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	slideAll(m)
 	return m, nil
 }
+
+// GGUF tensor names of the llama-family layers beyond the shared ones: a
+// pre-norm layer's second norm is ffn_norm; OLMo 2 normalises after
+// attention and after the MLP instead.
+var (
+	preNormLayer = map[string]string{
+		"post_attention_layernorm.weight": "ffn_norm.weight",
+	}
+	olmo2Layer = map[string]string{
+		"post_attention_layernorm.weight":   "post_attention_norm.weight",
+		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+	}
+)

@@ -76,7 +76,7 @@ func OpenDirWith(dir string, b compute.Backend, opts OpenOptions) (*Loaded, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := registry[cfg.ModelType]; !ok {
+	if _, ok := archByType[cfg.ModelType]; !ok {
 		// Fail before mapping any weights.
 		_, err := Load(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)

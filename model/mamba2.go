@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"lem/compute"
+	"lem/gguf"
 )
 
 // Mamba2: a stack of selective state-space mixers with pre-norm residual
@@ -27,7 +28,9 @@ import (
 //
 // Falcon-H1 may normalise before the gate, or not at all.
 func init() {
-	Register("mamba2", loadMamba2)
+	Register(Arch{ModelTypes: []string{"mamba2"}, Load: loadMamba2, GGUF: "mamba2",
+		Tensors: &TensorLayout{act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
+			rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }}})
 }
 
 // ssmMixer is one Mamba2 mixer.
@@ -321,4 +324,81 @@ func outputLogits(b compute.Backend, logits, x, h, last, norm, output *compute.T
 	}
 	b.RMSNorm(h, x, norm, eps, normOffset)
 	b.MatMul(logits, h, output)
+}
+
+// GGUF layouts of the state-space families, as llama.cpp's
+// convert_hf_to_gguf.py (Mamba2Model, FalconH1Model) writes them and
+// src/models/{mamba2,falcon-h1}.cpp read them.
+//
+// The SSM mixer's tensors are blk.N.ssm_in (in_proj), ssm_conv1d (the
+// depthwise convolution, squeezed from [channels, 1, width] to [channels,
+// width], and its bias), ssm_dt.bias (dt_bias), ssm_a, ssm_d, ssm_norm and
+// ssm_out (out_proj). The converter stores A rather than A_log: ssm_a =
+// −exp(A_log), as a [heads, 1] matrix ({1, heads} in GGUF order) and
+// without a ".weight" suffix, like ssm_d (D as [heads, 1]); the gated norm's
+// weight is reshaped to [groups, inner/groups]. Keys: <arch>.ssm.conv_kernel,
+// .ssm.inner_size, .ssm.state_size, .ssm.time_step_rank (the number of SSM
+// heads), .ssm.group_count. The files carry no time-step limit: they are
+// read with the reference default [0, ∞).
+//
+// mamba2 names its tensors from the backbone.* checkpoint (embeddings →
+// token_embd, norm_f → output_norm, layers.N.norm → attn_norm) and writes
+// feed_forward_length and attention.head_count as 0.
+
+var (
+	mamba2Global = map[string]string{
+		"backbone.embeddings.weight": "token_embd.weight",
+		"backbone.norm_f.weight":     "output_norm.weight",
+		"lm_head.weight":             "output.weight",
+	}
+	mamba2GGUFLayer = map[string]string{
+		"norm.weight":           "attn_norm.weight",
+		"mixer.in_proj.weight":  "ssm_in.weight",
+		"mixer.conv1d.weight":   "ssm_conv1d.weight",
+		"mixer.conv1d.bias":     "ssm_conv1d.bias",
+		"mixer.dt_bias":         "ssm_dt.bias",
+		"mixer.A_log":           "ssm_a",
+		"mixer.D":               "ssm_d",
+		"mixer.norm.weight":     "ssm_norm.weight",
+		"mixer.out_proj.weight": "ssm_out.weight",
+	}
+)
+
+// ggufMamba2Config builds the Config of a mamba2 file.
+func ggufMamba2Config(f *gguf.File, k *ggufKeys, c *Config, g *GGUF) (*Config, error) {
+	c.NumHiddenLayers = k.need("num_hidden_layers")
+	c.HiddenSize = k.need("hidden_size")
+	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
+	c.RMSNormEps = 1e-5
+	k.eps("rms_norm_eps", &c.RMSNormEps)
+	if err := ggufSSMConfig(c, k); err != nil {
+		return nil, err
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	if c.NumHiddenLayers > MaxLayers {
+		return nil, fmt.Errorf("key %s.block_count: %d layers is more than the %d supported", k.arch, c.NumHiddenLayers, MaxLayers)
+	}
+	if err := ggufVocab(f, c, g); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// mamba2Metadata writes the keys of a mamba2 file.
+func (l *GGUFLayout) mamba2Metadata(u32 func(string, int), f32 func(string, float64)) error {
+	c := l.cfg
+	if !c.SSM.RMSNorm || c.SSM.NormBeforeGate {
+		return fmt.Errorf("%s: llama.cpp's mamba2 normalises the gated output (mamba_rms_norm true, norm_before_gate false)", c.ModelType)
+	}
+	// The converter's context length: mamba2 has no position limit.
+	u32("max_position_embeddings", 1<<20)
+	u32("hidden_size", c.HiddenSize)
+	u32("intermediate_size", 0)
+	u32("num_attention_heads", 0)
+	u32("num_hidden_layers", c.NumHiddenLayers)
+	f32("rms_norm_eps", c.NormEps())
+	u32("vocab_size", c.VocabSize)
+	return l.ssmMetadata(u32)
 }

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -122,18 +121,6 @@ type Recurrent interface {
 // LoadFunc builds a model of one architecture from its config and tensors.
 type LoadFunc func(cfg *Config, src Source, b compute.Backend) (Model, error)
 
-var registry = map[string]LoadFunc{}
-
-// Register makes an architecture available under a config.json model_type.
-func Register(modelType string, load LoadFunc) {
-	registry[modelType] = load
-}
-
-// Supported returns the registered model types, sorted.
-func Supported() []string {
-	return slices.Sorted(maps.Keys(registry))
-}
-
 // Load builds the model that cfg describes.
 func Load(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	m, _, err := LoadReads(cfg, src, b)
@@ -143,12 +130,12 @@ func Load(cfg *Config, src Source, b compute.Backend) (Model, error) {
 // LoadReads is Load that also accounts what the model reads of its weights
 // per decoded token.
 func LoadReads(cfg *Config, src Source, b compute.Backend) (Model, WeightReads, error) {
-	load, ok := registry[cfg.ModelType]
+	a, ok := archByType[cfg.ModelType]
 	if !ok {
 		return nil, WeightReads{}, fmt.Errorf("unsupported model_type %q (supported: %s)", cfg.ModelType, strings.Join(Supported(), ", "))
 	}
 	log := newReadLog(src)
-	m, err := load(cfg, log, b)
+	m, err := a.Load(cfg, log, b)
 	if err != nil {
 		return nil, WeightReads{}, err
 	}

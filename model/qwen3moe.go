@@ -19,7 +19,9 @@ import (
 // MLP of intermediate_size. Every layer attends within sliding_window
 // when the config gives one.
 func init() {
-	Register("qwen3_moe", loadQwen3MoE)
+	Register(Arch{ModelTypes: []string{"qwen3_moe"}, Load: loadQwen3MoE, GGUF: "qwen3moe",
+		Tensors: &TensorLayout{act: "silu", layer: qwen3moeLayer, compose: stackExperts},
+		Keys:    []ConfigKey{{"moe_intermediate_size", "expert_feed_forward_length"}}})
 }
 
 func loadQwen3MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {
@@ -58,4 +60,23 @@ func loadQwen3MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// qwen3moeLayer names the tensors of a qwen3moe layer.
+var qwen3moeLayer = merge(preNormLayer, moeStackedLayer, map[string]string{
+	"mlp.gate.weight": "ffn_gate_inp.weight",
+})
+
+// qwen3moeWindow returns the window transformers applies to every layer of
+// a Qwen3 MoE checkpoint whose config gives a sliding_window (see
+// loadQwen3MoE), or 0.
+func qwen3moeWindow(c *Config) (int, error) {
+	if slices.Contains(c.LayerTypes, SlidingAttention) {
+		return 0, nil
+	}
+	var window int
+	if _, err := c.Get("sliding_window", &window); err != nil {
+		return 0, err
+	}
+	return window, nil
 }

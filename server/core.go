@@ -423,7 +423,7 @@ func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, er
 	if err := m.checkContext(p); err != nil {
 		return nil, err
 	}
-	if req.JSON && !m.harmonyChat(req) {
+	if req.JSON && m.channels(req) == nil {
 		m.jsonOnce.Do(func() { m.jsonMake, m.jsonErr = newJSONFactory(tok) })
 		if m.jsonErr != nil {
 			return nil, invalid("response_format", "%v", m.jsonErr)
@@ -484,8 +484,8 @@ func (m *Model) render(req *Request, promptParam string) (string, []json.RawMess
 	if err != nil {
 		return "", nil, err
 	}
-	if m.format.Tools == chat.ToolsHarmony {
-		harmonyThinking(msgs)
+	if ch := m.format.Channels(); ch != nil && ch.ReasoningKey != "" {
+		reasoningField(msgs, ch.ReasoningKey)
 	}
 	splitReasoning(msgs, m.format)
 	tools := req.Tools
@@ -605,21 +605,21 @@ func normalizeMessages(in []chat.Message, promptParam string) ([]chat.Message, e
 	return out, nil
 }
 
-// harmonyThinking gives each assistant message with reasoning a
-// "thinking" key holding it, where the templates of Harmony models (gpt-oss)
-// read an earlier turn's analysis.
-func harmonyThinking(msgs []chat.Message) {
+// reasoningField gives each assistant message with reasoning a field of
+// the given key holding it, where the templates of formats with channels
+// read an earlier turn's reasoning (chat.Channels.ReasoningKey).
+func reasoningField(msgs []chat.Message, key string) {
 	for i, msg := range msgs {
 		if msg.Role != "assistant" || msg.ReasoningContent == "" {
 			continue
 		}
 		has := false
 		for _, f := range msg.Extra {
-			has = has || f.Key == "thinking"
+			has = has || f.Key == key
 		}
 		if !has {
 			v, _ := json.Marshal(msg.ReasoningContent)
-			msgs[i].Extra = append(slices.Clip(msg.Extra), chat.Field{Key: "thinking", Value: v})
+			msgs[i].Extra = append(slices.Clip(msg.Extra), chat.Field{Key: key, Value: v})
 		}
 	}
 }
@@ -767,8 +767,8 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		sample.Seed += uint64(i)
 	}
 	r := &choiceRun{m: m, p: p, index: i, choice: c, emit: emit, first: true, stop: newStopMatcher(req.Stop)}
-	if len(req.Messages) > 0 && (p.json == nil && req.Schema == nil || m.harmonyChat(req)) {
-		// A Harmony model's JSON is in its final channel.
+	if len(req.Messages) > 0 && (p.json == nil && req.Schema == nil || m.channels(req) != nil) {
+		// A format with channels writes its JSON in the answer's channel.
 		r.parser = m.format.NewParser(p.inReasoning, p.toolsOffered)
 	} else {
 		r.parser = plainText{}

@@ -64,14 +64,16 @@
 //
 // Prepare turns what a request demands of the output into one grammar
 // constraint (grammar.go, over package constrain): a JSON schema,
-// tool_choice required or a named function (a call in the model family's
-// syntax, arguments held to the tool's parameters), tool_choice none (the
-// family's call marker kept out of the reply), a reasoning budget, and
-// thinking turned off where the template does not close reasoning itself.
-// Models in the Harmony format (gpt-oss) reason in an analysis channel
-// rather than between markers: their JSON goes in the final channel and a
-// forced call in the commentary channel, after analysis unless thinking is
-// off, and tool_choice none keeps messages to functions out.
+// tool_choice required or a named function (a call in the syntax of the
+// model's tool-call format, arguments held to the tool's parameters),
+// tool_choice none (the format's call marker kept out of the reply), a
+// reasoning budget, and thinking turned off where the template does not
+// close reasoning itself. Package chat owns the formats (chat.ToolFormat:
+// detection, markers, streaming parser, forced-call syntax); the server
+// knows none by name. Models whose format has channels (chat.Channels)
+// reason in a channel rather than between markers: their JSON goes in the
+// answer's channel and a forced call after reasoning unless thinking is
+// off, and tool_choice none keeps calls out.
 //
 // Streams go through stream (sse.go), which sets a write deadline per
 // frame and flushes it; per-token frames should be appended by hand into

@@ -13,40 +13,15 @@ import (
 
 // This file turns a request's demands on the output into a grammar
 // constraint (package constrain): a JSON schema, tool_choice required or a
-// named function (a call in the model family's syntax, arguments held to
-// the tool's parameters), tool_choice none (the family's call marker kept
-// out), a reasoning budget, and thinking turned off.
-
-// callSyntaxes are the tool-call syntaxes a constraint can hold output to,
-// by the model's tool format, as the output parser reads them.
-var callSyntaxes = map[chat.ToolFormat]struct {
-	syntax   constrain.CallSyntax
-	multiple bool   // several calls may follow each other
-	marker   string // the text that opens calls, kept out under tool_choice none
-}{
-	chat.ToolsHermes:  {constrain.CallSyntax{Call: "<tool_call>\n{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}\n</tool_call>"}, true, "<tool_call>"},
-	chat.ToolsMistral: {constrain.CallSyntax{Open: "[TOOL_CALLS][", Call: "{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}", Sep: ", ", Close: "]"}, true, "[TOOL_CALLS]"},
-	chat.ToolsLlama3:  {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, "<|python_tag|>"},
-	chat.ToolsGemma:   {constrain.CallSyntax{Call: "{\"name\": \"", Mid: "\", \"parameters\": ", Suffix: "}"}, false, ""},
-	// The stop token <|call|> ends a Harmony call; one call ends the turn.
-	chat.ToolsHarmony: {constrain.CallSyntax{Call: "<|channel|>commentary to=" + harmonyFunctions, Mid: " <|constrain|>json<|message|>"}, false, "to=" + harmonyFunctions},
-}
-
-// The Harmony format (gpt-oss) as constraints hold output to it. Its
-// reasoning is the analysis channel, which the end of the message and the
-// header of the next one close; its answer is the final channel; a call
-// goes in the commentary channel, to a recipient in the functions
-// namespace. The generation prompt ends with "<|start|>assistant", so
-// output begins with "<|channel|>".
-const (
-	harmonyAnalysis  = "<|channel|>analysis<|message|>"
-	harmonyNext      = "<|end|><|start|>assistant"
-	harmonyFinal     = "<|channel|>final<|message|>"
-	harmonyFunctions = "functions."
-)
+// named function (a call in the syntax of the model's tool-call format,
+// arguments held to the tool's parameters), tool_choice none (the format's
+// call marker kept out), a reasoning budget, and thinking turned off. What
+// a format writes comes from package chat (chat.ToolFormat); nothing here
+// knows a format by name.
 
 // anyObject is the schema of response_format json_object where a grammar
-// holds the output (Harmony models, whose JSON goes in the final channel).
+// holds the output (formats with channels, whose JSON goes in the answer's
+// channel).
 var anyObject = sync.OnceValue(func() *constrain.Schema {
 	s, err := constrain.CompileSchema([]byte(`{"type": "object"}`))
 	if err != nil {
@@ -100,27 +75,31 @@ func (m *Model) vocab() (*constrain.Vocab, error) {
 // grammar builds the constraint a prepared chat or completion request
 // needs, or nil when it needs none. tools are the tools the prompt offers.
 func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*constrain.Grammar, error) {
-	harmony := m.harmonyChat(req)
-	if req.JSON && !harmony {
+	ch := m.channels(req)
+	if req.JSON && ch == nil {
 		return nil, nil // the JSON object constraint of jsonmode.go
 	}
 	var spec constrain.Spec
 	need := false
-	if harmony {
-		spec, need = harmonySpec(req, tools)
+	if ch != nil {
+		spec, need = channelSpec(req, tools, ch, m.format.Tools.Forced())
 	} else if req.Schema != nil {
 		spec.Schema, need = req.Schema, true
 	} else if len(req.Messages) > 0 {
 		f := m.format
-		if f.Tools != chat.ToolsHarmony && f.ThinkEnd != "" {
-			spec.ThinkStart, spec.ThinkEnd = f.ThinkStart, f.ThinkEnd
+		if start, end := f.ReasoningMarkers(); end != "" {
+			spec.ThinkStart, spec.ThinkEnd = start, end
 			spec.InReasoning = p.inReasoning
 		}
-		cs, known := callSyntaxes[f.Tools]
+		var fc chat.ForcedCalls
+		known := f.Tools != nil
+		if known {
+			fc = f.Tools.Forced()
+		}
 		switch req.ToolChoice.Mode {
 		case ToolRequired, ToolNamed:
 			if known && len(tools) > 0 {
-				tc := &constrain.ToolCalls{Syntax: cs.syntax, Multiple: cs.multiple && req.ToolChoice.Mode == ToolRequired}
+				tc := &constrain.ToolCalls{Syntax: constrain.CallSyntax(fc.Syntax), Multiple: fc.Multiple && req.ToolChoice.Mode == ToolRequired}
 				for _, t := range tools {
 					name, params := toolSignature(t)
 					tc.Tools = append(tc.Tools, constrain.Tool{Name: name, Params: constrain.CompileToolSchema(params)})
@@ -128,8 +107,8 @@ func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*co
 				spec.Tools, need = tc, true
 			}
 		case ToolNone:
-			if known && cs.marker != "" && len(req.Tools) > 0 {
-				spec.Forbid, need = cs.marker, true
+			if known && fc.Marker != "" && len(req.Tools) > 0 {
+				spec.Forbid, need = fc.Marker, true
 			}
 		}
 		if spec.ThinkEnd != "" {
@@ -156,36 +135,40 @@ func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*co
 	return v.Compile(spec)
 }
 
-// harmonyChat reports whether req is a chat request to a model in the
-// Harmony format, whose constraints harmonySpec builds.
-func (m *Model) harmonyChat(req *Request) bool {
-	return len(req.Messages) > 0 && m.format.Tools == chat.ToolsHarmony
+// channels returns the channels of the model's output format where req is
+// a chat request and the format has them (chat.Channels), or nil: then
+// channelSpec builds the request's constraint, and the output parser
+// reads its JSON out of the answer's channel.
+func (m *Model) channels(req *Request) *chat.Channels {
+	if len(req.Messages) == 0 {
+		return nil
+	}
+	return m.format.Channels()
 }
 
-// harmonySpec returns the constraint a chat request to a Harmony model
-// needs, and whether it needs one. A JSON value (a schema, or any object)
-// goes in the final channel and a required or named call in the
-// commentary channel, either after analysis unless thinking is off; under
-// tool_choice none no message goes to a function; a reasoning budget
-// bounds the analysis. (Thinking off leaves free text free: the analysis
-// channel cannot be kept out of it.)
-func harmonySpec(req *Request, tools []json.RawMessage) (constrain.Spec, bool) {
+// channelSpec returns the constraint a chat request to a model whose
+// format has channels needs, and whether it needs one. A JSON value (a
+// schema, or any object) goes in the answer's channel and a required or
+// named call in the format's call syntax, either after reasoning unless
+// thinking is off; under tool_choice none no call is written; a reasoning
+// budget bounds the reasoning channel. (Thinking off leaves free text
+// free: the reasoning channel cannot be kept out of it.)
+func channelSpec(req *Request, tools []json.RawMessage, ch *chat.Channels, fc chat.ForcedCalls) (constrain.Spec, bool) {
 	var spec constrain.Spec
 	think := !thinkingOff(req.Kwargs)
 	switch {
 	case req.Schema != nil || req.JSON:
-		spec.Schema, spec.Prefix = req.Schema, harmonyFinal
+		spec.Schema, spec.Prefix = req.Schema, ch.Answer
 		if spec.Schema == nil {
 			spec.Schema = anyObject()
 		}
 	case (req.ToolChoice.Mode == ToolRequired || req.ToolChoice.Mode == ToolNamed) && len(tools) > 0:
-		cs := callSyntaxes[chat.ToolsHarmony]
-		tc := &constrain.ToolCalls{Syntax: cs.syntax}
+		tc := &constrain.ToolCalls{Syntax: constrain.CallSyntax(fc.Syntax), Multiple: fc.Multiple && req.ToolChoice.Mode == ToolRequired}
 		for _, t := range tools {
 			name, params := toolSignature(t)
 			if !chat.ValidToolName(name) {
-				// Not a name a header can carry: the parser would not
-				// read the call back.
+				// Not a name a message header can carry: the parser
+				// would not read the call back.
 				continue
 			}
 			tc.Tools = append(tc.Tools, constrain.Tool{Name: name, Params: constrain.CompileToolSchema(params)})
@@ -195,14 +178,14 @@ func harmonySpec(req *Request, tools []json.RawMessage) (constrain.Spec, bool) {
 		}
 		spec.Tools = tc
 	case req.ToolChoice.Mode == ToolNone && len(req.Tools) > 0:
-		spec.Forbid = callSyntaxes[chat.ToolsHarmony].marker
+		spec.Forbid = fc.Marker
 		think = req.ThinkingBudget > 0
 	case req.ThinkingBudget > 0:
 	default:
 		return spec, false
 	}
 	if think {
-		spec.ThinkStart, spec.ThinkEnd, spec.ThinkEndCommit = harmonyAnalysis, harmonyNext, len("<|")
+		spec.ThinkStart, spec.ThinkEnd, spec.ThinkEndCommit = ch.Reasoning, ch.Next, ch.NextCommit
 		spec.ThinkBudget = req.ThinkingBudget
 	}
 	return spec, true

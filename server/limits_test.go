@@ -217,8 +217,8 @@ func TestMaxConnections(t *testing.T) {
 }
 
 // TestMaxConnectionsIdle fills the cap with keep-alive connections idle
-// between requests: a new client is answered at once, the idle ones
-// closed to make room.
+// between requests: a new client is answered at once, idle ones closed
+// to make room.
 func TestMaxConnectionsIdle(t *testing.T) {
 	addr := serveLimits(t, Config{MaxConnections: 2})
 	get := func(c net.Conn) string {
@@ -250,11 +250,25 @@ func TestMaxConnectionsIdle(t *testing.T) {
 	if line := get(c); !strings.HasPrefix(line, "HTTP/1.1 200") {
 		t.Errorf("a client beyond idle connections: %q", line)
 	}
-	for i, c := range idle {
-		c.SetReadDeadline(time.Now().Add(15 * time.Second))
-		// What is left of the reply, then the end.
-		if _, err := io.ReadAll(c); err != nil {
-			t.Errorf("idle connection %d was not closed: %v", i, err)
+	// Room was made by closing idle connections: at least one of them
+	// (which, and whether the other too, depends on when each turned idle
+	// against when Accept waited).
+	closed := make(chan bool, len(idle))
+	for _, c := range idle {
+		go func() {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			// What is left of the reply, then the end.
+			_, err := io.ReadAll(c)
+			closed <- err == nil
+		}()
+	}
+	n := 0
+	for range idle {
+		if <-closed {
+			n++
 		}
+	}
+	if n == 0 {
+		t.Error("no idle connection was closed to make room")
 	}
 }

@@ -85,14 +85,15 @@ func (s *Server) ollamaModel(name string) (*Model, error) {
 		Message: fmt.Sprintf("model %q not found", name)}
 }
 
-// canThink reports whether the model's template has thinking markers.
+// canThink reports whether the model reasons (its template has thinking
+// markers, or its format a reasoning channel).
 func (m *Model) canThink() bool {
-	return m.format.ThinkEnd != "" || m.format.Tools == chat.ToolsHarmony
+	return m.format.Reasons()
 }
 
 // canCallTools reports whether the model's template writes tool calls.
 func (m *Model) canCallTools() bool {
-	return m.eng.Templates != nil && m.format.Tools != chat.ToolsNone
+	return m.eng.Templates != nil && m.format.Tools != nil
 }
 
 // olCommon are the fields /api/chat and /api/generate share.

@@ -22,10 +22,10 @@ import (
 
 // newQuoter returns the Quoter of a served model. It guards the special
 // tokens, and the other added tokens that the model's chat templates or
-// output format use as markup (Qwen's <think> and <tool_call> are not
-// special), but not added tokens of white space or other vocabulary
-// (Gemma's "\n\n" and "<table>") that a client's text may hold and that
-// the model reads as text.
+// output format use as markup (markers such as <think> and <tool_call>
+// need not be special), but not added tokens of white space or other
+// vocabulary (such as "\n\n" and "<table>") that a client's text may hold
+// and that the model reads as text.
 func newQuoter(tok *tokenizer.Tokenizer, templates *chat.Set, format outputFormat) *tokenizer.Quoter {
 	var markup []string
 	if templates != nil {
@@ -181,7 +181,8 @@ func quoteJSON(q *tokenizer.Quoter, raw json.RawMessage) json.RawMessage {
 // template can no longer find the markers. Messages that carry their
 // reasoning apart are left alone.
 func splitReasoning(msgs []chat.Message, f outputFormat) {
-	if f.ThinkEnd == "" || f.Tools == chat.ToolsHarmony {
+	start, end := f.ReasoningMarkers()
+	if end == "" {
 		return
 	}
 	for i, msg := range msgs {
@@ -189,17 +190,17 @@ func splitReasoning(msgs []chat.Message, f outputFormat) {
 			continue
 		}
 		text := msg.Content.Text()
-		end := strings.Index(text, f.ThinkEnd)
-		if end < 0 {
+		e := strings.Index(text, end)
+		if e < 0 {
 			continue
 		}
-		reasoning := text[:end]
-		if f.ThinkStart != "" {
-			if k := strings.LastIndex(reasoning, f.ThinkStart); k >= 0 {
-				reasoning = reasoning[k+len(f.ThinkStart):]
+		reasoning := text[:e]
+		if start != "" {
+			if k := strings.LastIndex(reasoning, start); k >= 0 {
+				reasoning = reasoning[k+len(start):]
 			}
 		}
-		content := text[strings.LastIndex(text, f.ThinkEnd)+len(f.ThinkEnd):]
+		content := text[strings.LastIndex(text, end)+len(end):]
 		msgs[i].ReasoningContent = strings.Trim(reasoning, "\n")
 		msgs[i].Content = chat.Text(strings.TrimLeft(content, "\n"))
 	}

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 
 	"lem/gguf"
 	"lem/internal/fixtures"
@@ -569,32 +573,285 @@ func TestGGUFErrors(t *testing.T) {
 	}
 }
 
-// FuzzFromGGUF checks that no GGUF file makes FromGGUF or the tokenizer it
-// builds panic.
-func FuzzFromGGUF(f *testing.F) {
-	for _, kvs := range [][]ggufKV{ggufToySPM(), ggufToyBPE("llama-bpe"), ggufToyBPE("gpt-4o")} {
-		w := gguf.NewWriter()
-		for _, kv := range kvs {
-			if err := w.SetKV(kv.key, kv.val); err != nil {
-				f.Fatal(err)
+// Bits of FuzzFromGGUF's flags: which keys fuzzGGUFTokenizer writes, their
+// boolean values, and the ways it spoils a file.
+const (
+	fuzzAlphabet    = 1 << iota // the 256 byte tokens before the listed ones
+	fuzzTypes                   // write tokenizer.ggml.token_type
+	fuzzScores                  // write tokenizer.ggml.scores
+	fuzzBOS                     // write bos_token_id
+	fuzzEOS                     // write eos_token_id
+	fuzzUnk                     // write unknown_token_id
+	fuzzPad                     // write padding_token_id
+	fuzzAddBOS                  // write add_bos_token …
+	fuzzAddBOSValue             // … as true
+	fuzzAddEOS                  // write add_eos_token …
+	fuzzAddEOSValue             // … as true
+	fuzzPrefix                  // write add_space_prefix …
+	fuzzPrefixValue             // … as true
+	fuzzShortTypes              // drop the last token type
+	fuzzNaNScore                // make the first score NaN
+	fuzzNoMerges                // leave tokenizer.ggml.merges out
+)
+
+// fuzzModels are the tokenizer.ggml.model values FuzzFromGGUF picks from:
+// the three FromGGUF reads and two it refuses.
+var fuzzModels = []string{"gpt2", "llama", "gemma4", "no_vocab", "bert"}
+
+// fuzzGGUFTokenizer writes the tokenizer metadata FuzzFromGGUF's arguments
+// describe as a GGUF file. model picks from fuzzModels and pre from
+// GGUFPreNames, then none, then an unknown name. The vocabulary is the 256
+// byte tokens (with fuzzAlphabet: byte-level characters for gpt2, <0xXX>
+// tokens of type byte otherwise), then the lines of tokens, then, for gpt2
+// and gemma4, the concatenation of each merge's two parts that is not in
+// it yet, so that most merges are valid. types[i] and int8(scores[i]) are
+// the type and score of the i-th listed token (other tokens: normal, 0).
+// merges is written line by line as tokenizer.ggml.merges. The ids
+// written for bos, eos, unk and pad are read
+// from v%(n+3) for a vocabulary of n tokens: 0 is -1 (none), 1 is -2 and 2
+// is n (both out of range), and 3 on are the ids 0 to n-1, so that the
+// edges are as near as a small step of the fuzzer's; ids holds them.
+func fuzzGGUFTokenizer(model, pre uint8, tokens string, types, scores []byte, merges string, bos, eos, unk, pad, flags uint16) (data []byte, ids [4]int32) {
+	var vocab []string
+	var tys []int32
+	if flags&fuzzAlphabet != 0 {
+		for b := range 256 {
+			if fuzzModels[int(model)%len(fuzzModels)] == "gpt2" {
+				vocab, tys = append(vocab, byteToStr[b]), append(tys, int32(TokenNormal))
+			} else {
+				vocab, tys = append(vocab, fmt.Sprintf("<0x%02X>", b)), append(tys, int32(TokenByte))
 			}
 		}
-		var buf bytes.Buffer
-		if _, err := w.WriteTo(&buf); err != nil {
-			f.Fatal(err)
-		}
-		f.Add(buf.Bytes(), "a<s>b é 123 d's<tool>")
 	}
-	f.Fuzz(func(t *testing.T, data []byte, text string) {
+	listed := len(vocab)
+	if tokens != "" {
+		for i, s := range strings.Split(tokens, "\n") {
+			ty := int32(TokenNormal)
+			if i < len(types) {
+				ty = int32(types[i] % 8) // 7 is no type: an error
+			}
+			vocab, tys = append(vocab, s), append(tys, ty)
+		}
+	}
+	name := fuzzModels[int(model)%len(fuzzModels)]
+	var mergeLines []string
+	if merges != "" {
+		mergeLines = strings.Split(merges, "\n")
+	}
+	if name == "gpt2" || name == "gemma4" {
+		for _, m := range mergeLines {
+			if l, r, ok := strings.Cut(m, " "); ok && !slices.Contains(vocab, l+r) {
+				vocab, tys = append(vocab, l+r), append(tys, int32(TokenNormal))
+			}
+		}
+	}
+	sc := make([]float32, len(vocab))
+	for i := range sc {
+		if j := i - listed; j >= 0 && j < len(scores) {
+			sc[i] = float32(int8(scores[j]))
+		}
+	}
+	if flags&fuzzNaNScore != 0 && len(sc) > 0 {
+		sc[0] = float32(math.NaN())
+	}
+	if flags&fuzzShortTypes != 0 && len(tys) > 0 {
+		tys = tys[:len(tys)-1]
+	}
+
+	for i, v := range []uint16{bos, eos, unk, pad} {
+		switch k := int32(int(v) % (len(vocab) + 3)); k {
+		case 0:
+			ids[i] = -1
+		case 1:
+			ids[i] = -2
+		case 2:
+			ids[i] = int32(len(vocab))
+		default:
+			ids[i] = k - 3
+		}
+	}
+	w := gguf.NewWriter()
+	set := func(key string, v gguf.Value) bool { return w.SetKV(key, v) == nil }
+	ok := set("general.architecture", gguf.String("llama")) && set(ggufKeyModel, gguf.String(name)) &&
+		set(ggufKeyTokens, gguf.Array(vocab))
+	names := GGUFPreNames()
+	if p := int(pre) % (len(names) + 2); p < len(names) {
+		ok = ok && set(ggufKeyPre, gguf.String(names[p]))
+	} else if p == len(names)+1 {
+		ok = ok && set(ggufKeyPre, gguf.String("klingon"))
+	}
+	if flags&fuzzTypes != 0 {
+		ok = ok && set(ggufKeyTypes, gguf.Array(tys))
+	}
+	if flags&fuzzScores != 0 {
+		ok = ok && set(ggufKeyScores, gguf.Array(sc))
+	}
+	if flags&fuzzNoMerges == 0 {
+		ok = ok && set(ggufKeyMerges, gguf.Array(append([]string{}, mergeLines...)))
+	}
+	for _, id := range []struct {
+		bit uint16
+		key string
+		v   int32
+	}{{fuzzBOS, ggufKeyBOS, ids[0]}, {fuzzEOS, ggufKeyEOS, ids[1]}, {fuzzUnk, ggufKeyUnk, ids[2]}, {fuzzPad, ggufKeyPad, ids[3]}} {
+		if flags&id.bit != 0 {
+			ok = ok && set(id.key, gguf.Int32(id.v))
+		}
+	}
+	for _, b := range []struct {
+		bit, val uint16
+		key      string
+	}{{fuzzAddBOS, fuzzAddBOSValue, ggufKeyAddBOS}, {fuzzAddEOS, fuzzAddEOSValue, ggufKeyAddEOS}, {fuzzPrefix, fuzzPrefixValue, ggufKeyAddSpacePrefix}} {
+		if flags&b.bit != 0 {
+			ok = ok && set(b.key, gguf.Bool(flags&b.val != 0))
+		}
+	}
+	var buf bytes.Buffer
+	if !ok {
+		return nil, ids
+	}
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, ids
+	}
+	return buf.Bytes(), ids
+}
+
+// FuzzFromGGUF checks that FromGGUF refuses bad tokenizer metadata with an
+// error naming the file and a tokenizer.ggml key, and that a tokenizer it
+// builds keeps the special ids the file gives, encodes every text to ids of
+// its vocabulary (BOS and EOS where it says it adds them), and, as a
+// byte-level BPE vocabulary holding every byte, decodes them back to the
+// text. It fuzzes the metadata (fuzzGGUFTokenizer) rather than a file's
+// bytes: package gguf's FuzzParse covers the byte format, and a file of a
+// few KB as one []byte input would spend CI's seconds in the fuzzer's
+// quadratic minimization.
+func FuzzFromGGUF(f *testing.F) {
+	type seed struct {
+		model, pre         uint8
+		tokens             string
+		types, scores      []byte
+		merges             string
+		bos, eos, unk, pad uint16
+		flags              uint16
+		text               string
+	}
+	preIndex := func(name string) uint8 { return uint8(slices.Index(GGUFPreNames(), name)) }
+	neg := func(v ...int8) []byte {
+		b := make([]byte, len(v))
+		for i, x := range v {
+			b[i] = byte(x)
+		}
+		return b
+	}
+	const text = "a<s>b é 123 d's<tool> Hello, World!\n<|end|><think>"
+	// The toy vocabularies of the tests above: ggufToySPM, and ggufToyBPE
+	// with the llama-bpe, gpt-4o and qwen2 splits.
+	spm := seed{model: 1, tokens: "<unk>\n<s>\n</s>\n<0x0A>\n<0xC3>\n<0xA9>\n▁\na\nb\nc\nab\nbc\n▁ab\n<tool>\n[PAD14]",
+		types: []byte{2, 3, 3, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 4, 5}, scores: neg(0, 0, 0, 0, 0, 0, -10, -10, -10, -10, -2, -1, -3, 0, 0),
+		flags: fuzzTypes | fuzzScores, text: text}
+	bpe := seed{model: 0, tokens: "12\n123\nd'\n" + byteToStr[0xC3] + byteToStr[0xA9] + "\n<|end|>\n<think>",
+		types: []byte{1, 1, 1, 1, 3, 4}, merges: "1 2\n12 3\nd '\n" + byteToStr[0xC3] + " " + byteToStr[0xA9],
+		eos: 3 + 256 + 4, flags: fuzzAlphabet | fuzzTypes | fuzzEOS, text: text}
+	seeds := []seed{spm, bpe, bpe, bpe}
+	seeds[1].pre, seeds[2].pre, seeds[3].pre = preIndex("llama-bpe"), preIndex("gpt-4o"), preIndex("qwen2")
+	// SentencePiece with every byte, ids and flags set; Gemma 4's form.
+	full := spm
+	full.flags |= fuzzAlphabet | fuzzBOS | fuzzEOS | fuzzUnk | fuzzPad | fuzzAddBOS | fuzzAddEOS | fuzzAddEOSValue | fuzzPrefix
+	full.bos, full.eos, full.unk, full.pad = 3+256+1, 3+256+2, 3+256, 3+256
+	gemma4 := seed{model: 2, tokens: "<pad>\n<eos>\n<bos>\n▁\na\nb\n<turn>", types: []byte{3, 3, 3, 1, 1, 1, 4},
+		merges: "▁ a\na b", bos: 3 + 256 + 2, eos: 3 + 256 + 1, flags: fuzzAlphabet | fuzzTypes | fuzzBOS | fuzzEOS, text: "ab ab<turn>ç"}
+	// The small SentencePiece vocabulary with its ids written.
+	ids := spm
+	ids.flags |= fuzzBOS | fuzzEOS | fuzzUnk | fuzzPad | fuzzAddBOS | fuzzAddBOSValue
+	ids.bos, ids.eos, ids.unk, ids.pad = 3+1, 3+2, 3+0, 3+0
+	seeds = append(seeds, full, gemma4, ids)
+	for _, s := range seeds {
+		data, _ := fuzzGGUFTokenizer(s.model, s.pre, s.tokens, s.types, s.scores, s.merges, s.bos, s.eos, s.unk, s.pad, s.flags)
+		if data == nil {
+			f.Fatalf("seed %+v: not written", s)
+		}
+		// Every seed is a tokenizer FromGGUF accepts, so that mutations
+		// start from the paths past the checks.
+		g, err := gguf.Parse("seed.gguf", data)
+		if err == nil {
+			_, err = FromGGUF(g)
+		}
+		if err != nil {
+			f.Fatalf("seed %+v: %v", s, err)
+		}
+		f.Add(s.model, s.pre, s.tokens, s.types, s.scores, s.merges, s.bos, s.eos, s.unk, s.pad, s.flags, s.text)
+	}
+	f.Fuzz(func(t *testing.T, model, pre uint8, tokens string, types, scores []byte, merges string, bos, eos, unk, pad, flags uint16, text string) {
+		data, ids := fuzzGGUFTokenizer(model, pre, tokens, types, scores, merges, bos, eos, unk, pad, flags)
+		if data == nil {
+			return
+		}
 		g, err := gguf.Parse("fuzz.gguf", data)
 		if err != nil {
-			return
+			t.Fatalf("a written file does not parse: %v", err)
 		}
 		tok, err := FromGGUF(g)
 		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.gguf: tokenizer.ggml") {
+				t.Fatalf("error does not name the file and a key: %v", err)
+			}
 			return
 		}
-		tok.Decode(tok.Encode(text, true), false)
+		name := fuzzModels[int(model)%len(fuzzModels)]
+		n := int32(tok.VocabSize())
+		spec, err := SpecFromGGUF(g)
+		if err != nil {
+			t.Fatalf("FromGGUF accepts what SpecFromGGUF refuses: %v", err)
+		}
+		// The special ids are the file's (-1: none) or llama.cpp's
+		// defaults, and inside the vocabulary.
+		for _, id := range []struct {
+			what        string
+			bit         uint16
+			v, got, def int32
+		}{{"BOS", fuzzBOS, ids[0], tok.BOS(), 1}, {"EOS", fuzzEOS, ids[1], tok.EOS(), 2}, {"unknown", fuzzUnk, ids[2], spec.Unk, 0}, {"padding", fuzzPad, ids[3], -1, -1}} {
+			if flags&id.bit != 0 && id.v != -1 && (id.v < 0 || id.v >= n) {
+				t.Fatalf("accepted %s id %d for a vocabulary of %d", id.what, id.v, n)
+			}
+			if id.what == "padding" {
+				continue // not kept
+			}
+			want := int32(-1)
+			switch {
+			case flags&id.bit != 0:
+				want = id.v
+			case name == "llama" && id.def < n:
+				want = id.def
+			}
+			if id.got != want {
+				t.Fatalf("%s id %d, want %d", id.what, id.got, want)
+			}
+		}
+		plain := tok.Encode(text, false)
+		for _, id := range plain {
+			if id < 0 || id >= n {
+				t.Fatalf("Encode(%q) = %v: id %d outside the vocabulary of %d", text, plain, id, n)
+			}
+		}
+		// Encoding with special tokens adds BOS and EOS as the file says.
+		if flags&fuzzAddBOS != 0 && tok.AddsBOS() != (flags&fuzzAddBOSValue != 0) {
+			t.Fatalf("AddsBOS %v, but %s is %v", tok.AddsBOS(), ggufKeyAddBOS, flags&fuzzAddBOSValue != 0)
+		}
+		var want []int32
+		if tok.AddsBOS() {
+			want = append(want, tok.BOS())
+		}
+		want = append(want, plain...)
+		if flags&fuzzAddEOS != 0 && flags&fuzzAddEOSValue != 0 {
+			want = append(want, tok.EOS())
+		}
+		if got := tok.Encode(text, true); !slices.Equal(got, want) {
+			t.Fatalf("Encode(%q, true) = %v, want %v", text, got, want)
+		}
+		got := tok.Decode(plain, false)
+		if name == "gpt2" && flags&fuzzAlphabet != 0 && utf8.ValidString(text) && norm.NFC.IsNormalString(text) && got != text {
+			t.Fatalf("Decode(Encode(%q)) = %q", text, got)
+		}
 	})
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // Quantized matrix products. Weights of the block-quantized types stay in
-// the file's block layout (see package lem/quant), read in place. For
+// the file's block layout (see package lem/compute/quant), read in place. For
 // Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_K, Q5_K and Q6_K the activations are
 // quantized once per call to signed 8-bit codes with one float32 scale per
 // block (32 elements for the 32-element formats, a 256-element super-block

@@ -2,12 +2,107 @@ package model
 
 import (
 	"fmt"
+	"lem/gguf"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
-
-	"lem/gguf"
 )
+
+// Rules that several families' GGUF layouts share: the SSM mixer's tensors
+// and keys (Mamba2, Falcon-H1, and the convolution kernels of LFM2 and the
+// delta-rule hybrids), stacked experts and their keys (Qwen MoE, gpt-oss,
+// the Qwen delta-rule hybrids), and the helpers that regroup a checkpoint's
+// tensors into the ones a file stores.
+
+// ssmRules returns the shape and value changes of an SSM mixer's tensors
+// whose Hugging Face names start with p ("mixer.", "mamba.").
+func ssmRules(c *Config, p string) map[string]ggufRule {
+	groups := max(c.SSM.Groups, 1)
+	column := func(s []int) []int { return append(append([]int{}, s...), 1) } // [n] → [n, 1]
+	flat := func(s []int) []int { return []int{shapeLen(s)} }
+	return map[string]ggufRule{
+		p + "conv1d.weight": {
+			shape: func(s []int) []int {
+				if len(s) == 3 && s[1] == 1 {
+					return []int{s[0], s[2]}
+				}
+				return s
+			},
+			unshape: func(s []int) []int {
+				if len(s) == 2 {
+					return []int{s[0], 1, s[1]}
+				}
+				return s
+			},
+		},
+		p + "A_log": {
+			shape: column, unshape: flat,
+			encode: func(row []float32, _ int) {
+				for i, v := range row {
+					row[i] = -float32(math.Exp(float64(v)))
+				}
+			},
+			decode: func(row []float32, _ int) {
+				for i, v := range row {
+					row[i] = float32(math.Log(-float64(v)))
+				}
+			},
+		},
+		p + "D": {shape: column, unshape: flat},
+		p + "norm.weight": {
+			shape: func(s []int) []int {
+				if n := shapeLen(s); len(s) == 1 && n%groups == 0 {
+					return []int{groups, n / groups}
+				}
+				return s
+			},
+			unshape: flat,
+		},
+	}
+}
+
+// ggufSSMConfig reads the ssm.* keys.
+func ggufSSMConfig(c *Config, k *ggufKeys) error {
+	s := &c.SSM
+	c.ConvKernel = k.need("ssm.conv_kernel")
+	s.Inner = k.need("ssm.inner_size")
+	s.StateSize = k.need("ssm.state_size")
+	s.Heads = k.need("ssm.time_step_rank")
+	s.Groups = 1
+	if n, ok := k.uint("ssm.group_count"); ok && n > 0 {
+		s.Groups = n
+	}
+	if k.err != nil {
+		return k.err
+	}
+	if s.Inner%s.Heads != 0 {
+		return fmt.Errorf("key %s.ssm.inner_size: %d channels are not a multiple of %d heads (ssm.time_step_rank)", k.arch, s.Inner, s.Heads)
+	}
+	s.HeadDim = s.Inner / s.Heads
+	s.TimeStepMin, s.TimeStepMax = 0, math.Inf(1)
+	s.RMSNorm = true
+	return nil
+}
+
+// ssmMetadata writes the ssm.* keys, after checking that the checkpoint's
+// SSM settings are the ones the keys imply.
+func (l *GGUFLayout) ssmMetadata(u32 func(string, int)) error {
+	c := l.cfg
+	s := c.SSM
+	if s.TimeStepMin != 0 || !math.IsInf(s.TimeStepMax, 1) {
+		return fmt.Errorf("%s: time_step_limit [%g, %g] has no GGUF key (files are read with [0, ∞))", c.ModelType, s.TimeStepMin, s.TimeStepMax)
+	}
+	if s.Heads <= 0 || s.Heads*s.HeadDim != s.Inner {
+		return fmt.Errorf("%s: %d SSM heads of %d do not make %d channels", c.ModelType, s.Heads, s.HeadDim, s.Inner)
+	}
+	u32("ssm.conv_kernel", c.ConvKernel)
+	u32("ssm.inner_size", s.Inner)
+	u32("ssm.state_size", s.StateSize)
+	u32("ssm.time_step_rank", s.Heads)
+	u32("ssm.group_count", max(s.Groups, 1))
+	return nil
+}
 
 // GGUF layouts of the mixture-of-experts families, as llama.cpp's
 // convert_hf_to_gguf.py writes them and src/models/{qwen3moe,openai-moe}.cpp
@@ -42,25 +137,11 @@ import (
 // names (mlp.experts.gate_proj.weight, …: the moeStacked layout), viewed
 // per expert in their stored type.
 
-var (
-	moeStackedLayer = map[string]string{
-		"mlp.experts.gate_proj.weight": "ffn_gate_exps.weight",
-		"mlp.experts.up_proj.weight":   "ffn_up_exps.weight",
-		"mlp.experts.down_proj.weight": "ffn_down_exps.weight",
-	}
-	qwen3moeLayer = merge(preNormLayer, moeStackedLayer, map[string]string{
-		"mlp.gate.weight": "ffn_gate_inp.weight",
-	})
-	gptOssLayer = merge(moeStackedLayer, map[string]string{
-		"post_attention_layernorm.weight": "post_attention_norm.weight",
-		"self_attn.sinks":                 "attn_sinks.weight",
-		"mlp.router.weight":               "ffn_gate_inp.weight",
-		"mlp.router.bias":                 "ffn_gate_inp.bias",
-		"mlp.experts.gate_proj.bias":      "ffn_gate_exps.bias",
-		"mlp.experts.up_proj.bias":        "ffn_up_exps.bias",
-		"mlp.experts.down_proj.bias":      "ffn_down_exps.bias",
-	})
-)
+var moeStackedLayer = map[string]string{
+	"mlp.experts.gate_proj.weight": "ffn_gate_exps.weight",
+	"mlp.experts.up_proj.weight":   "ffn_up_exps.weight",
+	"mlp.experts.down_proj.weight": "ffn_down_exps.weight",
+}
 
 // merge returns the union of maps (later ones win).
 func merge(ms ...map[string]string) map[string]string {
@@ -141,104 +222,20 @@ func stackExperts(c *Config, src Source, names []string) ([]composite, error) {
 	return out, nil
 }
 
-// splitGptOssExperts turns gpt-oss's input-major fused experts into the
-// stacked output-major projections llama.cpp stores.
-func splitGptOssExperts(c *Config, src Source, names []string) ([]composite, error) {
-	var out []composite
-	for _, n := range names {
-		_, suffix, ok := layerSuffix(n)
-		if !ok {
-			continue
-		}
-		p := strings.TrimSuffix(n, suffix) + "mlp.experts."
-		s, _ := src.Lookup(n)
-		es := s.DType.Size()
-		if strings.HasPrefix(suffix, "mlp.experts.") && (es == 0 || s.DType.Quantized()) {
-			return nil, fmt.Errorf("tensor %s is %s: gpt-oss experts are rearranged element by element, which needs a float type", n, s.DType)
-		}
-		ne := c.NumExperts
-		want := func(shape ...int) error {
-			if !slices.Equal(s.Shape, shape) || len(s.Data) != es*shapeLen(shape) {
-				return fmt.Errorf("tensor %s has shape %v (%d bytes of %s), want %v", n, s.Shape, len(s.Data), s.DType, shape)
-			}
-			return nil
-		}
-		switch suffix {
-		case "mlp.experts.gate_up_proj":
-			hid, inter := c.HiddenSize, c.IntermediateSize
-			if err := want(ne, hid, 2*inter); err != nil {
-				return nil, err
-			}
-			for half, proj := range []string{"gate_proj.weight", "up_proj.weight"} {
-				out = append(out, composite{
-					name: p + proj, parts: []string{n}, dtype: s.DType, shape: []int{ne, inter, hid},
-					build: func() []byte {
-						s, _ := src.Lookup(n)
-						var data []byte
-						per := inter * hid * es
-						for e := range ne {
-							t := deinterleaveT(slab(s, e, ne), hid, inter, es)
-							data = append(data, t[half*per:(half+1)*per]...)
-						}
-						return data
-					},
-				})
-			}
-		case "mlp.experts.gate_up_proj_bias":
-			inter := c.IntermediateSize
-			if err := want(ne, 2*inter); err != nil {
-				return nil, err
-			}
-			for half, proj := range []string{"gate_proj.bias", "up_proj.bias"} {
-				out = append(out, composite{
-					name: p + proj, parts: []string{n}, dtype: s.DType, shape: []int{ne, inter},
-					build: func() []byte {
-						s, _ := src.Lookup(n)
-						data := make([]byte, 0, len(s.Data)/2)
-						for i := half; i < 2*ne*inter; i += 2 {
-							data = append(data, s.Data[i*es:(i+1)*es]...)
-						}
-						return data
-					},
-				})
-			}
-		case "mlp.experts.down_proj":
-			hid, inter := c.HiddenSize, c.IntermediateSize
-			if err := want(ne, inter, hid); err != nil {
-				return nil, err
-			}
-			out = append(out, composite{
-				name: p + "down_proj.weight", parts: []string{n}, dtype: s.DType, shape: []int{ne, hid, inter},
-				build: func() []byte {
-					s, _ := src.Lookup(n)
-					var data []byte
-					for e := range ne {
-						data = append(data, transpose(slab(s, e, ne), inter, hid, es)...)
-					}
-					return data
-				},
-			})
-		case "mlp.experts.down_proj_bias":
-			if err := want(ne, c.HiddenSize); err != nil {
-				return nil, err
-			}
-			out = append(out, composite{
-				name: p + "down_proj.bias", parts: []string{n}, dtype: s.DType, shape: s.Shape,
-				build: func() []byte { s, _ := src.Lookup(n); return s.Data },
-			})
-		}
-	}
-	return out, nil
-}
-
 // ggufMoEConfig reads the expert keys of the mixture-of-experts families.
 func ggufMoEConfig(c *Config, k *ggufKeys) {
-	c.NumExperts = k.need("expert_count")
-	c.NumExpertsPerTok = k.need("expert_used_count")
+	c.NumExperts = k.need("num_experts")
+	c.NumExpertsPerTok = k.need("num_experts_per_tok")
 	if k.err == nil && c.NumExpertsPerTok > c.NumExperts {
 		k.fail(fmt.Errorf("key %s.expert_used_count: %d of %d experts", k.arch, c.NumExpertsPerTok, c.NumExperts))
 	}
-	ff, hasFF := k.uint("expert_feed_forward_length")
+	// The experts' width is moe_intermediate_size, except for gpt-oss,
+	// whose experts are intermediate_size wide.
+	ffKey := "moe_intermediate_size"
+	if k.arch == "gpt-oss" {
+		ffKey = "expert_feed_forward_length"
+	}
+	ff, hasFF := k.uint(ffKey)
 	switch k.arch {
 	case "qwen3moe":
 		// llama.cpp's default when the key is absent.
@@ -262,7 +259,7 @@ func ggufMoEConfig(c *Config, k *ggufKeys) {
 		}
 		c.MoEIntermediateSize = ff
 		c.SharedExpertIntermediateSize = c.IntermediateSize
-		if v, ok := k.uint("expert_shared_feed_forward_length"); ok {
+		if v, ok := k.uint("shared_expert_intermediate_size"); ok {
 			c.SharedExpertIntermediateSize = v
 		}
 		c.DecoderSparseStep = 1
@@ -289,8 +286,8 @@ func ggufMoEConfig(c *Config, k *ggufKeys) {
 // moeMetadata writes the expert keys of the mixture-of-experts families.
 func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
 	c := l.cfg
-	u32("expert_count", c.NumExperts)
-	u32("expert_used_count", c.NumExpertsPerTok)
+	u32("num_experts", c.NumExperts)
+	u32("num_experts_per_tok", c.NumExpertsPerTok)
 	switch l.Arch {
 	case "qwen3moe":
 		for i := range c.NumHiddenLayers {
@@ -301,7 +298,7 @@ func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
 		if c.NumSharedExperts > 0 || c.SharedExpertIntermediateSize > 0 {
 			return fmt.Errorf("%s: shared experts have no place in llama.cpp's qwen3moe", c.ModelType)
 		}
-		u32("expert_feed_forward_length", c.MoEIntermediateSize)
+		u32("moe_intermediate_size", c.MoEIntermediateSize)
 		if !c.NormTopKProb {
 			l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
 			l.Warnings = append(l.Warnings, "norm_topk_prob is false: written as qwen3moe.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)")
@@ -317,16 +314,81 @@ func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
 	return nil
 }
 
-// qwen3moeWindow returns the window transformers applies to every layer of
-// a Qwen3 MoE checkpoint whose config gives a sliding_window (see
-// loadQwen3MoE), or 0.
-func qwen3moeWindow(c *Config) (int, error) {
-	if slices.Contains(c.LayerTypes, SlidingAttention) {
-		return 0, nil
+// composeAll runs several compose functions over a checkpoint.
+func composeAll(fns ...func(*Config, Source, []string) ([]composite, error)) func(*Config, Source, []string) ([]composite, error) {
+	return func(c *Config, src Source, names []string) ([]composite, error) {
+		var out []composite
+		for _, fn := range fns {
+			cs, err := fn(c, src, names)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, cs...)
+		}
+		return out, nil
 	}
-	var window int
-	if _, err := c.Get("sliding_window", &window); err != nil {
-		return 0, err
+}
+
+// selectRows returns the composite name built from the listed rows of the
+// tensor part (outermost dimension; shape is its expected shape), moving
+// whole rows in the stored type.
+func selectRows(src Source, part, name string, shape, rows []int) (composite, error) {
+	s, ok := src.Lookup(part)
+	if !ok {
+		return composite{}, fmt.Errorf("tensor %s is missing", part)
 	}
-	return window, nil
+	if !slices.Equal(s.Shape, shape) {
+		return composite{}, fmt.Errorf("tensor %s has shape %v, want %v", part, s.Shape, shape)
+	}
+	cols := 1
+	if len(shape) > 1 {
+		cols = shapeLen(shape[1:])
+	}
+	rb, err := s.DType.RowBytes(cols)
+	if err != nil || len(s.Data) != shape[0]*rb {
+		return composite{}, fmt.Errorf("tensor %s: %d bytes do not hold %v %s values", part, len(s.Data), shape, s.DType)
+	}
+	out := append([]int{len(rows)}, shape[1:]...)
+	return composite{
+		name: name, parts: []string{part}, dtype: s.DType, shape: out,
+		build: func() []byte {
+			s, _ := src.Lookup(part)
+			data := make([]byte, 0, len(rows)*rb)
+			for _, r := range rows {
+				data = append(data, s.Data[r*rb:(r+1)*rb]...)
+			}
+			return data
+		},
+	}, nil
+}
+
+// selectColumns returns the matrix part with its columns in the listed
+// order; it moves single elements, so the type must not be block
+// quantized.
+func selectColumns(src Source, part string, shape, cols []int) (composite, error) {
+	s, ok := src.Lookup(part)
+	if !ok {
+		return composite{}, fmt.Errorf("tensor %s is missing", part)
+	}
+	es := s.DType.Size()
+	if es == 0 || s.DType.Quantized() {
+		return composite{}, fmt.Errorf("tensor %s is %s: its columns are reordered element by element, which needs a float type", part, s.DType)
+	}
+	if !slices.Equal(s.Shape, shape) || len(shape) != 2 || len(s.Data) != es*shapeLen(shape) {
+		return composite{}, fmt.Errorf("tensor %s has shape %v (%d bytes of %s), want %v", part, s.Shape, len(s.Data), s.DType, shape)
+	}
+	return composite{
+		name: part, parts: []string{part}, dtype: s.DType, shape: shape,
+		build: func() []byte {
+			s, _ := src.Lookup(part)
+			data := make([]byte, 0, len(s.Data))
+			for r := range shape[0] {
+				row := s.Data[r*shape[1]*es:]
+				for _, c := range cols {
+					data = append(data, row[c*es:(c+1)*es]...)
+				}
+			}
+			return data
+		},
+	}, nil
 }
