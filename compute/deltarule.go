@@ -10,7 +10,7 @@ package compute
 //
 //	q ← Scale · q / √(Σq² + NormEps),  k ← k / √(Σk² + NormEps)
 //	g = −exp(ALog[h]) · softplus(a[t,h] + DtBias[h])   (log of the decay)
-//	β = σ(b[t,h])                                      (update strength)
+//	β = σ(b[t,h]), or 2·σ(b[t,h]) with NegEigval        (update strength)
 //	S ← exp(g) · S
 //	S ← S + k ⊗ β·(v − Sᵀk)
 //	dst[t,h] = Sᵀq
@@ -48,6 +48,18 @@ type DeltaRule struct {
 	// reads key head h / (ValueHeads/KeyHeads) (the heads repeated as
 	// repeat_interleave does).
 	Tiled bool
+	// NegEigval doubles β to the range (0, 2), so that the transition
+	// I − β·k⊗k may have negative eigenvalues (OLMo Hybrid's
+	// linear_allow_neg_eigval).
+	NegEigval bool
+}
+
+// BetaScale returns the factor of σ(b) in β: 2 with NegEigval, else 1.
+func (r *DeltaRule) BetaScale() float32 {
+	if r.NegEigval {
+		return 2
+	}
+	return 1
 }
 
 // KeyHead returns the key head that value head h reads.

@@ -106,7 +106,7 @@ func TestGGUFConformance(t *testing.T) {
 // modernFamilies are the fixtures of the families beyond the dense ones
 // (mixtures of experts, state-space and hybrid stacks) that ToGGUF writes
 // and OpenGGUF reads.
-var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "gemma3n_text"}
+var modernFamilies = []string{"qwen3_moe", "gpt_oss", "mamba2", "lfm2", "falcon_h1", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "gemma3n_text", "olmo_hybrid"}
 
 // TestGGUFConformanceModern is TestGGUFConformance for modernFamilies:
 // F32 and BF16 files within 1e-3 of the safetensors logits and the greedy

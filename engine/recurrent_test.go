@@ -29,6 +29,7 @@ func TestRecurrentReuse(t *testing.T) {
 		{"qwen3_5_text", false},
 		{"qwen3_next", false},
 		{"qwen3_5_moe_text", false},
+		{"olmo_hybrid", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := fixtures.Dir(t, "archs", tt.name)

@@ -65,6 +65,11 @@ type TensorLayout struct {
 	// prefix is the prefix of per-layer Hugging Face names ("" for
 	// "model.layers.").
 	prefix string
+	// config, when set, reads the family's own keys into a Config that
+	// the shared keys have filled (rope is read after it); metadata
+	// writes them, after the shared keys.
+	config   func(c *Config, k *ggufKeys) error
+	metadata func(l *GGUFLayout, u32 func(string, int)) error
 }
 
 // ggufRule describes a per-layer tensor that a GGUF file stores with
@@ -724,6 +729,11 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 		c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
 		c.SSM.RMSNorm = g.hasLayerTensor("mamba.norm.weight")
 	}
+	if fam.config != nil {
+		if err := fam.config(c, k); err != nil {
+			return nil, err
+		}
+	}
 	if err := ggufRope(c, k, g); err != nil {
 		return nil, err
 	}
@@ -1343,6 +1353,9 @@ func (l *GGUFLayout) metadata() error {
 	}
 	if isLinearArch(l.Arch) {
 		return l.linearMetadata(u32)
+	}
+	if l.fam.metadata != nil {
+		return l.fam.metadata(l, u32)
 	}
 	if l.Arch == "gemma3n" {
 		return l.gemma3nMetadata(u32, f32)

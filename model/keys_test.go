@@ -25,6 +25,7 @@ func TestGGUFConfigKeys(t *testing.T) {
 		{"lfm2", []string{"conv_L_cache", "num_attention_heads"}},
 		{"qwen3_5_text", []string{"linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads"}},
 		{"qwen3_next", []string{"moe_intermediate_size", "shared_expert_intermediate_size", "num_experts"}},
+		{"olmo_hybrid", []string{"linear_conv_kernel_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "num_key_value_heads"}},
 		{"gemma4_text-kvshared", []string{"num_kv_shared_layers", "hidden_size_per_layer_input", "head_dim"}},
 	}
 	for _, tc := range tests {

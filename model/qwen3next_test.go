@@ -15,7 +15,7 @@ import (
 // is missing.
 func TestHybridNeedsBackendCapabilities(t *testing.T) {
 	c := cpu.New(1)
-	for _, name := range []string{"qwen3_5_text", "qwen3_next", "qwen3_5_moe_text"} {
+	for _, name := range []string{"qwen3_5_text", "qwen3_next", "qwen3_5_moe_text", "olmo_hybrid"} {
 		dir := fixtures.Dir(t, "archs", name)
 		for _, tc := range []struct {
 			b    compute.Backend

@@ -93,16 +93,17 @@ type MoE struct {
 // likes builds the geometries by name. Each returns a fresh value, so
 // callers may modify what Like returns.
 var likes = map[string]func() *Geometry{
-	"tiny":          tiny,
-	"llama-3.2-1b":  llama32_1b,
-	"llama-3.1-8b":  llama31_8b,
-	"qwen2.5-0.5b":  qwen25_05b,
-	"qwen3-8b":      qwen3_8b,
-	"gemma-3-1b":    gemma3_1b,
-	"gemma-4-e2b":   gemma4_e2b,
-	"qwen3.5-0.8b":  qwen35_08b,
-	"qwen3-30b-a3b": qwen3_30b_a3b,
-	"gpt-oss-20b":   gptOss20b,
+	"tiny":           tiny,
+	"llama-3.2-1b":   llama32_1b,
+	"llama-3.1-8b":   llama31_8b,
+	"qwen2.5-0.5b":   qwen25_05b,
+	"qwen3-8b":       qwen3_8b,
+	"gemma-3-1b":     gemma3_1b,
+	"gemma-4-e2b":    gemma4_e2b,
+	"qwen3.5-0.8b":   qwen35_08b,
+	"qwen3-30b-a3b":  qwen3_30b_a3b,
+	"gpt-oss-20b":    gptOss20b,
+	"olmo-hybrid-7b": olmoHybrid7b,
 }
 
 // Likes returns the names Like accepts, sorted.
@@ -301,6 +302,34 @@ func qwen35_08b() *Geometry {
 	}
 }
 
+// olmoHybrid7b is OLMo Hybrid 7B (allenai/Olmo-Hybrid-7B): the defaults
+// of transformers' OlmoHybridConfig, which documents that checkpoint.
+// Three Gated DeltaNet layers (30 key and value heads of 96 and 192) to
+// every attention layer (30 heads of 128, no rope, as the published
+// checkpoints have rope_parameters null), untied embeddings.
+func olmoHybrid7b() *Geometry {
+	const layers = 32
+	types := make([]string, layers)
+	for i := range types {
+		types[i] = "linear_attention"
+		if (i+1)%4 == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return &Geometry{
+		Name: "olmo-hybrid-7b", ModelType: "olmo_hybrid", Architecture: "OlmoHybridForCausalLM",
+		VocabSize: 100352, HiddenSize: 3840, IntermediateSize: 11008, Layers: layers,
+		Heads: 30, KVHeads: 30, HeadDim: 128, MaxPositions: 65536,
+		RMSNormEps: 1e-6, HiddenAct: "silu",
+		Linear: &LinearAttention{KeyHeads: 30, ValueHeads: 30, KeyDim: 96, ValueDim: 192, ConvKernel: 4},
+		BOS:    -1, EOS: []int{100257}, Pad: 100277,
+		Extra: map[string]any{
+			"attention_bias": false, "layer_types": types, "rope_parameters": nil,
+			"linear_allow_neg_eigval": true,
+		},
+	}
+}
+
 // qwen3_30b_a3b is Qwen3-30B-A3B: Qwen 3's attention, and on every layer
 // 128 experts of width 768, of which a token runs 8.
 func qwen3_30b_a3b() *Geometry {
@@ -412,8 +441,11 @@ func (g *Geometry) Tensors() []TensorSpec {
 	}
 	hid, ff, hd := g.HiddenSize, g.IntermediateSize, g.HeadDim
 	q, kv := g.Heads*hd, g.KVHeads*hd
-	if g.ModelType == "gemma4_text" {
+	switch g.ModelType {
+	case "gemma4_text":
 		return g.gemma4Tensors()
+	case "olmo_hybrid":
+		return g.olmoHybridTensors()
 	}
 	qRows := q
 	if g.Linear != nil {
@@ -519,6 +551,57 @@ func (g *Geometry) gemma4Tensors() []TensorSpec {
 			add("post_per_layer_input_norm.weight", Ones, hid)
 		}
 		add("layer_scalar", Ones, 1)
+	}
+	ts = append(ts, TensorSpec{"model.norm.weight", []int{hid}, Ones})
+	if !g.Tied {
+		ts = append(ts, TensorSpec{"lm_head.weight", []int{g.VocabSize, hid}, Normal})
+	}
+	return ts
+}
+
+// olmoHybridTensors lists the tensors of an OLMo Hybrid model: its Gated
+// DeltaNet layers with q, k and v projected and convolved apart and an
+// output gate g_proj, its attention layers normalised after attention and
+// MLP, with q/k norms over the whole projection. Its norms are plain
+// weights.
+func (g *Geometry) olmoHybridTensors() []TensorSpec {
+	hid, ff, l := g.HiddenSize, g.IntermediateSize, g.Linear
+	q, kv := g.Heads*g.HeadDim, g.KVHeads*g.HeadDim
+	ts := []TensorSpec{{"model.embed_tokens.weight", []int{g.VocabSize, hid}, Normal}}
+	for i := range g.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		add := func(name string, init Init, shape ...int) {
+			ts = append(ts, TensorSpec{p + name, shape, init})
+		}
+		if g.layerType(i) == "linear_attention" {
+			k, v := l.KeyHeads*l.KeyDim, l.ValueHeads*l.ValueDim
+			add("attention_layer_norm.weight", Ones, hid)
+			add("linear_attn.q_proj.weight", Normal, k, hid)
+			add("linear_attn.k_proj.weight", Normal, k, hid)
+			add("linear_attn.v_proj.weight", Normal, v, hid)
+			add("linear_attn.q_conv1d.weight", Normal, k, 1, l.ConvKernel)
+			add("linear_attn.k_conv1d.weight", Normal, k, 1, l.ConvKernel)
+			add("linear_attn.v_conv1d.weight", Normal, v, 1, l.ConvKernel)
+			add("linear_attn.g_proj.weight", Normal, v, hid)
+			add("linear_attn.a_proj.weight", Normal, l.ValueHeads, hid)
+			add("linear_attn.b_proj.weight", Normal, l.ValueHeads, hid)
+			add("linear_attn.A_log", Normal, l.ValueHeads)
+			add("linear_attn.dt_bias", Ones, l.ValueHeads)
+			add("linear_attn.o_norm.weight", Ones, l.ValueDim)
+			add("linear_attn.o_proj.weight", Normal, hid, v)
+		} else {
+			add("self_attn.q_proj.weight", Normal, q, hid)
+			add("self_attn.k_proj.weight", Normal, kv, hid)
+			add("self_attn.v_proj.weight", Normal, kv, hid)
+			add("self_attn.q_norm.weight", Ones, q)
+			add("self_attn.k_norm.weight", Ones, kv)
+			add("self_attn.o_proj.weight", Normal, hid, q)
+			add("post_feedforward_layernorm.weight", Ones, hid)
+		}
+		add("feedforward_layer_norm.weight", Ones, hid)
+		add("mlp.gate_proj.weight", Normal, ff, hid)
+		add("mlp.up_proj.weight", Normal, ff, hid)
+		add("mlp.down_proj.weight", Normal, hid, ff)
 	}
 	ts = append(ts, TensorSpec{"model.norm.weight", []int{hid}, Ones})
 	if !g.Tied {

@@ -46,6 +46,11 @@ func TestSynthLikeGeometry(t *testing.T) {
 		// card's 21B).
 		{"qwen3-30b-a3b", 30.53e9, "qwen3_moe", "default", 0},
 		{"gpt-oss-20b", 20.91e9, "gpt_oss", "yarn", 12},
+		// OLMo Hybrid 7B: no published parameter count was at hand; this
+		// is the count of transformers' OlmoHybridConfig defaults (24
+		// DeltaNet layers of 215,570,172, 8 attention layers of
+		// 185,809,920 and two 100352×3840 embedding tables), 7,430,866,848.
+		{"olmo-hybrid-7b", 7.4300e9, "olmo_hybrid", "default", 0},
 		{"tiny", 3.3e6, "qwen3", "default", 0},
 	}
 	if got, want := len(tests), len(Likes()); got != want {
@@ -608,6 +613,13 @@ func TestSynthLoadsAndReads(t *testing.T) {
 		{"gemma-4-e2b", func(g *Geometry) {
 			g.VocabSize, g.HiddenSize, g.IntermediateSize = 320, 32, 48
 			g.Heads, g.HeadDim, g.GlobalHeadDim, g.PerLayerInput = 2, 8, 16, 4
+		}},
+		{"olmo-hybrid-7b", func(g *Geometry) {
+			g.CutLayers(4)
+			g.VocabSize, g.HiddenSize, g.IntermediateSize = 300, 64, 96
+			g.Heads, g.KVHeads, g.HeadDim = 4, 2, 16
+			g.EOS, g.Pad = []int{299}, 0
+			g.Linear = &LinearAttention{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8, ConvKernel: 4}
 		}},
 		{"qwen3.5-0.8b", func(g *Geometry) {
 			g.CutLayers(4)

@@ -108,6 +108,7 @@ func (j *deltaJob) load(s *deltaScratch, h, t0, c int) {
 	kh := r.KeyHead(h)
 	rate := -float32(math.Exp(float64(j.aLog[h])))
 	var sum float32
+	bscale := r.BetaScale()
 	for i := range c {
 		row := j.qkv[(t0+i)*w:]
 		q, k := s.q[i*dk:(i+1)*dk], s.k[i*dk:(i+1)*dk]
@@ -118,7 +119,7 @@ func (j *deltaJob) load(s *deltaScratch, h, t0, c int) {
 		at := (t0+i)*r.ValueHeads + h
 		sum += rate * softplus(j.a[at]+j.dtBias[h])
 		s.g[i] = sum
-		s.beta[i] = sigmoid(j.b[at])
+		s.beta[i] = bscale * sigmoid(j.b[at])
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 type deltaCase struct {
 	kh, vh, dk, dv, n int
 	tiled             bool // value head h reads key head h mod kh
+	negEig            bool // β = 2σ(b)
 	qkv, a, b         []float32
 	aLog, dtBias      []float32
 }
@@ -67,6 +68,9 @@ func (c *deltaCase) reference() (out, state []float64) {
 			x := float64(c.a[t*c.vh+h] + c.dtBias[h])
 			g := -math.Exp(float64(c.aLog[h])) * math.Log1p(math.Exp(x))
 			beta := 1 / (1 + math.Exp(-float64(c.b[t*c.vh+h])))
+			if c.negEig {
+				beta *= 2
+			}
 			s := state[h*c.dk*c.dv : (h+1)*c.dk*c.dv] // s[y*dk+x] = S[x][y]
 			for i := range s {
 				s[i] *= math.Exp(g)
@@ -103,7 +107,7 @@ func (c *deltaCase) run(b *Backend, pieces []int) (out, state []float32) {
 	r := &compute.DeltaRule{
 		KeyHeads: c.kh, ValueHeads: c.vh, KeyDim: c.dk, ValueDim: c.dv,
 		ALog: vec(c.aLog), DtBias: vec(c.dtBias),
-		Scale: float32(1 / math.Sqrt(float64(c.dk))), NormEps: 1e-6, Tiled: c.tiled,
+		Scale: float32(1 / math.Sqrt(float64(c.dk))), NormEps: 1e-6, Tiled: c.tiled, NegEigval: c.negEig,
 	}
 	st := b.Alloc(compute.F32, c.vh, c.dv, c.dk)
 	out = make([]float32, c.n*c.vh*c.dv)
@@ -153,20 +157,21 @@ func TestDeltaRule(t *testing.T) {
 		aLogLo, aLogHi    float32
 		pieces            []int
 		threads           int
-		tiled             bool
+		tiled, negEig     bool
 	}{
-		{"one head", 1, 1, 8, 8, 20, -1, 2, []int{20}, 1, false},
-		{"grouped heads", 2, 4, 16, 16, 40, -1, 2, []int{40}, 2, false},
-		{"tiled heads", 2, 6, 16, 16, 40, -1, 2, []int{33, 1, 6}, 2, true},
-		{"several chunks", 2, 4, 16, 8, 150, -1, 2, []int{150}, 2, false},
-		{"pieces across chunk ends", 2, 4, 16, 8, 150, -1, 2, []int{5, 70, 1, 1, 60, 13}, 2, false},
-		{"slow decay", 1, 2, 32, 32, 130, -6, -4, []int{130}, 2, false},
-		{"fast decay", 1, 2, 16, 16, 70, 2, 3, []int{70}, 2, false},
-		{"pool", 4, 8, 64, 64, 80, -1, 2, []int{66, 1, 13}, 3, false},
+		{"one head", 1, 1, 8, 8, 20, -1, 2, []int{20}, 1, false, false},
+		{"grouped heads", 2, 4, 16, 16, 40, -1, 2, []int{40}, 2, false, false},
+		{"tiled heads", 2, 6, 16, 16, 40, -1, 2, []int{33, 1, 6}, 2, true, false},
+		{"several chunks", 2, 4, 16, 8, 150, -1, 2, []int{150}, 2, false, false},
+		{"pieces across chunk ends", 2, 4, 16, 8, 150, -1, 2, []int{5, 70, 1, 1, 60, 13}, 2, false, false},
+		{"slow decay", 1, 2, 32, 32, 130, -6, -4, []int{130}, 2, false, false},
+		{"fast decay", 1, 2, 16, 16, 70, 2, 3, []int{70}, 2, false, false},
+		{"pool", 4, 8, 64, 64, 80, -1, 2, []int{66, 1, 13}, 3, false, false},
+		{"negative eigenvalues", 2, 4, 16, 16, 150, -1, 2, []int{70, 1, 66, 13}, 2, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newDeltaCase(tc.kh, tc.vh, tc.dk, tc.dv, tc.n, tc.aLogLo, tc.aLogHi, 1)
-			c.tiled = tc.tiled
+			c.tiled, c.negEig = tc.tiled, tc.negEig
 			wantOut, wantState := c.reference()
 			b := New(tc.threads)
 			chunkOut, chunkState := c.run(b, tc.pieces)

@@ -45,7 +45,7 @@ func (b *Backend) DeltaRule(dst, qkv, a, bt, state *compute.Tensor, r *compute.D
 	b.launch(b.k.deltaRule, "delta_rule", (vh*dv+3)/4, 128).
 		ptr(dptr(dst)).ptr(dptr(qkv)).ptr(dptr(a)).ptr(dptr(bt)).ptr(dptr(state)).
 		ptr(dptr(r.ALog)).i(int(r.ALog.DType)).ptr(dptr(r.DtBias)).i(int(r.DtBias.DType)).
-		i(n).i(r.KeyHeads).i(vh).i(dk).i(dv).f(r.Scale).f(r.NormEps).i(tiled)
+		i(n).i(r.KeyHeads).i(vh).i(dk).i(dv).f(r.Scale).f(r.NormEps).i(tiled).f(r.BetaScale())
 }
 
 // deltaPrep records dr_prep over the rows of qkv and returns its scratch.
@@ -62,7 +62,7 @@ func (b *Backend) deltaPrep(qkv, a, bt *compute.Tensor, r *compute.DeltaRule) ui
 		grid: [3]uint32{uint32(chunks), uint32(vh), 1}, block: [3]uint32{256, 1, 1}}).
 		ptr(scr).ptr(dptr(qkv)).ptr(dptr(a)).ptr(dptr(bt)).
 		ptr(dptr(r.ALog)).i(int(r.ALog.DType)).ptr(dptr(r.DtBias)).i(int(r.DtBias.DType)).
-		i(n).i(r.KeyHeads).i(vh).i(r.KeyDim).i(r.ValueDim).f(r.Scale).f(r.NormEps).i(tiled).i(chunks).i64(per)
+		i(n).i(r.KeyHeads).i(vh).i(r.KeyDim).i(r.ValueDim).f(r.Scale).f(r.NormEps).i(tiled).f(r.BetaScale()).i(chunks).i64(per)
 	return scr
 }
 

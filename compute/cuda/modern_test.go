@@ -125,24 +125,26 @@ func TestDeltaRule(t *testing.T) {
 		name           string
 		kh, vh, dk, dv int
 		chunks         []int
-		tiled          bool
+		tiled, negEig  bool
 	}{
-		{"grouped", 2, 4, 32, 16, []int{5, 1, 1, 70, 1}, false},
-		{"tiled", 2, 6, 32, 16, []int{5, 1, 1, 70, 1}, true},
-		{"odd sizes", 1, 3, 20, 7, []int{1, 65, 1}, false},
-		{"qwen3.5 head", 1, 2, 128, 128, []int{64, 1, 1}, false},
-		{"key dim 256", 1, 1, 256, 9, []int{3, 1}, false},
+		{"grouped", 2, 4, 32, 16, []int{5, 1, 1, 70, 1}, false, false},
+		{"tiled", 2, 6, 32, 16, []int{5, 1, 1, 70, 1}, true, false},
+		{"odd sizes", 1, 3, 20, 7, []int{1, 65, 1}, false, false},
+		{"qwen3.5 head", 1, 2, 128, 128, []int{64, 1, 1}, false, false},
+		{"key dim 256", 1, 1, 256, 9, []int{3, 1}, false, false},
 		// Chunked prefill: lengths off the chunk of 32, several chunks
 		// per call, the state carried from one call into the next.
-		{"chunked odd", 2, 4, 20, 37, []int{97, 1, 33, 31, 2}, true},
-		{"chunked qwen3.5 head", 2, 4, 128, 128, []int{200, 1, 64}, false},
-		{"chunked key dim 256", 1, 2, 256, 40, []int{70, 1}, false},
-		{"chunked key dim 13", 1, 2, 13, 5, []int{40, 1, 3}, false},
+		{"chunked odd", 2, 4, 20, 37, []int{97, 1, 33, 31, 2}, true, false},
+		{"chunked qwen3.5 head", 2, 4, 128, 128, []int{200, 1, 64}, false, false},
+		{"chunked key dim 256", 1, 2, 256, 40, []int{70, 1}, false, false},
+		{"chunked key dim 13", 1, 2, 13, 5, []int{40, 1, 3}, false, false},
+		// OLMo Hybrid: β = 2σ(b), step and chunked.
+		{"negative eigenvalues", 2, 4, 16, 16, []int{70, 1, 1}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.t = t
 			r := &compute.DeltaRule{KeyHeads: tc.kh, ValueHeads: tc.vh, KeyDim: tc.dk, ValueDim: tc.dv,
-				Scale: float32(1 / math.Sqrt(float64(tc.dk))), NormEps: 1e-6, Tiled: tc.tiled}
+				Scale: float32(1 / math.Sqrt(float64(tc.dk))), NormEps: 1e-6, Tiled: tc.tiled, NegEigval: tc.negEig}
 			alog, dtb := h.act(1, tc.vh), h.act(1, tc.vh)
 			state := h.act(0.3, tc.vh, tc.dv, tc.dk)
 			for step, n := range tc.chunks {

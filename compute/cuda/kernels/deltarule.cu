@@ -11,11 +11,12 @@
 
 // delta_rule: qkv [n, 2·kh·dk + vh·dv]; a, b [n, vh]; state [vh, dv, dk];
 // dst [n, vh·dv]; alog, dtb [vh] of storage types aldt, dbdt. Value head h
-// reads key head h mod kh when tiled is set, else h / (vh/kh).
+// reads key head h mod kh when tiled is set, else h / (vh/kh). β is
+// bscale·σ(b) (bscale 2 where negative eigenvalues are allowed, else 1).
 extern "C" __global__ void __launch_bounds__(128)
     delta_rule(float* dst, const float* qkv, const float* a, const float* b, float* state,
                const void* alog, int aldt, const void* dtb, int dbdt,
-               int n, int kh, int vh, int dk, int dv, float scale, float eps, int tiled) {
+               int n, int kh, int vh, int dk, int dv, float scale, float eps, int tiled, float bscale) {
     int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (warp >= vh * dv) return;
@@ -63,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(128)
         qk = warp_sum(qk);
         i64 at = (i64)t * vh + h;
         float decay = (float)exp((double)(rate * softplusf(a[at] + bias)));
-        float beta = sigmoidf(b[at]);
+        float beta = bscale * sigmoidf(b[at]);
         float v = row[2 * (i64)kh * dk + (i64)h * dv + y];
         float u = beta * (v - decay * sk);
         if (lane == 0) dst[at * dv + y] = decay * sq + qk * u;

@@ -30,7 +30,7 @@ __device__ __forceinline__ float* dr_block(float* scr, int h, int c, int nchunks
 extern "C" __global__ void __launch_bounds__(256)
     dr_prep(float* scr, const float* qkv, const float* a, const float* b, const void* alog, int aldt,
             const void* dtb, int dbdt, int n, int kh, int vh, int dk, int dv, float scale, float eps,
-            int tiled, int nchunks, long long per) {
+            int tiled, float bscale, int nchunks, long long per) {
     __shared__ float ks[DRC][DRMAXK + 1]; // normalised keys
     __shared__ float ls[DRC][DRC + 1];    // L
     __shared__ float gs[DRC], bs[DRC], qs[DRC];
@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(256)
             i64 at = (i64)(t0 + i) * vh + h;
             float rate = -(float)exp((double)ldf(alog, aldt, h));
             gs[i] = rate * softplusf(a[at] + ldf(dtb, dbdt, h));
-            bs[i] = sigmoidf(b[at]);
+            bs[i] = bscale * sigmoidf(b[at]);
         }
     }
     __syncthreads();
