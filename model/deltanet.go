@@ -30,17 +30,22 @@ func (d *deltaNet) convDim() int { return d.rule.Width() }
 
 // forward runs the layer on h and writes its output to s.o, updating the
 // layer's convolution and delta-rule states.
-func (d *deltaNet) forward(m *hybrid, s *hybridScratch, h, convState, deltaState *compute.Tensor) {
+func (d *deltaNet) forward(m *hybrid, ar *arena, out, h, convState, deltaState *compute.Tensor) {
 	b := m.b
-	b.MatMul(s.qkv, h, d.qkv)
-	b.MatMul(s.z, h, d.z)
-	b.MatMul(s.beta, h, d.b)
-	b.MatMul(s.alpha, h, d.a)
-	m.conv.CausalConv(s.mixed, s.qkv, d.conv, d.convBias, convState, true)
-	m.delta.DeltaRule(s.core, s.mixed, s.alpha, s.beta, deltaState, &d.rule)
-	b.RMSNorm(s.core, s.core, d.norm, m.eps, 0)
-	b.GLU(s.core, s.z, s.core, compute.SiLU)
-	b.MatMul(s.o, s.core, d.out)
+	r := &d.rule
+	vdim := r.ValueHeads * r.ValueDim
+	qkv, mixed := ar.get("delta.qkv", d.convDim()), ar.get("delta.mixed", d.convDim())
+	z, core := ar.get("delta.z", vdim), ar.get("delta.core", vdim)
+	alpha, beta := ar.get("delta.alpha", r.ValueHeads), ar.get("delta.beta", r.ValueHeads)
+	b.MatMul(qkv, h, d.qkv)
+	b.MatMul(z, h, d.z)
+	b.MatMul(beta, h, d.b)
+	b.MatMul(alpha, h, d.a)
+	m.conv.CausalConv(mixed, qkv, d.conv, d.convBias, convState, true)
+	m.delta.DeltaRule(core, mixed, alpha, beta, deltaState, r)
+	b.RMSNorm(core, core, d.norm, m.eps, 0)
+	b.GLU(core, z, core, compute.SiLU)
+	b.MatMul(out, core, d.out)
 }
 
 // loadDeltaNet reads the linear-attention layer under prefix p (ending in

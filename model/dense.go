@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math"
 
 	"lem/compute"
 )
@@ -15,8 +14,8 @@ type dense struct {
 	cfg *Config
 	b   compute.Backend
 
-	embed, norm, output *compute.Tensor
-	layers              []denseLayer
+	embed, final, output *compute.Tensor
+	layers               []denseLayer
 
 	embedScale    float32 // multiplies the token embeddings
 	residualScale float32 // multiplies each block's output before the residual add
@@ -31,48 +30,9 @@ type dense struct {
 type denseLayer struct {
 	inNorm, postAttnNorm, preFFNorm, postFFNorm *compute.Tensor
 
-	q, k, v, o     *compute.Tensor
-	qb, kb, vb, ob *compute.Tensor // biases
-	qkv            *compute.Tensor // fused [q; k; v] projection (phi3)
-	qNorm, kNorm   *compute.Tensor // per-head or whole-projection norms
-
-	gate, up, down *compute.Tensor
-	gateUp         *compute.Tensor // fused [gate; up] projection (phi3)
-	moe            *moeBlock       // set instead of the MLP on sparse layers
-
-	attn compute.Attention
-	rope *compute.Rope // nil: no rotary embedding in this layer
-}
-
-// denseState is the per-sequence state: one KV cache per layer, plus
-// scratch buffers sized for the chunk lengths seen so far.
-type denseState struct {
-	caches  []*compute.KVCache
-	ctx     int
-	scratch map[int]*denseScratch
-}
-
-func (s *denseState) Capacity() int { return s.ctx }
-
-// Memory implements State.
-func (s *denseState) Memory() StateMemory { return StateMemory{KV: cacheBytes(s.caches...)} }
-
-// CanRewind implements State. A ring of capacity c holds positions
-// [length-c, length); continuing at n needs positions (n-window, n), which
-// survive unless the ring wrapped past them.
-func (s *denseState) CanRewind(n, length int) bool {
-	for _, c := range s.caches {
-		if c.Ring && length > c.Capacity && n < length-1 {
-			return false
-		}
-	}
-	return true
-}
-
-type denseScratch struct {
-	x, h, q, k, v, a, o, g, u, last *compute.Tensor
-	qkv, gu                         *compute.Tensor
-	moe                             *moeScratch // nil without sparse layers
+	attention
+	mlp mlp
+	moe *moeBlock // set instead of the MLP on sparse layers
 }
 
 func (m *dense) Config() *Config { return m.cfg }
@@ -80,89 +40,40 @@ func (m *dense) Config() *Config { return m.cfg }
 // NewState allocates KV caches: full-attention layers hold ctx positions,
 // sliding-window layers a ring of exactly their window.
 func (m *dense) NewState(ctx int) State {
-	st := &denseState{ctx: ctx, scratch: map[int]*denseScratch{}}
-	for _, l := range m.layers {
-		capacity, ring := ctx, false
-		if l.attn.Window > 0 && l.attn.Window < ctx {
-			capacity, ring = l.attn.Window, true
-		}
-		st.caches = append(st.caches, m.b.NewKVCache(capacity, l.attn.KVHeads*l.attn.HeadDim, ring))
+	attns := make([]*attention, len(m.layers))
+	for i := range m.layers {
+		attns[i] = &m.layers[i].attention
 	}
-	return st
-}
-
-func (m *dense) scratchFor(st *denseState, n int) *denseScratch {
-	if s, ok := st.scratch[n]; ok {
-		return s
-	}
-	c := m.cfg
-	qDim, kvDim := 0, 0
-	for _, l := range m.layers {
-		qDim = max(qDim, l.attn.Heads*l.attn.HeadDim)
-		kvDim = max(kvDim, l.attn.KVHeads*l.attn.HeadDim)
-	}
-	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, cols) }
-	s := &denseScratch{
-		x: f(c.HiddenSize), h: f(c.HiddenSize), o: f(c.HiddenSize),
-		last: m.b.Alloc(compute.F32, 1, c.HiddenSize),
-		q:    f(qDim), a: f(qDim), k: f(kvDim), v: f(kvDim),
-		g: f(c.IntermediateSize), u: f(c.IntermediateSize),
-	}
-	if m.layers[0].qkv != nil {
-		s.qkv = f(qDim + 2*kvDim)
-	}
-	if m.layers[0].gateUp != nil {
-		s.gu = f(2 * c.IntermediateSize)
-	}
-	for _, l := range m.layers {
-		if l.moe != nil {
-			s.moe = newMoEScratch(m.b, n, l.moe)
-			break
-		}
-	}
-	// Keep the decode buffers and the most recent chunk size only.
-	for k := range st.scratch {
-		if k != 1 {
-			delete(st.scratch, k)
-		}
-	}
-	st.scratch[n] = s
-	return s
+	return newKVState(m.b, attns, ctx)
 }
 
 // Forward implements Model.
 func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
-	st := state.(*denseState)
+	st := state.(*kvState)
 	b := m.b
 	n := ids.Len()
-	s := m.scratchFor(st, n)
-	x := s.x
+	ar := st.arenaFor(n)
+	hid := m.cfg.HiddenSize
+	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
 	b.Embed(x, m.embed, ids)
 	if m.embedScale != 1 {
 		b.Scale(x, x, m.embedScale)
 	}
 	for i := range m.layers {
 		l := &m.layers[i]
-		// Attention block.
-		h := x
-		if l.inNorm != nil {
-			h = s.h
-			b.RMSNorm(h, x, l.inNorm, m.eps, m.normOffset)
-		}
-		m.attention(l, st.caches[i], s, h, pos)
-		m.residual(x, s.o, l.postAttnNorm)
-		// MLP block.
-		h = x
-		if l.preFFNorm != nil {
-			h = s.h
-			b.RMSNorm(h, x, l.preFFNorm, m.eps, m.normOffset)
-		}
+		// x += PostNorm(Attn(InNorm(x)))
+		m.norm(h, x, l.inNorm)
+		l.attention.forward(b, st, ar, o, m.in(h, x, l.inNorm), pos, true)
+		m.residual(x, o, l.postAttnNorm)
+		// x += PostNorm(MLP(PreNorm(x)))
+		m.norm(h, x, l.preFFNorm)
+		in := m.in(h, x, l.preFFNorm)
 		if l.moe != nil {
-			l.moe.forward(s.o, h, h, s.moe)
+			l.moe.forward(o, in, in, ar.moeFor(l.moe))
 		} else {
-			m.mlp(l, s, h)
+			l.mlp.forward(b, ar, o, in)
 		}
-		m.residual(x, s.o, l.postFFNorm)
+		m.residual(x, o, l.postFFNorm)
 	}
 	if logits == nil {
 		return
@@ -171,11 +82,10 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 	if logits.Rows() == 1 && n > 1 {
 		out = b.View(x, n-1, n)
 	}
-	h := s.last
-	if out.Rows() == n {
-		h = s.h
+	if out.Rows() != n {
+		h = ar.row("last", hid)
 	}
-	b.RMSNorm(h, out, m.norm, m.eps, m.normOffset)
+	b.RMSNorm(h, out, m.final, m.eps, m.normOffset)
 	b.MatMul(logits, h, m.output)
 	if m.logitScale != 1 {
 		b.Scale(logits, logits, m.logitScale)
@@ -183,6 +93,22 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 	if m.finalSoftCap > 0 {
 		b.SoftCap(logits, logits, m.finalSoftCap)
 	}
+}
+
+// norm computes h = RMSNorm(x) when the family has the norm w.
+func (m *dense) norm(h, x, w *compute.Tensor) {
+	if w != nil {
+		m.b.RMSNorm(h, x, w, m.eps, m.normOffset)
+	}
+}
+
+// in returns a block's input: the normalised rows h, or x itself in
+// families without the norm w.
+func (m *dense) in(h, x, w *compute.Tensor) *compute.Tensor {
+	if w != nil {
+		return h
+	}
+	return x
 }
 
 // residual adds a block's output y (normalised first when the family has a
@@ -195,56 +121,6 @@ func (m *dense) residual(x, y, postNorm *compute.Tensor) {
 		m.b.Scale(y, y, m.residualScale)
 	}
 	m.b.Add(x, x, y)
-}
-
-// attention computes softmax(q·kᵀ)·v over the cache and writes the
-// projected result to s.o.
-func (m *dense) attention(l *denseLayer, cache *compute.KVCache, s *denseScratch, h, pos *compute.Tensor) {
-	b := m.b
-	q, k, v := s.q, s.k, s.v
-	if l.qkv != nil {
-		b.MatMul(s.qkv, h, l.qkv)
-		b.Columns(q, s.qkv, 0)
-		b.Columns(k, s.qkv, q.Cols())
-		b.Columns(v, s.qkv, q.Cols()+k.Cols())
-	} else {
-		project(b, q, h, l.q, l.qb)
-		project(b, k, h, l.k, l.kb)
-		project(b, v, h, l.v, l.vb)
-	}
-	if l.qNorm != nil {
-		b.RMSNorm(q, q, l.qNorm, m.eps, m.normOffset)
-		b.RMSNorm(k, k, l.kNorm, m.eps, m.normOffset)
-	}
-	if l.rope != nil {
-		b.RoPE(q, pos, l.attn.Heads, l.rope)
-		b.RoPE(k, pos, l.attn.KVHeads, l.rope)
-	}
-	b.Attend(s.a, q, k, v, cache, pos, &l.attn)
-	project(b, s.o, s.a, l.o, l.ob)
-}
-
-// mlp computes down(act(gate(h)) ⊙ up(h)) into s.o.
-func (m *dense) mlp(l *denseLayer, s *denseScratch, h *compute.Tensor) {
-	b := m.b
-	if l.gateUp != nil {
-		b.MatMul(s.gu, h, l.gateUp)
-		b.Columns(s.g, s.gu, 0)
-		b.Columns(s.u, s.gu, s.g.Cols())
-	} else {
-		b.MatMul(s.g, h, l.gate)
-		b.MatMul(s.u, h, l.up)
-	}
-	b.GLU(s.g, s.g, s.u, m.act)
-	b.MatMul(s.o, s.g, l.down)
-}
-
-// project computes dst = x·wᵀ (+ bias).
-func project(b compute.Backend, dst, x, w, bias *compute.Tensor) {
-	b.MatMul(dst, x, w)
-	if bias != nil {
-		b.Add(dst, dst, bias)
-	}
 }
 
 // denseNames maps a family's tensor names for layer i.
@@ -274,7 +150,7 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 	hid, vocab, ff := cfg.HiddenSize, cfg.VocabSize, cfg.IntermediateSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", vocab, hid)
-	m.norm = l.vector("model.norm.weight", hid)
+	m.final = l.vector("model.norm.weight", hid)
 	m.output = l.output(cfg.TieWordEmbeddings, "model.embed_tokens.weight", m.embed, vocab, hid)
 	ropes := map[string]*compute.Rope{}
 	var first *moeBlock // the first sparse layer's block
@@ -282,16 +158,7 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 		p := fmt.Sprintf("model.layers.%d.", i)
 		hd := cfg.HeadDimFor(i)
 		nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-		ly := denseLayer{
-			attn: compute.Attention{
-				Heads: nh, KVHeads: nkv, HeadDim: hd,
-				Scale: float32(1 / math.Sqrt(float64(hd))),
-			},
-		}
 		layerType := cfg.LayerType(i)
-		if layerType == "sliding_attention" {
-			ly.attn.Window = cfg.SlidingWindow
-		}
 		key := fmt.Sprintf("%s/%d", layerType, hd)
 		if ropes[key] == nil {
 			r, err := NewRope(cfg.Rope(layerType), hd, cfg.MaxPositionEmbeddings)
@@ -300,7 +167,10 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 			}
 			ropes[key] = r
 		}
-		ly.rope = ropes[key]
+		ly := denseLayer{attention: newAttention(i, nh, nkv, hd, m.eps, ropes[key])}
+		if layerType == "sliding_attention" {
+			ly.attn.Window = cfg.SlidingWindow
+		}
 		vec := func(name string, n int) *compute.Tensor {
 			if name == "" {
 				return nil
@@ -311,6 +181,7 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 		ly.postAttnNorm = vec(names.postAttnNorm, hid)
 		ly.preFFNorm = vec(names.preFFNorm, hid)
 		ly.postFFNorm = vec(names.postFFNorm, hid)
+		ly.attention.load(l, p+"self_attn.", hid, attnNames{o: "o_proj", biases: true, fused: true})
 		if names.qNorm != "" {
 			n := hd
 			if s, ok := src.Lookup(p + names.qNorm + ".weight"); ok && len(s.Shape) == 1 {
@@ -323,19 +194,6 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 			}
 			ly.kNorm = vec(names.kNorm, kn)
 		}
-		a := p + "self_attn."
-		if l.has(a + "qkv_proj.weight") {
-			ly.qkv = l.weight(a+"qkv_proj.weight", (nh+2*nkv)*hd, hid)
-		} else {
-			ly.q = l.weight(a+"q_proj.weight", nh*hd, hid)
-			ly.k = l.weight(a+"k_proj.weight", nkv*hd, hid)
-			ly.v = l.weight(a+"v_proj.weight", nkv*hd, hid)
-			ly.qb = l.optionalVector(a+"q_proj.bias", nh*hd)
-			ly.kb = l.optionalVector(a+"k_proj.bias", nkv*hd)
-			ly.vb = l.optionalVector(a+"v_proj.bias", nkv*hd)
-		}
-		ly.o = l.weight(a+"o_proj.weight", hid, nh*hd)
-		ly.ob = l.optionalVector(a+"o_proj.bias", hid)
 		f := p + "mlp."
 		if names.moe != nil && cfg.SparseLayer(i) {
 			ly.moe = l.moe(p, names.moe)
@@ -346,12 +204,13 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 				first = ly.moe
 			}
 		} else if l.has(f + "gate_up_proj.weight") {
-			ly.gateUp = l.weight(f+"gate_up_proj.weight", 2*ff, hid)
-			ly.down = l.weight(f+"down_proj.weight", hid, ff)
+			ly.mlp = mlp{
+				gateUp: l.weight(f+"gate_up_proj.weight", 2*ff, hid),
+				down:   l.weight(f+"down_proj.weight", hid, ff),
+				act:    act, gateScale: 1, downScale: 1,
+			}
 		} else {
-			ly.gate = l.weight(f+"gate_proj.weight", ff, hid)
-			ly.up = l.weight(f+"up_proj.weight", ff, hid)
-			ly.down = l.weight(f+"down_proj.weight", hid, ff)
+			ly.mlp = loadMLP(l, f, "gate_proj", "up_proj", "down_proj", hid, ff, act)
 		}
 		m.layers = append(m.layers, ly)
 	}

@@ -38,21 +38,15 @@ type falconH1 struct {
 
 type falconH1Layer struct {
 	inNorm, ffNorm *compute.Tensor
-	attn           *hybridAttention
+	attn           *attention
 	mixer          ssmMixer
-	mlp            gatedMLP
-}
-
-type falconH1Scratch struct {
-	x, h, ha, o, m, last, g, u *compute.Tensor
-	attn                       *attnScratch
-	ssm                        *ssmScratch
+	mlp            mlp
 }
 
 // falconH1State holds per layer a KV cache, a convolution window and an
 // SSM state.
 type falconH1State struct {
-	*recurrentState[falconH1Scratch]
+	*recurrentState
 	conv, ssm []*compute.Tensor
 }
 
@@ -112,8 +106,8 @@ func loadFalconH1(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		ly := falconH1Layer{
 			inNorm: l.vector(p+"input_layernorm.weight", hid),
 			ffNorm: l.vector(p+"pre_ff_layernorm.weight", hid),
-			attn:   loadHybridAttention(l, cfg, p+"self_attn.", attnNames{o: "o_proj"}, rope),
-			mlp:    loadGatedMLP(l, p+"feed_forward.", "gate_proj", "up_proj", "down_proj", hid, ff),
+			attn:   loadHybridAttention(l, cfg, i, p+"self_attn.", attnNames{o: "o_proj"}, rope),
+			mlp:    loadMLP(l, p+"feed_forward.", "gate_proj", "up_proj", "down_proj", hid, ff, compute.SiLU),
 			mixer: loadSSMMixer(l, ssmSpec{
 				prefix: p + "mamba.", hidden: hid, p: cfg.SSM, convKernel: cfg.ConvKernel,
 				eps: eps, norm: cfg.SSM.RMSNorm, normBeforeGate: cfg.SSM.NormBeforeGate,
@@ -136,25 +130,17 @@ func (m *falconH1) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *falconH1) NewState(ctx int) State {
-	st := &falconH1State{recurrentState: newRecurrentState[falconH1Scratch](m.b, ctx)}
+	attns := make([]*attention, len(m.layers))
+	for i, l := range m.layers {
+		attns[i] = l.attn
+	}
+	st := &falconH1State{recurrentState: newRecurrentState(m.b, attns, ctx)}
 	for _, l := range m.layers {
-		a, p := l.attn.attn, l.mixer.ssm
-		st.caches = append(st.caches, m.b.NewKVCache(ctx, a.KVHeads*a.HeadDim, false))
+		p := l.mixer.ssm
 		st.conv = append(st.conv, st.recurrent(m.cfg.ConvKernel-1, l.mixer.convDim))
 		st.ssm = append(st.ssm, st.recurrent(p.Heads, p.HeadDim*p.StateSize))
 	}
 	return st
-}
-
-func (m *falconH1) newScratch(n int) *falconH1Scratch {
-	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, cols) }
-	hid, ff := m.cfg.HiddenSize, m.cfg.IntermediateSize
-	return &falconH1Scratch{
-		x: f(hid), h: f(hid), ha: f(hid), o: f(hid), m: f(hid),
-		last: m.b.Alloc(compute.F32, 1, hid), g: f(ff), u: f(ff),
-		attn: m.layers[0].attn.newScratch(m.b, n),
-		ssm:  m.layers[0].mixer.newScratch(m.b, n),
-	}
 }
 
 // Forward implements Model.
@@ -162,35 +148,34 @@ func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*falconH1State)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n)
-	if s == nil {
-		s = st.keepScratch(n, m.newScratch(n))
-	}
-	b.Embed(s.x, m.embed, ids)
+	ar := st.arenaFor(n)
+	hid := m.cfg.HiddenSize
+	x, h, o, mo := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid), ar.get("m", hid)
+	b.Embed(x, m.embed, ids)
 	if m.embedScale != 1 {
-		b.Scale(s.x, s.x, m.embedScale)
+		b.Scale(x, x, m.embedScale)
 	}
 	for i := range m.layers {
 		l := &m.layers[i]
-		b.RMSNorm(s.h, s.x, l.inNorm, m.eps, 0)
+		b.RMSNorm(h, x, l.inNorm, m.eps, 0)
 		// The SSM branch (ssm_in_multiplier is part of the mixer's µP vector).
-		l.mixer.forward(b, s.ssm, s.m, s.h, st.conv[i], st.ssm[i])
-		scaledAdd(b, s.x, s.m, m.ssmOut)
+		l.mixer.forward(b, ar, mo, h, st.conv[i], st.ssm[i])
+		scaledAdd(b, x, mo, m.ssmOut)
 		// The attention branch.
-		ha := s.h
+		ha := h
 		if m.attnIn != 1 {
-			ha = s.ha
-			b.Scale(ha, s.h, m.attnIn)
+			ha = ar.get("ha", hid)
+			b.Scale(ha, h, m.attnIn)
 		}
-		l.attn.forward(b, s.attn, s.o, ha, pos, st.caches[i])
-		scaledAdd(b, s.x, s.o, m.attnOut)
+		l.attn.forward(b, st.kvState, ar, o, ha, pos, true)
+		scaledAdd(b, x, o, m.attnOut)
 		// The MLP.
-		b.RMSNorm(s.h, s.x, l.ffNorm, m.eps, 0)
-		l.mlp.forward(b, s.o, s.h, s.g, s.u)
-		b.Add(s.x, s.x, s.o)
+		b.RMSNorm(h, x, l.ffNorm, m.eps, 0)
+		l.mlp.forward(b, ar, o, h)
+		b.Add(x, x, o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps, 0)
+	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
 	if m.logitScale != 1 {
 		b.Scale(logits, logits, m.logitScale)
 	}

@@ -43,6 +43,7 @@ func loadGemma(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	m.embedScale = float32(math.Sqrt(float64(cfg.HiddenSize)))
 	m.finalSoftCap = float32(cfg.FinalLogitSoftcapping)
 	for i := range m.layers {
+		m.layers[i].normOffset = 1
 		a := &m.layers[i].attn
 		if cfg.QueryPreAttnScalar > 0 {
 			a.Scale = float32(1 / math.Sqrt(cfg.QueryPreAttnScalar))

@@ -32,7 +32,7 @@ import (
 // matched to its magnitude; at the end the k-1 streams are projected back,
 // matched to stream 0's magnitude, and all k averaged before the final norm,
 // the output projection and the soft cap. Attention, KV-shared layers and
-// the per-layer inputs are Gemma 4's (gemmaAttention, perLayerEmbedding).
+// the per-layer inputs are Gemma 4's (loadGemmaAttention, perLayerEmbedding).
 func init() {
 	Register(Arch{ModelTypes: []string{"gemma3n_text"}, Load: loadGemma3n, GGUF: "gemma3n",
 		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
@@ -62,11 +62,9 @@ type gemma3n struct {
 type gemma3nLayer struct {
 	inNorm, postAttnNorm, preFFNorm, postFFNorm *compute.Tensor
 
-	attn gemmaAttention
-
-	gate, up, down *compute.Tensor
-	ff             int
-	sparsity       float32 // standard score of the gate's cut-off; 0: dense
+	attn attention
+	mlp  mlp // with activation sparsity
+	ff   int
 
 	laurelLeft, laurelRight, laurelNorm *compute.Tensor
 	rank                                int
@@ -151,15 +149,15 @@ func loadGemma3n(cfg *Config, src Source, b compute.Backend) (Model, error) {
 				return fail(fmt.Errorf("config key %q: layer %d: sparsity %g is not below 1", "activation_sparsity_pattern", i, sparsity[i]))
 			}
 			// The standard normal quantile of the target sparsity.
-			ly.sparsity = float32(math.Sqrt2 * math.Erfinv(2*sparsity[i]-1))
+			ly.mlp.sparsity = float32(math.Sqrt2 * math.Erfinv(2*sparsity[i]-1))
 		}
 		ly.inNorm = l.vector(p+"input_layernorm.weight", hid)
 		ly.postAttnNorm = l.vector(p+"post_attention_layernorm.weight", hid)
 		ly.preFFNorm = l.vector(p+"pre_feedforward_layernorm.weight", hid)
 		ly.postFFNorm = l.vector(p+"post_feedforward_layernorm.weight", hid)
-		ly.gate = l.weight(p+"mlp.gate_proj.weight", ly.ff, hid)
-		ly.up = l.weight(p+"mlp.up_proj.weight", ly.ff, hid)
-		ly.down = l.weight(p+"mlp.down_proj.weight", hid, ly.ff)
+		sp := ly.mlp.sparsity
+		ly.mlp = loadMLP(l, p+"mlp.", "gate_proj", "up_proj", "down_proj", hid, ly.ff, m.activation)
+		ly.mlp.sparsity, ly.mlp.rows = sp, rows
 		ly.laurelLeft = l.weight(p+"laurel.linear_left.weight", rank, hid)
 		ly.laurelRight = l.weight(p+"laurel.linear_right.weight", hid, rank)
 		ly.laurelNorm = l.vector(p+"laurel.post_laurel_norm.weight", hid)
@@ -184,7 +182,7 @@ func (m *gemma3n) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *gemma3n) NewState(ctx int) State {
-	attns := make([]*gemmaAttention, len(m.layers))
+	attns := make([]*attention, len(m.layers))
 	for i := range m.layers {
 		attns[i] = &m.layers[i].attn
 	}
@@ -197,7 +195,7 @@ func (m *gemma3n) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*kvState)
 	b := m.b
 	hid := m.cfg.HiddenSize
-	s := st.scratchFor(b, ids.Len())
+	s := st.arenaFor(ids.Len())
 	// xs are the streams; ps receive each layer's predictions, corrected
 	// in place, and become the next layer's streams.
 	xs, ps := s.set("streams", m.k, hid), s.set("predictions", m.k, hid)
@@ -238,7 +236,7 @@ func (m *gemma3n) Forward(state State, ids, pos, logits *compute.Tensor) {
 
 // route computes the router's per-token coefficients tanh(R·RMSNorm(x)/hidden)
 // into mod [n, k].
-func (m *gemma3n) route(l *gemma3nLayer, s *scratch, mod, x *compute.Tensor) {
+func (m *gemma3n) route(l *gemma3nLayer, s *arena, mod, x *compute.Tensor) {
 	b := m.b
 	h := s.get("router in", x.Cols())
 	b.RMSNorm(h, x, l.routerNorm, m.eps, 0)
@@ -248,7 +246,7 @@ func (m *gemma3n) route(l *gemma3nLayer, s *scratch, mod, x *compute.Tensor) {
 }
 
 // layer runs layer i from the streams xs into ps.
-func (m *gemma3n) layer(i int, st *kvState, s *scratch, xs, ps []*compute.Tensor, ple, pos *compute.Tensor, full bool) {
+func (m *gemma3n) layer(i int, st *kvState, s *arena, xs, ps []*compute.Tensor, ple, pos *compute.Tensor, full bool) {
 	b, l, eps, k := m.b, &m.layers[i], m.eps, m.k
 	hid := xs[0].Cols()
 	mod := s.get("modalities", k)
@@ -274,21 +272,15 @@ func (m *gemma3n) layer(i int, st *kvState, s *scratch, xs, ps []*compute.Tensor
 	b.RMSNorm(lr, lr, l.laurelNorm, eps, 0)
 	b.Add(lr, lr, a)
 	// Attention, joined with the LAuReL branch.
-	l.attn.forward(b, st, s, a, pos, o, full)
+	l.attn.forward(b, st, s, o, a, pos, full)
 	b.RMSNorm(o, o, l.postAttnNorm, eps, 0)
 	b.Add(o, o, active)
 	b.Add(o, o, lr)
 	b.Scale(o, o, 1/math.Sqrt2)
 	// MLP with activation sparsity.
-	g, u, f := s.get("gate", l.ff), s.get("up", l.ff), s.get("mlp", hid)
+	f := s.get("mlp", hid)
 	b.RMSNorm(a, o, l.preFFNorm, eps, 0)
-	b.MatMul(g, a, l.gate)
-	if l.sparsity != 0 {
-		m.rows.GaussianTopK(g, g, l.sparsity)
-	}
-	b.MatMul(u, a, l.up)
-	b.GLU(g, g, u, m.activation)
-	b.MatMul(f, g, l.down)
+	l.mlp.forward(b, s, f, a)
 	b.RMSNorm(f, f, l.postFFNorm, eps, 0)
 	b.Add(o, o, f)
 

@@ -11,7 +11,7 @@ import (
 
 // Gemma 4 (text). Gemma 3's sandwich norms around attention and MLP, with
 // plain RMSNorm weights (x · w), per-head norms of queries, keys and values
-// and no score scaling (see gemmaAttention), then a per-layer input (PLE)
+// and no score scaling (see loadGemmaAttention), then a per-layer input (PLE)
 // added through a gate, and a learned scalar on the layer's output:
 //
 //	h = x + RMSNorm(Attn(RMSNorm(x)))
@@ -57,10 +57,9 @@ type gemma4 struct {
 type gemma4Layer struct {
 	inNorm, postAttnNorm, preFFNorm, postFFNorm *compute.Tensor
 
-	attn gemmaAttention
-
-	gate, up, down *compute.Tensor
-	ff             int
+	attn attention
+	mlp  mlp
+	ff   int
 
 	pleGate, pleProj, plePostNorm *compute.Tensor
 
@@ -130,9 +129,7 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		ly.postAttnNorm = l.vector(p+"post_attention_layernorm.weight", hid)
 		ly.preFFNorm = l.vector(p+"pre_feedforward_layernorm.weight", hid)
 		ly.postFFNorm = l.vector(p+"post_feedforward_layernorm.weight", hid)
-		ly.gate = l.weight(p+"mlp.gate_proj.weight", ly.ff, hid)
-		ly.up = l.weight(p+"mlp.up_proj.weight", ly.ff, hid)
-		ly.down = l.weight(p+"mlp.down_proj.weight", hid, ly.ff)
+		ly.mlp = loadMLP(l, p+"mlp.", "gate_proj", "up_proj", "down_proj", hid, ly.ff, act)
 		if d > 0 {
 			ly.pleGate = l.weight(p+"per_layer_input_gate.weight", d, hid)
 			ly.pleProj = l.weight(p+"per_layer_projection.weight", hid, d)
@@ -165,7 +162,7 @@ func (m *gemma4) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *gemma4) NewState(ctx int) State {
-	attns := make([]*gemmaAttention, len(m.layers))
+	attns := make([]*attention, len(m.layers))
 	for i := range m.layers {
 		attns[i] = &m.layers[i].attn
 	}
@@ -178,7 +175,7 @@ func (m *gemma4) NewState(ctx int) State {
 func (m *gemma4) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*kvState)
 	b := m.b
-	s := st.scratchFor(b, ids.Len())
+	s := st.arenaFor(ids.Len())
 	x := s.get("x", m.cfg.HiddenSize)
 	b.Embed(x, m.embed, ids)
 	b.Scale(x, x, m.embedScale)
@@ -201,32 +198,25 @@ func (m *gemma4) Forward(state State, ids, pos, logits *compute.Tensor) {
 }
 
 // layer runs layer i on the rows x in place.
-func (m *gemma4) layer(i int, st *kvState, s *scratch, x, ple, pos *compute.Tensor, full bool) {
+func (m *gemma4) layer(i int, st *kvState, s *arena, x, ple, pos *compute.Tensor, full bool) {
 	b, l, eps := m.b, &m.layers[i], m.eps
 	hid := x.Cols()
 	h, o := s.get("h", hid), s.get("o", hid)
 
 	b.RMSNorm(h, x, l.inNorm, eps, 0)
-	l.attn.forward(b, st, s, h, pos, o, full)
+	l.attn.forward(b, st, s, o, h, pos, full)
 	b.RMSNorm(o, o, l.postAttnNorm, eps, 0)
 	b.Add(x, x, o)
 
 	b.RMSNorm(h, x, l.preFFNorm, eps, 0)
-	g, u := s.get("gate", l.ff), s.get("up", l.ff)
-	b.MatMul(g, h, l.gate)
-	b.MatMul(u, h, l.up)
-	b.GLU(g, g, u, m.act)
-	b.MatMul(o, g, l.down)
+	l.mlp.forward(b, s, o, h)
 	if l.moe != nil {
 		b.RMSNorm(o, o, l.postFF1Norm, eps, 0)
 		rx, e := s.get("router in", hid), s.get("experts", hid)
 		b.RMSNorm(rx, x, l.routerScale, eps, 0)
 		b.Scale(rx, rx, 1/sqrt32(hid))
 		b.RMSNorm(h, x, l.preFF2Norm, eps, 0)
-		if s.moe == nil {
-			s.moe = newMoEScratch(b, s.n, l.moe)
-		}
-		l.moe.forward(e, h, rx, s.moe)
+		l.moe.forward(e, h, rx, s.moeFor(l.moe))
 		b.RMSNorm(e, e, l.postFF2Norm, eps, 0)
 		b.Add(o, o, e)
 	}

@@ -6,22 +6,24 @@ import "lem/compute"
 // attention layer, and per linear-attention layer the convolution's last
 // inputs and the delta-rule state, checkpointed by recurrentState.
 type hybridState struct {
-	*recurrentState[hybridScratch]
+	*recurrentState
 	conv  []*compute.Tensor // per layer: [K-1, convDim]; nil on attention layers
 	delta []*compute.Tensor // per layer: [value heads, value dim, key dim]; nil on attention layers
 }
 
 // NewState implements Model.
 func (m *hybrid) NewState(ctx int) State {
+	attns := make([]*attention, len(m.layers))
+	for i, l := range m.layers {
+		attns[i] = l.attn
+	}
 	st := &hybridState{
-		recurrentState: newRecurrentState[hybridScratch](m.b, ctx),
+		recurrentState: newRecurrentState(m.b, attns, ctx),
 		conv:           make([]*compute.Tensor, len(m.layers)),
 		delta:          make([]*compute.Tensor, len(m.layers)),
 	}
-	st.caches = make([]*compute.KVCache, len(m.layers))
 	for i, l := range m.layers {
-		if a := l.attn; a != nil {
-			st.caches[i] = m.b.NewKVCache(ctx, a.attn.KVHeads*a.attn.HeadDim, false)
+		if l.attn != nil {
 			continue
 		}
 		d := l.linear

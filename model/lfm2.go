@@ -38,9 +38,9 @@ type lfm2 struct {
 
 type lfm2Layer struct {
 	opNorm, ffnNorm *compute.Tensor
-	attn            *hybridAttention // nil in convolution layers
-	conv            *shortConv       // nil in attention layers
-	mlp             gatedMLP
+	attn            *attention // nil in convolution layers
+	conv            *shortConv // nil in attention layers
+	mlp             mlp
 }
 
 // shortConv is LFM2's gated short convolution.
@@ -50,16 +50,10 @@ type shortConv struct {
 	convolver                        compute.Convolver
 }
 
-type lfm2Scratch struct {
-	x, h, o, last, g, u *compute.Tensor
-	bcx, cb, cc, cx, cy *compute.Tensor
-	attn                *attnScratch
-}
-
 // lfm2State holds a KV cache per attention layer and a convolution window
 // [K-1, hidden] per convolution layer.
 type lfm2State struct {
-	*recurrentState[lfm2Scratch]
+	*recurrentState
 	conv []*compute.Tensor
 }
 
@@ -98,10 +92,10 @@ func loadLFM2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		ly := lfm2Layer{
 			opNorm:  l.vector(p+"operator_norm.weight", hid),
 			ffnNorm: l.vector(p+"ffn_norm.weight", hid),
-			mlp:     loadGatedMLP(l, p+"feed_forward.", "w1", "w3", "w2", hid, m.ff),
+			mlp:     loadMLP(l, p+"feed_forward.", "w1", "w3", "w2", hid, m.ff, compute.SiLU),
 		}
 		if cfg.LayerType(i) == FullAttention {
-			ly.attn = loadHybridAttention(l, cfg, p+"self_attn.", attnNames{o: "out_proj", qNorm: "q_layernorm", kNorm: "k_layernorm"}, rope)
+			ly.attn = loadHybridAttention(l, cfg, i, p+"self_attn.", attnNames{o: "out_proj", qNorm: "q_layernorm", kNorm: "k_layernorm"}, rope)
 		} else {
 			c := p + "conv."
 			ly.conv = &shortConv{
@@ -126,36 +120,19 @@ func (m *lfm2) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *lfm2) NewState(ctx int) State {
-	st := &lfm2State{recurrentState: newRecurrentState[lfm2Scratch](m.b, ctx)}
+	attns := make([]*attention, len(m.layers))
+	for i, l := range m.layers {
+		attns[i] = l.attn
+	}
+	st := &lfm2State{recurrentState: newRecurrentState(m.b, attns, ctx)}
 	for _, l := range m.layers {
-		var cache *compute.KVCache
 		var conv *compute.Tensor
-		if l.attn != nil {
-			cache = m.b.NewKVCache(ctx, l.attn.attn.KVHeads*l.attn.attn.HeadDim, false)
-		} else {
+		if l.attn == nil {
 			conv = st.recurrent(m.cfg.ConvKernel-1, m.cfg.HiddenSize)
 		}
-		st.caches = append(st.caches, cache)
 		st.conv = append(st.conv, conv)
 	}
 	return st
-}
-
-func (m *lfm2) newScratch(n int) *lfm2Scratch {
-	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, cols) }
-	hid := m.cfg.HiddenSize
-	s := &lfm2Scratch{
-		x: f(hid), h: f(hid), o: f(hid), last: m.b.Alloc(compute.F32, 1, hid),
-		g: f(m.ff), u: f(m.ff),
-		bcx: f(3 * hid), cb: f(hid), cc: f(hid), cx: f(hid), cy: f(hid),
-	}
-	for _, l := range m.layers {
-		if l.attn != nil {
-			s.attn = l.attn.newScratch(m.b, n)
-			break
-		}
-	}
-	return s
 }
 
 // Forward implements Model.
@@ -163,40 +140,41 @@ func (m *lfm2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*lfm2State)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n)
-	if s == nil {
-		s = st.keepScratch(n, m.newScratch(n))
-	}
-	b.Embed(s.x, m.embed, ids)
+	ar := st.arenaFor(n)
+	hid := m.cfg.HiddenSize
+	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
+	b.Embed(x, m.embed, ids)
 	for i := range m.layers {
 		l := &m.layers[i]
-		b.RMSNorm(s.h, s.x, l.opNorm, m.eps, 0)
+		b.RMSNorm(h, x, l.opNorm, m.eps, 0)
 		if l.attn != nil {
-			l.attn.forward(b, s.attn, s.o, s.h, pos, st.caches[i])
+			l.attn.forward(b, st.kvState, ar, o, h, pos, true)
 		} else {
-			l.conv.forward(b, s, s.o, s.h, st.conv[i])
+			l.conv.forward(b, ar, o, h, st.conv[i])
 		}
-		b.Add(s.x, s.x, s.o)
-		b.RMSNorm(s.h, s.x, l.ffnNorm, m.eps, 0)
-		l.mlp.forward(b, s.o, s.h, s.g, s.u)
-		b.Add(s.x, s.x, s.o)
+		b.Add(x, x, o)
+		b.RMSNorm(h, x, l.ffnNorm, m.eps, 0)
+		l.mlp.forward(b, ar, o, h)
+		b.Add(x, x, o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps, 0)
+	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
 }
 
 // forward computes out_proj(C ⊙ conv(B ⊙ x)) for h, continuing from the
 // layer's convolution window.
-func (c *shortConv) forward(b compute.Backend, s *lfm2Scratch, out, h, window *compute.Tensor) {
-	project(b, s.bcx, h, c.inProj, c.inBias)
+func (c *shortConv) forward(b compute.Backend, ar *arena, out, h, window *compute.Tensor) {
 	hid := h.Cols()
-	b.Columns(s.cb, s.bcx, 0)
-	b.Columns(s.cc, s.bcx, hid)
-	b.Columns(s.cx, s.bcx, 2*hid)
-	b.Mul(s.cb, s.cb, s.cx)
-	c.convolver.CausalConv(s.cy, s.cb, c.w, c.bias, window, false)
-	b.Mul(s.cy, s.cc, s.cy)
-	project(b, out, s.cy, c.outProj, c.outBias)
+	bcx := ar.get("conv.bcx", 3*hid)
+	cb, cc, cx, cy := ar.get("conv.b", hid), ar.get("conv.c", hid), ar.get("conv.x", hid), ar.get("conv.y", hid)
+	project(b, bcx, h, c.inProj, c.inBias)
+	b.Columns(cb, bcx, 0)
+	b.Columns(cc, bcx, hid)
+	b.Columns(cx, bcx, 2*hid)
+	b.Mul(cb, cb, cx)
+	c.convolver.CausalConv(cy, cb, c.w, c.bias, window, false)
+	b.Mul(cy, cc, cy)
+	project(b, out, cy, c.outProj, c.outBias)
 }
 
 // LFM2 (LFM2Model): layers are short convolutions or attention, told apart

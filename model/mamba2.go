@@ -55,11 +55,6 @@ type ssmMixer struct {
 	scanner        compute.SSMScanner
 }
 
-// ssmScratch holds a mixer's intermediate values for one chunk length.
-type ssmScratch struct {
-	proj, z, xbc, conv, x, b, c, dt, y *compute.Tensor
-}
-
 // ssmSpec is what a family's config says about its mixers.
 type ssmSpec struct {
 	prefix         string // tensor name prefix up to the mixer, e.g. "backbone.layers.0.mixer."
@@ -155,46 +150,40 @@ func loadSSMMixer(l *loader, s ssmSpec) ssmMixer {
 	return m
 }
 
-func (m *ssmMixer) newScratch(b compute.Backend, n int) *ssmScratch {
-	gn := m.ssm.Groups * m.ssm.StateSize
-	f := func(cols int) *compute.Tensor { return b.Alloc(compute.F32, n, cols) }
-	return &ssmScratch{
-		proj: f(m.inner + m.convDim + m.ssm.Heads),
-		z:    f(m.inner), xbc: f(m.convDim), conv: f(m.convDim),
-		x: f(m.inner), b: f(gn), c: f(gn), dt: f(m.ssm.Heads), y: f(m.inner),
-	}
-}
-
 // forward runs the mixer on h [n, hidden], continuing from the layer's
 // convolution window and SSM state, and writes its output to out.
-func (m *ssmMixer) forward(b compute.Backend, s *ssmScratch, out, h, convState, ssmState *compute.Tensor) {
-	project(b, s.proj, h, m.inProj, m.inBias)
-	if m.inScale != nil {
-		b.Mul(s.proj, s.proj, m.inScale)
-	}
-	b.Columns(s.z, s.proj, 0)
-	b.Columns(s.xbc, s.proj, m.inner)
-	b.Columns(s.dt, s.proj, m.inner+m.convDim)
-
-	m.convolver.CausalConv(s.conv, s.xbc, m.conv, m.convBias, convState, true)
+func (m *ssmMixer) forward(b compute.Backend, ar *arena, out, h, convState, ssmState *compute.Tensor) {
 	gn := m.ssm.Groups * m.ssm.StateSize
-	b.Columns(s.x, s.conv, 0)
-	b.Columns(s.b, s.conv, m.inner)
-	b.Columns(s.c, s.conv, m.inner+gn)
+	proj := ar.get("ssm.proj", m.inner+m.convDim+m.ssm.Heads)
+	z, xbc, conv := ar.get("ssm.z", m.inner), ar.get("ssm.xbc", m.convDim), ar.get("ssm.conv", m.convDim)
+	x, bb, c := ar.get("ssm.x", m.inner), ar.get("ssm.b", gn), ar.get("ssm.c", gn)
+	dt, y := ar.get("ssm.dt", m.ssm.Heads), ar.get("ssm.y", m.inner)
+	project(b, proj, h, m.inProj, m.inBias)
+	if m.inScale != nil {
+		b.Mul(proj, proj, m.inScale)
+	}
+	b.Columns(z, proj, 0)
+	b.Columns(xbc, proj, m.inner)
+	b.Columns(dt, proj, m.inner+m.convDim)
 
-	m.scanner.SSMScan(s.y, s.x, s.dt, s.b, s.c, ssmState, &m.ssm)
+	m.convolver.CausalConv(conv, xbc, m.conv, m.convBias, convState, true)
+	b.Columns(x, conv, 0)
+	b.Columns(bb, conv, m.inner)
+	b.Columns(c, conv, m.inner+gn)
+
+	m.scanner.SSMScan(y, x, dt, bb, c, ssmState, &m.ssm)
 
 	switch {
 	case m.norm == nil:
-		b.GLU(s.y, s.z, s.y, compute.SiLU)
+		b.GLU(y, z, y, compute.SiLU)
 	case m.normBeforeGate:
-		m.gatedNorm(b, s.y)
-		b.GLU(s.y, s.z, s.y, compute.SiLU)
+		m.gatedNorm(b, y)
+		b.GLU(y, z, y, compute.SiLU)
 	default:
-		b.GLU(s.y, s.z, s.y, compute.SiLU)
-		m.gatedNorm(b, s.y)
+		b.GLU(y, z, y, compute.SiLU)
+		m.gatedNorm(b, y)
 	}
-	project(b, out, s.y, m.outProj, m.outBias)
+	project(b, out, y, m.outProj, m.outBias)
 }
 
 // gatedNorm is the RMSNorm of the gated output, over groups of normGroup
@@ -222,15 +211,10 @@ type mamba2Layer struct {
 	mixer ssmMixer
 }
 
-type mamba2Scratch struct {
-	x, h, o, last *compute.Tensor
-	ssm           *ssmScratch
-}
-
 // mamba2State holds, per layer, the convolution window [K-1, convDim] and
 // the SSM state [heads, head_dim × state_size].
 type mamba2State struct {
-	*recurrentState[mamba2Scratch]
+	*recurrentState
 	conv, ssm []*compute.Tensor
 }
 
@@ -273,7 +257,7 @@ func (m *mamba2) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *mamba2) NewState(ctx int) State {
-	st := &mamba2State{recurrentState: newRecurrentState[mamba2Scratch](m.b, ctx)}
+	st := &mamba2State{recurrentState: newRecurrentState(m.b, nil, ctx)}
 	for _, l := range m.layers {
 		p := l.mixer.ssm
 		st.conv = append(st.conv, st.recurrent(m.cfg.ConvKernel-1, l.mixer.convDim))
@@ -282,33 +266,23 @@ func (m *mamba2) NewState(ctx int) State {
 	return st
 }
 
-func (m *mamba2) newScratch(n int) *mamba2Scratch {
-	hid := m.cfg.HiddenSize
-	return &mamba2Scratch{
-		x: m.b.Alloc(compute.F32, n, hid), h: m.b.Alloc(compute.F32, n, hid),
-		o: m.b.Alloc(compute.F32, n, hid), last: m.b.Alloc(compute.F32, 1, hid),
-		ssm: m.layers[0].mixer.newScratch(m.b, n),
-	}
-}
-
 // Forward implements Model.
 func (m *mamba2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*mamba2State)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n)
-	if s == nil {
-		s = st.keepScratch(n, m.newScratch(n))
-	}
-	b.Embed(s.x, m.embed, ids)
+	ar := st.arenaFor(n)
+	hid := m.cfg.HiddenSize
+	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
+	b.Embed(x, m.embed, ids)
 	for i := range m.layers {
 		l := &m.layers[i]
-		b.RMSNorm(s.h, s.x, l.norm, m.eps, 0)
-		l.mixer.forward(b, s.ssm, s.o, s.h, st.conv[i], st.ssm[i])
-		b.Add(s.x, s.x, s.o)
+		b.RMSNorm(h, x, l.norm, m.eps, 0)
+		l.mixer.forward(b, ar, o, h, st.conv[i], st.ssm[i])
+		b.Add(x, x, o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, s.x, s.h, s.last, m.norm, m.output, m.eps, 0)
+	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
 }
 
 // outputLogits applies the final norm and the output projection to the

@@ -27,9 +27,9 @@ import (
 //     Config.SparseLayer is true, and runs it in place of the MLP.
 //   - A family with its own layer loop builds each block with
 //     (*loader).moe(layerPrefix, &spec) (the error, like every loader
-//     error, is in loader.err), keeps one moeScratch per state and chunk
-//     size from newMoEScratch(b, n, anyBlock) (every block of a model
-//     routes alike: see sameRouting), and calls
+//     error, is in loader.err), takes its routing scratch from the
+//     state's arena, arena.moeFor(block) (every block of a model routes
+//     alike: see sameRouting), and calls
 //     block.forward(dst, x, x, scratch) for dst[n, hidden] = MoE(x[n,
 //     hidden]); the third argument is the router's input when it differs
 //     from the experts' (Gemma 4). forward allocates nothing.

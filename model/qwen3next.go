@@ -61,130 +61,41 @@ type hybrid struct {
 type hybridLayer struct {
 	inNorm, postNorm *compute.Tensor // F32 [hidden]
 	linear           *deltaNet
-	attn             *gatedAttention
+	attn             *attention
 	mlp              *mlp
 	moe              *moeBlock
 }
 
-// gatedAttention is a softmax attention layer with an output gate.
-type gatedAttention struct {
-	q, gate, k, v, o *compute.Tensor
-	qNorm, kNorm     *compute.Tensor // F32 [head_dim]
-	attn             compute.Attention
-	rope             *compute.Rope
-}
-
-// mlp is the gated feed-forward block down(act(gate(h)) ⊙ up(h)).
-type mlp struct {
-	gate, up, down *compute.Tensor
-}
-
-func (f *mlp) inter() int { return f.down.Cols() }
-
-// hybridScratch holds the activations of one chunk length.
-type hybridScratch struct {
-	x, h, o, last          *compute.Tensor // [n, hidden]; last [1, hidden]
-	qkv, mixed, z, core    *compute.Tensor // linear attention
-	alpha, beta            *compute.Tensor // [n, value heads]
-	q, gate, k, v, a, g, u *compute.Tensor // attention, MLP
-	moe                    *moeScratch
-}
-
 func (m *hybrid) Config() *Config { return m.cfg }
-
-// newScratch allocates the activation buffers for chunks of n rows.
-func (m *hybrid) newScratch(n int) *hybridScratch {
-	c := m.cfg
-	f := func(cols int) *compute.Tensor { return m.b.Alloc(compute.F32, n, max(cols, 1)) }
-	var conv, vdim, vh, qdim, kvdim, ff int
-	var moe *moeBlock
-	for _, l := range m.layers {
-		if d := l.linear; d != nil {
-			conv = max(conv, d.convDim())
-			vdim = max(vdim, d.rule.ValueHeads*d.rule.ValueDim)
-			vh = max(vh, d.rule.ValueHeads)
-		}
-		if a := l.attn; a != nil {
-			qdim = max(qdim, a.attn.Heads*a.attn.HeadDim)
-			kvdim = max(kvdim, a.attn.KVHeads*a.attn.HeadDim)
-		}
-		if l.mlp != nil {
-			ff = max(ff, l.mlp.inter())
-		}
-		if l.moe != nil {
-			moe = l.moe
-		}
-	}
-	s := &hybridScratch{
-		x: f(c.HiddenSize), h: f(c.HiddenSize), o: f(c.HiddenSize),
-		last: m.b.Alloc(compute.F32, 1, c.HiddenSize),
-		qkv:  f(conv), mixed: f(conv), z: f(vdim), core: f(vdim),
-		alpha: f(vh), beta: f(vh),
-		q: f(qdim), gate: f(qdim), a: f(qdim), k: f(kvdim), v: f(kvdim),
-		g: f(ff), u: f(ff),
-	}
-	if moe != nil {
-		s.moe = newMoEScratch(m.b, n, moe)
-	}
-	return s
-}
 
 // Forward implements Model.
 func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*hybridState)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n)
-	if s == nil {
-		s = st.keepScratch(n, m.newScratch(n))
-	}
-	x := s.x
+	ar := st.arenaFor(n)
+	hid := m.cfg.HiddenSize
+	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
 	b.Embed(x, m.embed, ids)
 	for i := range m.layers {
 		l := &m.layers[i]
-		b.RMSNorm(s.h, x, l.inNorm, m.eps, 1)
+		b.RMSNorm(h, x, l.inNorm, m.eps, 1)
 		if l.linear != nil {
-			l.linear.forward(m, s, s.h, st.conv[i], st.delta[i])
+			l.linear.forward(m, ar, o, h, st.conv[i], st.delta[i])
 		} else {
-			m.attention(l.attn, st.caches[i], s, s.h, pos)
+			l.attn.forward(b, st.kvState, ar, o, h, pos, true)
 		}
-		b.Add(x, x, s.o)
-		b.RMSNorm(s.h, x, l.postNorm, m.eps, 1)
+		b.Add(x, x, o)
+		b.RMSNorm(h, x, l.postNorm, m.eps, 1)
 		if l.moe != nil {
-			l.moe.forward(s.o, s.h, s.h, s.moe)
+			l.moe.forward(o, h, h, ar.moeFor(l.moe))
 		} else {
-			m.feedForward(l.mlp, s, s.h)
+			l.mlp.forward(b, ar, o, h)
 		}
-		b.Add(x, x, s.o)
+		b.Add(x, x, o)
 	}
 	st.advance(n)
-	outputLogits(b, logits, x, s.h, s.last, m.norm, m.output, m.eps, 1)
-}
-
-// attention runs a gated attention layer on h into s.o.
-func (m *hybrid) attention(l *gatedAttention, cache *compute.KVCache, s *hybridScratch, h, pos *compute.Tensor) {
-	b := m.b
-	b.MatMul(s.q, h, l.q)
-	b.MatMul(s.gate, h, l.gate)
-	b.MatMul(s.k, h, l.k)
-	b.MatMul(s.v, h, l.v)
-	b.RMSNorm(s.q, s.q, l.qNorm, m.eps, 1)
-	b.RMSNorm(s.k, s.k, l.kNorm, m.eps, 1)
-	b.RoPE(s.q, pos, l.attn.Heads, l.rope)
-	b.RoPE(s.k, pos, l.attn.KVHeads, l.rope)
-	b.Attend(s.a, s.q, s.k, s.v, cache, pos, &l.attn)
-	b.GLU(s.a, s.gate, s.a, compute.Sigmoid)
-	b.MatMul(s.o, s.a, l.o)
-}
-
-// feedForward runs the MLP on h into s.o.
-func (m *hybrid) feedForward(f *mlp, s *hybridScratch, h *compute.Tensor) {
-	b := m.b
-	g, u := s.g, s.u
-	b.MatMul(g, h, f.gate)
-	b.MatMul(u, h, f.up)
-	b.GLU(g, g, u, m.act)
-	b.MatMul(s.o, g, f.down)
+	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 1)
 }
 
 // loadQwen35 loads Qwen3.5's text model: every layer has the SwiGLU MLP.
@@ -230,14 +141,6 @@ func qwenHybridMoE(cfg *Config, normalize bool) (*moeSpec, error) {
 		inter: cfg.MoEIntermediateSize, sharedInter: cfg.SharedExpertIntermediateSize,
 		act: act,
 	}, nil
-}
-
-func loadMLP(l *loader, p string, hid, ff int) *mlp {
-	return &mlp{
-		gate: l.weight(p+"gate_proj.weight", ff, hid),
-		up:   l.weight(p+"up_proj.weight", ff, hid),
-		down: l.weight(p+"down_proj.weight", hid, ff),
-	}
 }
 
 // loadHybrid reads the stack. Layers i for which sparse(i) holds get the
@@ -286,7 +189,7 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 					return nil, fmt.Errorf("%s layer %d: %w", cfg.ModelType, i, err)
 				}
 			}
-			ly.attn = loadGatedAttention(cfg, l, p+"self_attn.", rope)
+			ly.attn = loadGatedAttention(cfg, l, i, p+"self_attn.", rope, float32(cfg.RMSNormEps))
 		default:
 			return nil, fmt.Errorf("%s: layer %d has layer type %q; want linear_attention or full_attention", cfg.ModelType, i, t)
 		}
@@ -297,7 +200,8 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 			}
 			ly.moe = l.moe(p, &spec)
 		} else {
-			ly.mlp = loadMLP(l, p+"mlp.", hid, cfg.IntermediateSize)
+			f := loadMLP(l, p+"mlp.", "gate_proj", "up_proj", "down_proj", hid, cfg.IntermediateSize, act)
+			ly.mlp = &f
 		}
 		m.layers = append(m.layers, ly)
 	}
@@ -309,7 +213,7 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 
 // loadGatedAttention reads an attention layer. q_proj holds, per head,
 // the head's query rows and then its gate rows; they are split apart.
-func loadGatedAttention(cfg *Config, l *loader, p string, rope *compute.Rope) *gatedAttention {
+func loadGatedAttention(cfg *Config, l *loader, i int, p string, rope *compute.Rope, eps float32) *attention {
 	hid, hd := cfg.HiddenSize, cfg.HeadDim
 	nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	var q, g []int
@@ -318,20 +222,16 @@ func loadGatedAttention(cfg *Config, l *loader, p string, rope *compute.Rope) *g
 		g = appendRange(g, 2*h*hd+hd, 2*(h+1)*hd)
 	}
 	name := p + "q_proj.weight"
-	return &gatedAttention{
-		q:     l.rows(name, []int{2 * nh * hd, hid}, q),
-		gate:  l.rows(name, []int{2 * nh * hd, hid}, g),
-		k:     l.weight(p+"k_proj.weight", nkv*hd, hid),
-		v:     l.weight(p+"v_proj.weight", nkv*hd, hid),
-		o:     l.weight(p+"o_proj.weight", hid, nh*hd),
-		qNorm: l.vector(p+"q_norm.weight", hd),
-		kNorm: l.vector(p+"k_norm.weight", hd),
-		attn: compute.Attention{
-			Heads: nh, KVHeads: nkv, HeadDim: hd,
-			Scale: float32(1 / math.Sqrt(float64(hd))),
-		},
-		rope: rope,
-	}
+	a := newAttention(i, nh, nkv, hd, eps, rope)
+	a.q = l.rows(name, []int{2 * nh * hd, hid}, q)
+	a.gate = l.rows(name, []int{2 * nh * hd, hid}, g)
+	a.k = l.weight(p+"k_proj.weight", nkv*hd, hid)
+	a.v = l.weight(p+"v_proj.weight", nkv*hd, hid)
+	a.o = l.weight(p+"o_proj.weight", hid, nh*hd)
+	a.qNorm = l.vector(p+"q_norm.weight", hd)
+	a.kNorm = l.vector(p+"k_norm.weight", hd)
+	a.normOffset = 1
+	return &a
 }
 
 // GGUF layouts of the gated delta-rule hybrids, as llama.cpp's converter

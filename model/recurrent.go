@@ -14,21 +14,19 @@ import (
 const maxCheckpoints = 8
 
 // recurrentState is the per-sequence state of a model with recurrent
-// layers: KV caches for the layers that attend (full caches: nothing is
+// layers: the KV state of the layers that attend (full caches: nothing is
 // ever overwritten that a rewind would need), and recurrent tensors (SSM
 // states, convolution windows) for the layers that fold each position in.
 // It implements Recurrent by copying the recurrent tensors at
-// checkpoints. S is the model's scratch for one chunk length.
-type recurrentState[S any] struct {
-	b       compute.Backend
-	ctx     int
-	caches  []*compute.KVCache // per layer; nil where the layer does not attend
-	rec     []*compute.Tensor  // every recurrent tensor, F32
-	length  int                // positions folded in
-	saved   []checkpoint       // by increasing length
-	spare   [][]*compute.Tensor
-	zero    []*compute.Tensor // zeros shaped like rec, made by the first rewind to 0
-	scratch map[int]*S
+// checkpoints.
+type recurrentState struct {
+	*kvState
+	b      compute.Backend
+	rec    []*compute.Tensor // every recurrent tensor, F32
+	length int               // positions folded in
+	saved  []checkpoint      // by increasing length
+	spare  [][]*compute.Tensor
+	zero   []*compute.Tensor // zeros shaped like rec, made by the first rewind to 0
 }
 
 // checkpoint is a copy of the recurrent tensors after length positions.
@@ -37,24 +35,24 @@ type checkpoint struct {
 	rec    []*compute.Tensor
 }
 
-var _ Recurrent = (*recurrentState[struct{}])(nil)
+var _ Recurrent = (*recurrentState)(nil)
 
-func newRecurrentState[S any](b compute.Backend, ctx int) *recurrentState[S] {
-	return &recurrentState[S]{b: b, ctx: ctx, scratch: map[int]*S{}}
+// newRecurrentState returns the state of a stack whose attention layers are
+// attns (nil for the recurrent ones); the recurrent tensors are added with
+// recurrent.
+func newRecurrentState(b compute.Backend, attns []*attention, ctx int) *recurrentState {
+	return &recurrentState{kvState: newKVState(b, attns, ctx), b: b}
 }
 
 // recurrent allocates a zeroed recurrent tensor of the given shape.
-func (s *recurrentState[S]) recurrent(shape ...int) *compute.Tensor {
+func (s *recurrentState) recurrent(shape ...int) *compute.Tensor {
 	t := s.b.Alloc(compute.F32, shape...)
 	s.rec = append(s.rec, t)
 	return t
 }
 
-// Capacity implements State.
-func (s *recurrentState[S]) Capacity() int { return s.ctx }
-
 // Memory implements State.
-func (s *recurrentState[S]) Memory() StateMemory {
+func (s *recurrentState) Memory() StateMemory {
 	m := StateMemory{KV: cacheBytes(s.caches...), Recurrent: tensorBytes(s.rec...)}
 	for _, c := range s.saved {
 		m.Checkpoints += tensorBytes(c.rec...)
@@ -69,38 +67,23 @@ func (s *recurrentState[S]) Memory() StateMemory {
 // CanRewind implements State: a state with recurrent tensors can only
 // stay where it is (rewinding goes through Restore); one without can
 // rewind anywhere.
-func (s *recurrentState[S]) CanRewind(n, length int) bool { return n == length || len(s.rec) == 0 }
+func (s *recurrentState) CanRewind(n, length int) bool { return n == length || len(s.rec) == 0 }
 
 // advance records that n more positions have been folded in.
-func (s *recurrentState[S]) advance(n int) { s.length += n }
+func (s *recurrentState) advance(n int) { s.length += n }
 
 // Advance implements Recurrent.
-func (s *recurrentState[S]) Advance(n int) { s.advance(n) }
-
-// scratchFor returns the scratch kept for chunks of n rows, or nil.
-func (s *recurrentState[S]) scratchFor(n int) *S { return s.scratch[n] }
-
-// keepScratch keeps sc as the scratch for chunks of n rows, with the
-// decode scratch and no other, and returns it.
-func (s *recurrentState[S]) keepScratch(n int, sc *S) *S {
-	for k := range s.scratch {
-		if k != 1 {
-			delete(s.scratch, k)
-		}
-	}
-	s.scratch[n] = sc
-	return sc
-}
+func (s *recurrentState) Advance(n int) { s.advance(n) }
 
 // copyAll copies the tensors of src into dst, one by one.
-func (s *recurrentState[S]) copyAll(dst, src []*compute.Tensor) {
+func (s *recurrentState) copyAll(dst, src []*compute.Tensor) {
 	for i, t := range src {
 		s.b.Columns(dst[i], t, 0)
 	}
 }
 
 // Checkpoint implements Recurrent.
-func (s *recurrentState[S]) Checkpoint(length int) {
+func (s *recurrentState) Checkpoint(length int) {
 	if length != s.length {
 		panic(fmt.Sprintf("recurrent state: checkpoint at %d, but the state holds %d positions", length, s.length))
 	}
@@ -121,7 +104,7 @@ func (s *recurrentState[S]) Checkpoint(length int) {
 }
 
 // dropFrom discards the checkpoints at length n and later.
-func (s *recurrentState[S]) dropFrom(n int) {
+func (s *recurrentState) dropFrom(n int) {
 	for len(s.saved) > 0 && s.saved[len(s.saved)-1].length >= n {
 		s.spare = append(s.spare, s.saved[len(s.saved)-1].rec)
 		s.saved = s.saved[:len(s.saved)-1]
@@ -130,7 +113,7 @@ func (s *recurrentState[S]) dropFrom(n int) {
 
 // evict drops one checkpoint: the one between the closest neighbours, or
 // the oldest when there are too few to choose.
-func (s *recurrentState[S]) evict() {
+func (s *recurrentState) evict() {
 	drop, gap := 0, -1
 	for i := 1; i+1 < len(s.saved); i++ {
 		if g := s.saved[i+1].length - s.saved[i-1].length; gap < 0 || g < gap {
@@ -143,7 +126,7 @@ func (s *recurrentState[S]) evict() {
 
 // Restore implements Recurrent. The attention caches need no copying:
 // positions from the restored length on are simply written again.
-func (s *recurrentState[S]) Restore(n int) int {
+func (s *recurrentState) Restore(n int) int {
 	if n >= s.length {
 		return s.length
 	}

@@ -216,7 +216,7 @@ func TestLFM2ConvolutionLayers(t *testing.T) {
 // before its argument with the tensors as they were.
 func TestRecurrentCheckpoints(t *testing.T) {
 	b := cpu.New(1)
-	st := newRecurrentState[struct{}](b, 1000)
+	st := newRecurrentState(b, nil, 1000)
 	a, c := st.recurrent(2, 3), st.recurrent(1, 4)
 	fill := func(v float32) {
 		for _, t := range []*compute.Tensor{a, c} {

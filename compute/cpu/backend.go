@@ -17,6 +17,8 @@ type Backend struct {
 	threads int
 	pool    *Pool
 
+	trace func(op string, dst, x, y *compute.Tensor) // SetTrace; nil: none
+
 	// RoPE scratch: the rotation of position ropePos under ropeOf (nil:
 	// none yet). The layers of a decode step share a position and mostly
 	// a Rope, so they reuse it.
@@ -177,6 +179,7 @@ func row(dst []float32, t *compute.Tensor, r int) {
 
 // Embed implements compute.Backend.
 func (b *Backend) Embed(dst, table, ids *compute.Tensor) {
+	b.note("Embed", dst, ids, nil)
 	d := f32(dst)
 	cols := table.Cols()
 	for i, id := range ids.Buf.([]int32) {
@@ -205,6 +208,7 @@ func (b *Backend) parallel(n int, fn func(lo, hi int)) {
 
 // MatMul implements compute.Backend.
 func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
+	b.note("MatMul", dst, x, w)
 	if b.stopped() {
 		return
 	}
@@ -240,10 +244,16 @@ func broadcast(dst, a, bt *compute.Tensor, op func(dst, a, b []float32)) {
 }
 
 // Add implements compute.Backend.
-func (b *Backend) Add(dst, x, y *compute.Tensor) { broadcast(dst, x, b.asF32(y), Add) }
+func (b *Backend) Add(dst, x, y *compute.Tensor) {
+	b.note("Add", dst, x, y)
+	broadcast(dst, x, b.asF32(y), Add)
+}
 
 // Mul implements compute.Backend.
-func (b *Backend) Mul(dst, x, y *compute.Tensor) { broadcast(dst, x, b.asF32(y), Mul) }
+func (b *Backend) Mul(dst, x, y *compute.Tensor) {
+	b.note("Mul", dst, x, y)
+	broadcast(dst, x, b.asF32(y), Mul)
+}
 
 // asF32 returns t as an F32 tensor, widening stored weights (small vectors
 // such as biases and norm weights).
@@ -261,6 +271,7 @@ func (b *Backend) asF32(t *compute.Tensor) *compute.Tensor {
 
 // Scale implements compute.Backend.
 func (b *Backend) Scale(dst, x *compute.Tensor, s float32) {
+	b.note("Scale", dst, x, nil)
 	d, xs := f32(dst), f32(x)
 	d = d[:len(xs)]
 	if len(d) > 0 && &d[0] != &xs[0] {
@@ -271,6 +282,7 @@ func (b *Backend) Scale(dst, x *compute.Tensor, s float32) {
 
 // RMSNorm implements compute.Backend.
 func (b *Backend) RMSNorm(dst, x, w *compute.Tensor, eps, offset float32) {
+	b.note("RMSNorm", dst, x, w)
 	d, xs := f32(dst), f32(x)
 	g := x.Cols()
 	var ws []float32
@@ -298,6 +310,7 @@ func (b *Backend) RMSNorm(dst, x, w *compute.Tensor, eps, offset float32) {
 
 // LayerNorm implements compute.Backend.
 func (b *Backend) LayerNorm(dst, x, w, bias *compute.Tensor, eps float32) {
+	b.note("LayerNorm", dst, x, w)
 	d, xs := f32(dst), f32(x)
 	ws := f32(b.asF32(w))
 	var bs []float32
@@ -346,6 +359,7 @@ func activate(x float32, act compute.Activation) float32 {
 
 // Activate implements compute.Backend.
 func (b *Backend) Activate(dst, x *compute.Tensor, act compute.Activation) {
+	b.note("Activate", dst, x, nil)
 	d, xs := f32(dst), f32(x)
 	for i, e := range xs {
 		d[i] = activate(e, act)
@@ -354,6 +368,7 @@ func (b *Backend) Activate(dst, x *compute.Tensor, act compute.Activation) {
 
 // GLU implements compute.Backend.
 func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
+	b.note("GLU", dst, gate, up)
 	if b.stopped() {
 		return
 	}
@@ -374,6 +389,7 @@ func (b *Backend) GLU(dst, gate, up *compute.Tensor, act compute.Activation) {
 
 // SoftCap implements compute.Backend.
 func (b *Backend) SoftCap(dst, x *compute.Tensor, c float32) {
+	b.note("SoftCap", dst, x, nil)
 	d, xs := f32(dst), f32(x)
 	for i, e := range xs {
 		d[i] = c * float32(math.Tanh(float64(e/c)))
@@ -382,6 +398,7 @@ func (b *Backend) SoftCap(dst, x *compute.Tensor, c float32) {
 
 // Columns implements compute.Backend.
 func (b *Backend) Columns(dst, x *compute.Tensor, from int) {
+	b.note("Columns", dst, x, nil)
 	d, xs := f32(dst), f32(x)
 	dc, xc := dst.Cols(), x.Cols()
 	for r := range x.Rows() {
@@ -391,6 +408,7 @@ func (b *Backend) Columns(dst, x *compute.Tensor, from int) {
 
 // RoPE implements compute.Backend.
 func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
+	b.note("RoPE", x, x, nil)
 	xs := f32(x)
 	ps := pos.Buf.([]int32)
 	cols := x.Cols()
@@ -579,6 +597,7 @@ func (j *attnJob) weights(valid []float32, h int) {
 
 // Attend implements compute.Backend.
 func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) {
+	b.note("Attend", dst, q, k)
 	if b.stopped() {
 		return
 	}
@@ -624,5 +643,21 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 		}
 		copy(j.cks[slot*kc:(slot+1)*kc], j.k[i*kc:(i+1)*kc])
 		copy(j.cvs[slot*kc:(slot+1)*kc], j.v[i*kc:(i+1)*kc])
+	}
+}
+
+// SetTrace has f called before every operation the backend runs, in the
+// order they are issued, with the operation's method name, its destination
+// and its first two tensor operands (nil where it has fewer; RoPE, which
+// rotates in place, passes its rows as both dst and x). It is an op log for
+// tests and debugging: the CUDA backend fuses operations by the order in
+// which a model issues them, and tests check that order on the CPU. nil
+// turns it off.
+func (b *Backend) SetTrace(f func(op string, dst, x, y *compute.Tensor)) { b.trace = f }
+
+// note reports an operation to the trace.
+func (b *Backend) note(op string, dst, x, y *compute.Tensor) {
+	if b.trace != nil {
+		b.trace(op, dst, x, y)
 	}
 }

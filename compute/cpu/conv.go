@@ -18,6 +18,7 @@ type convJob struct {
 // CausalConv implements compute.Convolver. Channels are split across the
 // pool; each piece walks its channels over all rows.
 func (b *Backend) CausalConv(dst, x, w, bias, state *compute.Tensor, silu bool) {
+	b.note("CausalConv", dst, x, w)
 	if b.stopped() {
 		return
 	}

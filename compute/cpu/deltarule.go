@@ -58,6 +58,7 @@ func (s *deltaScratch) grow(dk, dv int) {
 // the pool. A single row takes the recurrent step; longer inputs go through
 // the chunked (WY) form, deltaChunk rows at a time.
 func (b *Backend) DeltaRule(dst, qkv, a, bt, state *compute.Tensor, r *compute.DeltaRule) {
+	b.note("DeltaRule", dst, qkv, state)
 	if b.stopped() {
 		return
 	}

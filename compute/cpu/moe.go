@@ -69,6 +69,7 @@ func weightsOf(w *compute.Tensor) Weights {
 
 // Route implements compute.Experts.
 func (b *Backend) Route(ids, weights, logits, shared *compute.Tensor, r *compute.Routing) {
+	b.note("Route", ids, logits, shared)
 	if b.stopped() {
 		return
 	}
@@ -179,6 +180,7 @@ func picked(ids []int32, e int) bool {
 // call, through the same matrix kernels (and thread pool) as MatMul.
 // Experts no row picked are not touched.
 func (b *Backend) ApplyExperts(dst, x, ids, weights *compute.Tensor, f *compute.ExpertFFN) {
+	b.note("ApplyExperts", dst, x, ids)
 	if b.stopped() {
 		return
 	}

@@ -10,6 +10,7 @@ var _ compute.RowOps = (*Backend)(nil)
 
 // AxpyRows implements compute.RowOps.
 func (b *Backend) AxpyRows(dst, x, s *compute.Tensor, col int) {
+	b.note("AxpyRows", dst, x, s)
 	d, xs, ss := f32(dst), f32(x), f32(s)
 	c, k := x.Cols(), s.Cols()
 	for r := range x.Rows() {
@@ -19,6 +20,7 @@ func (b *Backend) AxpyRows(dst, x, s *compute.Tensor, col int) {
 
 // MatchRMS implements compute.RowOps.
 func (b *Backend) MatchRMS(dst, x, ref *compute.Tensor, floor float32) {
+	b.note("MatchRMS", dst, x, ref)
 	d, xs, rs := f32(dst), f32(x), f32(ref)
 	c, rc := x.Cols(), ref.Cols()
 	for r := range x.Rows() {
@@ -43,6 +45,7 @@ func meanSquare(v []float32) float64 {
 
 // GaussianTopK implements compute.RowOps.
 func (b *Backend) GaussianTopK(dst, x *compute.Tensor, k float32) {
+	b.note("GaussianTopK", dst, x, nil)
 	d, xs := f32(dst), f32(x)
 	c := x.Cols()
 	for r := range x.Rows() {

@@ -25,6 +25,7 @@ type ssmJob struct {
 
 // SSMScan implements compute.SSMScanner.
 func (b *Backend) SSMScan(y, x, dt, bm, cm, state *compute.Tensor, p *compute.SSM) {
+	b.note("SSMScan", y, x, state)
 	if b.stopped() {
 		return
 	}

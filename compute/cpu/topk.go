@@ -23,6 +23,7 @@ const topKBlock = 256
 
 // TopK implements compute.TokenPicker with a bounded selection per row.
 func (b *Backend) TopK(dst, x *compute.Tensor, k int) {
+	b.note("TopK", dst, x, nil)
 	rows, n := x.Rows(), x.Cols()
 	if k < 1 || k > compute.MaxTopK || k > n || dst.Len() < rows*2*k || x.DType != compute.F32 {
 		panic(fmt.Sprintf("cpu: TopK %d of %v into %v", k, x.Shape, dst.Shape))
