@@ -94,6 +94,7 @@ var decodeFusion = map[string]struct{ launches, folded int }{
 	"llama3-rope":          {17, 31},
 	"mamba2":               {35, 10},
 	"mistral":              {22, 41},
+	"olmo_hybrid":          {40, 31},
 	"phi3":                 {35, 19},
 	"qwen2":                {22, 53},
 	"qwen2-yarn":           {17, 40},

@@ -48,8 +48,8 @@ func init() {
 // norm (the fused kernel's default the checkpoints were trained with).
 const olmoGatedNormEps = 1e-5
 
-// olmoHybrid runs the stack. The layers, state and scratch are those of
-// the Qwen3-Next hybrid (hybridLayer, hybridState, hybridScratch): inNorm
+// olmoHybrid runs the stack. The layers and state are those of the
+// Qwen3-Next hybrid (hybridLayer, hybridState): inNorm
 // is attention_layer_norm (linear layers only), postNorm
 // feedforward_layer_norm, and attention layers have no output gate. The
 // embedded hybrid's eps is the gated norm's, which deltaNet.forward uses.
@@ -64,49 +64,30 @@ func (m *olmoHybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*hybridState)
 	b := m.b
 	n := ids.Len()
-	s := st.scratchFor(n)
-	if s == nil {
-		s = st.keepScratch(n, m.newScratch(n))
-	}
-	x := s.x
+	ar := st.arenaFor(n)
+	hid := m.cfg.HiddenSize
+	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
 	b.Embed(x, m.embed, ids)
 	for i := range m.layers {
 		l := &m.layers[i]
 		if l.linear != nil {
-			b.RMSNorm(s.h, x, l.inNorm, m.eps, 0)
-			l.linear.forward(m.hybrid, s, s.h, st.conv[i], st.delta[i])
-			b.Add(x, x, s.o)
-			b.RMSNorm(s.h, x, l.postNorm, m.eps, 0)
-			m.feedForward(l.mlp, s, s.h)
-			b.Add(x, x, s.o)
+			b.RMSNorm(h, x, l.inNorm, m.eps, 0)
+			l.linear.forward(m.hybrid, ar, o, h, st.conv[i], st.delta[i])
+			b.Add(x, x, o)
+			b.RMSNorm(h, x, l.postNorm, m.eps, 0)
+			l.mlp.forward(b, ar, o, h)
+			b.Add(x, x, o)
 			continue
 		}
-		m.attend(l.attn, st.caches[i], s, x, pos)
-		b.RMSNorm(s.h, s.o, l.postNorm, m.eps, 0)
-		b.Add(x, x, s.h)
-		m.feedForward(l.mlp, s, x)
-		b.RMSNorm(s.h, s.o, m.postFFNorm[i], m.eps, 0)
-		b.Add(x, x, s.h)
+		l.attn.forward(b, st.kvState, ar, o, x, pos, true)
+		b.RMSNorm(h, o, l.postNorm, m.eps, 0)
+		b.Add(x, x, h)
+		l.mlp.forward(b, ar, o, x)
+		b.RMSNorm(h, o, m.postFFNorm[i], m.eps, 0)
+		b.Add(x, x, h)
 	}
 	st.advance(n)
-	outputLogits(b, logits, x, s.h, s.last, m.norm, m.output, m.eps, 0)
-}
-
-// attend runs an attention layer on x into s.o: q and k normalised over
-// the whole projection, then rotated (unless the model has no rope).
-func (m *olmoHybrid) attend(a *gatedAttention, cache *compute.KVCache, s *hybridScratch, x, pos *compute.Tensor) {
-	b := m.b
-	b.MatMul(s.q, x, a.q)
-	b.MatMul(s.k, x, a.k)
-	b.MatMul(s.v, x, a.v)
-	b.RMSNorm(s.q, s.q, a.qNorm, m.eps, 0)
-	b.RMSNorm(s.k, s.k, a.kNorm, m.eps, 0)
-	if a.rope != nil {
-		b.RoPE(s.q, pos, a.attn.Heads, a.rope)
-		b.RoPE(s.k, pos, a.attn.KVHeads, a.rope)
-	}
-	b.Attend(s.a, s.q, s.k, s.v, cache, pos, &a.attn)
-	b.MatMul(s.o, s.a, a.o)
+	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
 }
 
 // olmoHybridRope reports whether the config asks for rope: not when
@@ -160,10 +141,8 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	m.postFFNorm = make([]*compute.Tensor, cfg.NumHiddenLayers)
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		ly := hybridLayer{
-			postNorm: l.vector(p+"feedforward_layer_norm.weight", hid),
-			mlp:      loadMLP(l, p+"mlp.", hid, cfg.IntermediateSize),
-		}
+		f := loadMLP(l, p+"mlp.", "gate_proj", "up_proj", "down_proj", hid, cfg.IntermediateSize, act)
+		ly := hybridLayer{postNorm: l.vector(p+"feedforward_layer_norm.weight", hid), mlp: &f}
 		switch t := cfg.LayerType(i); t {
 		case "linear_attention":
 			ly.inNorm = l.vector(p+"attention_layer_norm.weight", hid)
@@ -175,17 +154,13 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 					return nil, err
 				}
 			}
-			a := "self_attn."
-			ly.attn = &gatedAttention{
-				q:     l.weight(p+a+"q_proj.weight", nh*hd, hid),
-				k:     l.weight(p+a+"k_proj.weight", nkv*hd, hid),
-				v:     l.weight(p+a+"v_proj.weight", nkv*hd, hid),
-				o:     l.weight(p+a+"o_proj.weight", hid, nh*hd),
-				qNorm: l.vector(p+a+"q_norm.weight", nh*hd),
-				kNorm: l.vector(p+a+"k_norm.weight", nkv*hd),
-				attn:  compute.Attention{Heads: nh, KVHeads: nkv, HeadDim: hd, Scale: invSqrt(hd)},
-				rope:  rope,
-			}
+			// q and k normalised over the whole projection, then rotated
+			// (unless the model has no rope).
+			a := newAttention(i, nh, nkv, hd, m.eps, rope)
+			a.load(l, p+"self_attn.", hid, attnNames{o: "o_proj"})
+			a.qNorm = l.vector(p+"self_attn.q_norm.weight", nh*hd)
+			a.kNorm = l.vector(p+"self_attn.k_norm.weight", nkv*hd)
+			ly.attn = &a
 			m.postFFNorm[i] = l.vector(p+"post_feedforward_layernorm.weight", hid)
 		default:
 			return nil, fmt.Errorf("%s: layer %d has layer type %q; want linear_attention or full_attention", cfg.ModelType, i, t)
