@@ -348,41 +348,13 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// familyDefaults are values that transformers' config classes supply when a
-// key is absent, for families whose published configs rely on them (the
-// text_config of Gemma 3 omits most of its keys).
-var familyDefaults = map[string]map[string]string{
-	"gemma":        {"tie_word_embeddings": "true"},
-	"gemma2":       {"tie_word_embeddings": "true"},
-	"gemma3n_text": {"tie_word_embeddings": "true"},
-	"gemma4_text":  {"tie_word_embeddings": "true"},
-	"gpt_oss":      {"swiglu_limit": "7.0"},
-	"falcon_h1":    {"mamba_rms_norm": "false", "mamba_norm_before_gate": "true"},
-	"gemma3_text": {
-		"vocab_size":              "262208",
-		"hidden_size":             "2304",
-		"intermediate_size":       "9216",
-		"num_hidden_layers":       "26",
-		"num_attention_heads":     "8",
-		"num_key_value_heads":     "4",
-		"head_dim":                "256",
-		"hidden_activation":       `"gelu_pytorch_tanh"`,
-		"max_position_embeddings": "131072",
-		"rms_norm_eps":            "1e-06",
-		"rope_theta":              "1000000.0",
-		"rope_local_base_freq":    "10000.0",
-		"query_pre_attn_scalar":   "256",
-		"sliding_window":          "4096",
-		"sliding_window_pattern":  "6",
-		"tie_word_embeddings":     "true",
-		"pad_token_id":            "0",
-		"eos_token_id":            "1",
-		"bos_token_id":            "2",
-	},
-}
-
+// applyDefaults adds the family's Defaults for the keys raw lacks.
 func applyDefaults(raw map[string]json.RawMessage, modelType string) {
-	for k, v := range familyDefaults[modelType] {
+	a, ok := archByType[modelType]
+	if !ok {
+		return
+	}
+	for k, v := range a.Defaults {
 		if _, ok := raw[k]; ok {
 			continue
 		}

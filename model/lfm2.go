@@ -24,7 +24,9 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"lfm2"}, Load: loadLFM2, GGUF: "lfm2",
 		Tensors: &TensorLayout{act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
-		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}}})
+		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}},
+		Meta: ggufMeta{kvZero: true, ffSize: (*Config).FeedForwardSize, otherLayers: []string{"conv"},
+			read: ggufLFM2Config, write: lfm2ToGGUF}})
 }
 
 type lfm2 struct {
@@ -236,9 +238,10 @@ func lfm2Rules(c *Config) map[string]ggufRule {
 	return map[string]ggufRule{"conv.conv.weight": conv}
 }
 
-// ggufLFM2Config marks the convolution layers and reads their width.
-func ggufLFM2Config(c *Config, k *ggufKeys, kvHeads []int) error {
-	for i, n := range kvHeads {
+// ggufLFM2Config marks the convolution layers (those without key/value
+// heads) and reads their width.
+func ggufLFM2Config(k *ggufKeys, c *Config, g *GGUF) error {
+	for i, n := range g.kvPerLayer {
 		if n == 0 {
 			c.LayerTypes[i] = "conv"
 		}
@@ -248,4 +251,10 @@ func ggufLFM2Config(c *Config, k *ggufKeys, kvHeads []int) error {
 		return fmt.Errorf("missing key %s.shortconv.l_cache", k.arch)
 	}
 	return k.err
+}
+
+// lfm2ToGGUF writes the width of the convolutions.
+func lfm2ToGGUF(l *GGUFLayout, w *ggufWriter) error {
+	w.u32("conv_L_cache", l.cfg.ConvKernel)
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"lem/compute"
-	"lem/gguf"
 )
 
 // Mamba2: a stack of selective state-space mixers with pre-norm residual
@@ -30,7 +29,14 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"mamba2"}, Load: loadMamba2, GGUF: "mamba2",
 		Tensors: &TensorLayout{act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
-			rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }}})
+			rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
+		Keys: []ConfigKey{
+			{mamba2SSMKeys.conv, "ssm.conv_kernel"},
+			{mamba2SSMKeys.state, "ssm.state_size"},
+			{mamba2SSMKeys.heads, "ssm.time_step_rank"},
+			{mamba2SSMKeys.groups, "ssm.group_count"},
+		},
+		Meta: ggufMeta{readAll: true, writeAll: true, read: ggufMamba2Config, write: mamba2Metadata}})
 }
 
 // ssmMixer is one Mamba2 mixer.
@@ -364,41 +370,43 @@ var (
 	}
 )
 
-// ggufMamba2Config builds the Config of a mamba2 file.
-func ggufMamba2Config(f *gguf.File, k *ggufKeys, c *Config, g *GGUF) (*Config, error) {
+// mamba2SSMKeys are Mamba2's names of the SSM keys; its config has no
+// key for the inner size (expand × hidden_size), which is stored as it is.
+var mamba2SSMKeys = ssmKeys{conv: "conv_kernel", inner: "ssm.inner_size", state: "state_size", heads: "num_heads", groups: "n_groups"}
+
+// ggufMamba2Config reads the keys of a mamba2 file, which has no
+// attention.
+func ggufMamba2Config(k *ggufKeys, c *Config, _ *GGUF) error {
 	c.NumHiddenLayers = k.need("num_hidden_layers")
 	c.HiddenSize = k.need("hidden_size")
 	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
 	c.RMSNormEps = 1e-5
 	k.eps("rms_norm_eps", &c.RMSNormEps)
-	if err := ggufSSMConfig(c, k); err != nil {
-		return nil, err
+	if err := ggufSSMConfig(c, k, mamba2SSMKeys); err != nil {
+		return err
 	}
 	if k.err != nil {
-		return nil, k.err
+		return k.err
 	}
 	if c.NumHiddenLayers > MaxLayers {
-		return nil, fmt.Errorf("key %s.block_count: %d layers is more than the %d supported", k.arch, c.NumHiddenLayers, MaxLayers)
+		return fmt.Errorf("key %s.block_count: %d layers is more than the %d supported", k.arch, c.NumHiddenLayers, MaxLayers)
 	}
-	if err := ggufVocab(f, c, g); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // mamba2Metadata writes the keys of a mamba2 file.
-func (l *GGUFLayout) mamba2Metadata(u32 func(string, int), f32 func(string, float64)) error {
+func mamba2Metadata(l *GGUFLayout, w *ggufWriter) error {
 	c := l.cfg
 	if !c.SSM.RMSNorm || c.SSM.NormBeforeGate {
 		return fmt.Errorf("%s: llama.cpp's mamba2 normalises the gated output (mamba_rms_norm true, norm_before_gate false)", c.ModelType)
 	}
 	// The converter's context length: mamba2 has no position limit.
-	u32("max_position_embeddings", 1<<20)
-	u32("hidden_size", c.HiddenSize)
-	u32("intermediate_size", 0)
-	u32("num_attention_heads", 0)
-	u32("num_hidden_layers", c.NumHiddenLayers)
-	f32("rms_norm_eps", c.NormEps())
-	u32("vocab_size", c.VocabSize)
-	return l.ssmMetadata(u32)
+	w.u32("max_position_embeddings", 1<<20)
+	w.u32("hidden_size", c.HiddenSize)
+	w.u32("intermediate_size", 0)
+	w.u32("num_attention_heads", 0)
+	w.u32("num_hidden_layers", c.NumHiddenLayers)
+	w.f32("rms_norm_eps", c.NormEps())
+	w.u32("vocab_size", c.VocabSize)
+	return l.ssmMetadata(w, mamba2SSMKeys)
 }
