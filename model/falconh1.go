@@ -320,3 +320,40 @@ func falconH1Metadata(l *GGUFLayout, w *ggufWriter) error {
 	}
 	return l.ssmMetadata(w, falconH1SSMKeys)
 }
+
+// readFalconH1 reads Falcon-H1's µP multipliers (Config's fields, kept
+// there so that composite literals can set them), each 1 when absent.
+func readFalconH1(p *Config, f *fields) {
+	for _, m := range []struct {
+		key string
+		dst *float64
+	}{
+		{"attention_in_multiplier", &p.AttentionInMultiplier},
+		{"attention_out_multiplier", &p.AttentionOutMultiplier},
+		{"ssm_in_multiplier", &p.SSMInMultiplier},
+		{"ssm_out_multiplier", &p.SSMOutMultiplier},
+		{"key_multiplier", &p.KeyMultiplier},
+		{"lm_head_multiplier", &p.LMHeadMultiplier},
+	} {
+		*m.dst = 1
+		f.float(m.key, m.dst)
+	}
+	p.MLPMultipliers = [2]float64{1, 1}
+	p.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
+	for _, m := range []struct {
+		key string
+		dst []float64
+	}{
+		{"mlp_multipliers", p.MLPMultipliers[:]},
+		{"ssm_multipliers", p.SSMMultipliers[:]},
+	} {
+		var v []float64
+		if f.floats(m.key, &v) {
+			if len(v) != len(m.dst) {
+				f.fail(m.key, fmt.Sprintf("a list of %d numbers", len(m.dst)), f.raw[m.key])
+				continue
+			}
+			copy(m.dst, v)
+		}
+	}
+}

@@ -19,9 +19,10 @@ import (
 // (local rope base) with global layers (global rope base).
 func init() {
 	Register(Arch{ModelTypes: []string{"gemma2"}, Load: loadGemma, GGUF: "gemma2",
-		Tensors:  &TensorLayout{act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2},
-		Meta:     ggufMeta{eps: 1e-6, windowed: true, read: gemmaFromGGUF, write: gemmaToGGUF},
-		Defaults: map[string]string{"tie_word_embeddings": "true"}})
+		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 2},
+		Meta:    ggufMeta{eps: 1e-6, windowed: true, read: gemmaFromGGUF, write: gemmaToGGUF},
+		// Gemma 2 alternates, starting with a sliding layer.
+		Defaults: map[string]string{"tie_word_embeddings": "true", "sliding_window_pattern": "2"}})
 	Register(Arch{ModelTypes: []string{"gemma3_text"}, Load: loadGemma, GGUF: "gemma3",
 		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", normShift: 1, layer: gemmaLayer, swaPeriod: 6},
 		Meta: ggufMeta{eps: 1e-6, windowed: true, read: gemmaFromGGUF, write: gemmaToGGUF,

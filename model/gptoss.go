@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -182,6 +183,24 @@ func gptOssToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	w.u32("expert_feed_forward_length", c.IntermediateSize)
 	if c.SwiGLULimit != 7 {
 		return fmt.Errorf("%s: swiglu_limit %g: llama.cpp's gpt-oss clamps at 7", c.ModelType, c.SwiGLULimit)
+	}
+	return nil
+}
+
+// GptOssParams are gpt-oss's own parameters.
+type GptOssParams struct {
+	// SwiGLULimit clamps the gate and up projections of the experts
+	// (swiglu_limit; 7 when absent from a gpt_oss config).
+	SwiGLULimit float64
+}
+
+func (p *GptOssParams) read(f *fields) {
+	f.float("swiglu_limit", &p.SwiGLULimit)
+}
+
+func (p *GptOssParams) check(prefix string) error {
+	if p.SwiGLULimit < 0 || math.IsInf(p.SwiGLULimit, 0) {
+		return fmt.Errorf("key %q: %g is not a non-negative number", prefix+"swiglu_limit", p.SwiGLULimit)
 	}
 	return nil
 }

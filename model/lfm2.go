@@ -258,3 +258,36 @@ func lfm2ToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	w.u32("conv_L_cache", l.cfg.ConvKernel)
 	return nil
 }
+
+// LFM2Params size LFM2's feed-forward layers from intermediate_size: with
+// block_auto_adjust_ff_dim, two thirds of it, times
+// block_ffn_dim_multiplier (0 when absent: no multiplier), rounded up to a
+// multiple of block_multiple_of. Use Config.FeedForwardSize.
+type LFM2Params struct {
+	FFAutoAdjust    bool
+	FFDimMultiplier float64
+	FFMultipleOf    int
+}
+
+func (p *LFM2Params) read(f *fields) {
+	f.boolean("block_auto_adjust_ff_dim", &p.FFAutoAdjust)
+	f.float("block_ffn_dim_multiplier", &p.FFDimMultiplier)
+	f.size("block_multiple_of", &p.FFMultipleOf)
+}
+
+// FeedForwardSize returns the width of LFM2's feed-forward layers (see
+// LFM2Params); intermediate_size for other families.
+func (c *Config) FeedForwardSize() int {
+	ff := c.IntermediateSize
+	if !c.FFAutoAdjust {
+		return ff
+	}
+	ff = 2 * ff / 3
+	if c.FFDimMultiplier != 0 {
+		ff = int(c.FFDimMultiplier * float64(ff))
+		if m := c.FFMultipleOf; m > 0 {
+			ff = m * ((ff + m - 1) / m)
+		}
+	}
+	return ff
+}

@@ -198,3 +198,22 @@ func graniteToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	}
 	return nil
 }
+
+// GraniteParams are Granite's multipliers (Falcon-H1 shares
+// EmbeddingMultiplier). EmbeddingMultiplier, ResidualMultiplier and
+// LogitsScaling are 1 when absent; AttentionMultiplier is 0 when absent
+// (scale by 1/sqrt(head_dim)).
+type GraniteParams struct {
+	EmbeddingMultiplier float64
+	ResidualMultiplier  float64
+	AttentionMultiplier float64
+	LogitsScaling       float64
+}
+
+func (p *GraniteParams) read(f *fields) {
+	p.EmbeddingMultiplier, p.ResidualMultiplier, p.LogitsScaling = 1, 1, 1
+	f.float("embedding_multiplier", &p.EmbeddingMultiplier)
+	f.float("residual_multiplier", &p.ResidualMultiplier)
+	f.float("attention_multiplier", &p.AttentionMultiplier)
+	f.float("logits_scaling", &p.LogitsScaling)
+}

@@ -410,3 +410,70 @@ func mamba2Metadata(l *GGUFLayout, w *ggufWriter) error {
 	w.u32("vocab_size", c.VocabSize)
 	return l.ssmMetadata(w, mamba2SSMKeys)
 }
+
+// SSMParams describe the selective state-space (Mamba2) layers of a
+// model. Falcon-H1 spells their keys with a mamba_ prefix (mamba_n_heads,
+// mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_ssm, mamba_expand,
+// mamba_chunk_size); a Mamba2 config, which has none of those, uses the
+// plain keys (num_heads, head_dim, state_size or ssm_state_size, n_groups,
+// expand, chunk_size).
+type SSMParams struct {
+	Heads, HeadDim, StateSize int
+	Groups                    int // groups sharing B and C; 1 when absent
+	// Inner is the number of channels the scan runs on: mamba_d_ssm, or
+	// else expand × hidden_size.
+	Inner     int
+	ChunkSize int // block length of the reference's chunked scan
+	// TimeStepMin and TimeStepMax clamp the time step after its softplus
+	// (time_step_limit, whose bounds may be written {"__float__":
+	// "Infinity"}); 0 and +Inf when absent.
+	TimeStepMin, TimeStepMax float64
+	// RMSNorm applies the gated RMSNorm to the scan's output
+	// (mamba_rms_norm; true when absent, except for Falcon-H1, whose
+	// default is false); NormBeforeGate normalises before multiplying by
+	// silu(z) rather than after (mamba_norm_before_gate; false when
+	// absent, except for Falcon-H1).
+	RMSNorm, NormBeforeGate bool
+}
+
+// read reads the state-space keys, in Falcon-H1's spelling or Mamba2's.
+func (s *SSMParams) read(f *fields, hidden int) {
+	// Falcon-H1's keys carry a mamba_ prefix; plain Mamba2's do not.
+	if f.has("mamba_d_state") || f.has("mamba_n_heads") {
+		f.size("mamba_n_heads", &s.Heads)
+		f.size("mamba_d_head", &s.HeadDim)
+		f.size("mamba_d_state", &s.StateSize)
+		f.size("mamba_n_groups", &s.Groups)
+		f.size("mamba_chunk_size", &s.ChunkSize)
+		if !f.size("mamba_d_ssm", &s.Inner) {
+			var expand float64
+			if f.float("mamba_expand", &expand) {
+				s.Inner = int(expand * float64(hidden))
+			}
+		}
+	} else if f.has("state_size") || f.has("ssm_state_size") {
+		f.size("num_heads", &s.Heads)
+		f.size("head_dim", &s.HeadDim)
+		_ = f.size("state_size", &s.StateSize) || f.size("ssm_state_size", &s.StateSize)
+		f.size("n_groups", &s.Groups)
+		f.size("chunk_size", &s.ChunkSize)
+		var expand float64
+		if f.float("expand", &expand) {
+			s.Inner = int(expand * float64(hidden))
+		}
+	}
+	if s.Groups == 0 {
+		s.Groups = 1
+	}
+	s.TimeStepMin, s.TimeStepMax = 0, math.Inf(1)
+	if lim, ok := f.extFloats("time_step_limit"); ok {
+		if len(lim) != 2 || !(lim[0] <= lim[1]) {
+			f.fail("time_step_limit", "a [min, max] pair", f.raw["time_step_limit"])
+		} else {
+			s.TimeStepMin, s.TimeStepMax = lim[0], lim[1]
+		}
+	}
+	s.RMSNorm = true
+	f.boolean("mamba_rms_norm", &s.RMSNorm)
+	f.boolean("mamba_norm_before_gate", &s.NormBeforeGate)
+}

@@ -710,3 +710,38 @@ var linearKeys = []ConfigKey{
 	{"moe_intermediate_size", "expert_feed_forward_length"},
 	{"shared_expert_intermediate_size", "expert_shared_feed_forward_length"},
 }
+
+// LinearParams describe the gated delta-rule linear attention of
+// Qwen3-Next and Qwen3.5: the layers that layer_types marks
+// "linear_attention". LinearNumValueHeads is a multiple of
+// LinearNumKeyHeads.
+type LinearParams struct {
+	LinearNumKeyHeads     int // linear_num_key_heads
+	LinearNumValueHeads   int // linear_num_value_heads
+	LinearKeyHeadDim      int // linear_key_head_dim
+	LinearValueHeadDim    int // linear_value_head_dim
+	LinearConvKernelDim   int // linear_conv_kernel_dim: width of the short causal convolution
+	FullAttentionInterval int // full_attention_interval: every n-th layer attends (when layer_types is absent)
+	// LinearTiledHeads says the value heads of the linear-attention
+	// weights are in tiled order (value head h reads key head h mod
+	// LinearNumKeyHeads) rather than grouped by key head as the Hugging
+	// Face checkpoints store them: llama.cpp's qwen35 and qwen35moe files
+	// reorder them so. Set by the GGUF reader; no config.json key.
+	LinearTiledHeads bool
+}
+
+func (p *LinearParams) read(f *fields) {
+	f.size("linear_num_key_heads", &p.LinearNumKeyHeads)
+	f.size("linear_num_value_heads", &p.LinearNumValueHeads)
+	f.size("linear_key_head_dim", &p.LinearKeyHeadDim)
+	f.size("linear_value_head_dim", &p.LinearValueHeadDim)
+	f.size("linear_conv_kernel_dim", &p.LinearConvKernelDim)
+	f.size("full_attention_interval", &p.FullAttentionInterval)
+}
+
+func (p *LinearParams) check(prefix string) error {
+	if k, v := p.LinearNumKeyHeads, p.LinearNumValueHeads; k > 0 && v%k != 0 {
+		return fmt.Errorf("key %q: %d linear value heads are not a multiple of %d key heads", prefix+"linear_num_value_heads", v, k)
+	}
+	return nil
+}
