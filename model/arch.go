@@ -27,6 +27,16 @@ type Arch struct {
 	// GGUF metadata (the keys most families share are in sharedKeys).
 	// Families written under one architecture share its keys.
 	Keys []ConfigKey
+	// Meta says how the family's config is stored as GGUF metadata beyond
+	// the shared keys (the variations of the shared keys, and the hooks
+	// that read and write the family's own). Families written under another
+	// family's architecture use that family's.
+	Meta ggufMeta
+	// Defaults are config.json values, as JSON, that transformers' config
+	// class supplies when a key is absent, for families whose published
+	// configs rely on them (the text_config of Gemma 3 omits most of its
+	// keys).
+	Defaults map[string]string
 }
 
 var (

@@ -100,14 +100,6 @@ type Config struct {
 	AttnLogitSoftcapping  float64 // 0: no cap
 	QueryPreAttnScalar    float64 // 0: absent (scale queries by 1/sqrt(head_dim))
 
-	// Granite multipliers. EmbeddingMultiplier, ResidualMultiplier and
-	// LogitsScaling are 1 when absent; AttentionMultiplier is 0 when absent
-	// (scale by 1/sqrt(head_dim)).
-	EmbeddingMultiplier float64
-	ResidualMultiplier  float64
-	AttentionMultiplier float64
-	LogitsScaling       float64
-
 	PartialRotaryFactor float64 // top-level partial_rotary_factor (or rotary_pct); 1 when absent
 	// NoRopeLayers is SmolLM 3's and Llama 4's no_rope_layers: one entry
 	// per layer, nonzero where the layer DOES apply rope. Derived from
@@ -125,50 +117,30 @@ type Config struct {
 	// (Qwen MoE): use SparseLayer.
 	DecoderSparseStep int
 	MLPOnlyLayers     []int
-	// SwiGLULimit clamps the gate and up projections of gpt-oss's experts
-	// (swiglu_limit; 7 when absent from a gpt_oss config).
-	SwiGLULimit float64
 
+	// Parameters of one family, defined in the family's file. Every
+	// config reads them; absent, they have no effect.
+	GraniteParams
+	GptOssParams
+	LFM2Params
+	LinearParams
 	// State-space layers: Mamba2, and the SSM half of Falcon-H1 layers.
 	SSM SSMParams
-	// ConvKernel is the width of short causal convolutions: conv_kernel
-	// or mamba_d_conv (the convolution before a scan), or conv_L_cache
-	// (LFM2's convolution layers); 0 when absent.
-	ConvKernel int
-
-	// LFM2 sizes its feed-forward layers from intermediate_size: with
-	// block_auto_adjust_ff_dim, two thirds of it, times
-	// block_ffn_dim_multiplier (0 when absent: no multiplier), rounded up
-	// to a multiple of block_multiple_of. Use FeedForwardSize.
-	FFAutoAdjust    bool
-	FFDimMultiplier float64
-	FFMultipleOf    int
-
 	// Falcon-H1 µP multipliers, each 1 when absent: on the attention
 	// input and output, the SSM input and output, the keys and the
 	// logits; MLPMultipliers on the gate projection and the MLP output;
 	// SSMMultipliers on the z, x, B, C and dt parts of the SSM input
-	// projection (mlp_multipliers, ssm_multipliers).
+	// projection (mlp_multipliers, ssm_multipliers). Read in falconh1.go.
 	AttentionInMultiplier, AttentionOutMultiplier float64
 	SSMInMultiplier, SSMOutMultiplier             float64
 	KeyMultiplier, LMHeadMultiplier               float64
 	MLPMultipliers                                [2]float64
 	SSMMultipliers                                [5]float64
-	// Gated delta-rule linear attention (Qwen3-Next, Qwen3.5): the layers
-	// that layer_types marks "linear_attention". LinearNumValueHeads is a
-	// multiple of LinearNumKeyHeads.
-	LinearNumKeyHeads     int // linear_num_key_heads
-	LinearNumValueHeads   int // linear_num_value_heads
-	LinearKeyHeadDim      int // linear_key_head_dim
-	LinearValueHeadDim    int // linear_value_head_dim
-	LinearConvKernelDim   int // linear_conv_kernel_dim: width of the short causal convolution
-	FullAttentionInterval int // full_attention_interval: every n-th layer attends (when layer_types is absent)
-	// LinearTiledHeads says the value heads of the linear-attention
-	// weights are in tiled order (value head h reads key head h mod
-	// LinearNumKeyHeads) rather than grouped by key head as the Hugging
-	// Face checkpoints store them: llama.cpp's qwen35 and qwen35moe files
-	// reorder them so. Set by the GGUF reader; no config.json key.
-	LinearTiledHeads bool
+
+	// ConvKernel is the width of short causal convolutions: conv_kernel
+	// or mamba_d_conv (the convolution before a scan), or conv_L_cache
+	// (LFM2's convolution layers); 0 when absent.
+	ConvKernel int
 
 	// RopeParams holds the rotary embedding parameters shared by all layers;
 	// RopeByLayerType those keyed by layer type when the config gives them
@@ -216,31 +188,6 @@ type RopeParams struct {
 	// split. GGUF files of the llama family need it: llama.cpp's converter
 	// permutes their Q and K rows so that rope pairs are adjacent.
 	Interleaved bool
-}
-
-// SSMParams describe the selective state-space (Mamba2) layers of a
-// model. Falcon-H1 spells their keys with a mamba_ prefix (mamba_n_heads,
-// mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_ssm, mamba_expand,
-// mamba_chunk_size); a Mamba2 config, which has none of those, uses the
-// plain keys (num_heads, head_dim, state_size or ssm_state_size, n_groups,
-// expand, chunk_size).
-type SSMParams struct {
-	Heads, HeadDim, StateSize int
-	Groups                    int // groups sharing B and C; 1 when absent
-	// Inner is the number of channels the scan runs on: mamba_d_ssm, or
-	// else expand × hidden_size.
-	Inner     int
-	ChunkSize int // block length of the reference's chunked scan
-	// TimeStepMin and TimeStepMax clamp the time step after its softplus
-	// (time_step_limit, whose bounds may be written {"__float__":
-	// "Infinity"}); 0 and +Inf when absent.
-	TimeStepMin, TimeStepMax float64
-	// RMSNorm applies the gated RMSNorm to the scan's output
-	// (mamba_rms_norm; true when absent, except for Falcon-H1, whose
-	// default is false); NormBeforeGate normalises before multiplying by
-	// silu(z) rather than after (mamba_norm_before_gate; false when
-	// absent, except for Falcon-H1).
-	RMSNorm, NormBeforeGate bool
 }
 
 // QuantParams are the parameters of grouped integer quantization.
@@ -348,41 +295,13 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// familyDefaults are values that transformers' config classes supply when a
-// key is absent, for families whose published configs rely on them (the
-// text_config of Gemma 3 omits most of its keys).
-var familyDefaults = map[string]map[string]string{
-	"gemma":        {"tie_word_embeddings": "true"},
-	"gemma2":       {"tie_word_embeddings": "true"},
-	"gemma3n_text": {"tie_word_embeddings": "true"},
-	"gemma4_text":  {"tie_word_embeddings": "true"},
-	"gpt_oss":      {"swiglu_limit": "7.0"},
-	"falcon_h1":    {"mamba_rms_norm": "false", "mamba_norm_before_gate": "true"},
-	"gemma3_text": {
-		"vocab_size":              "262208",
-		"hidden_size":             "2304",
-		"intermediate_size":       "9216",
-		"num_hidden_layers":       "26",
-		"num_attention_heads":     "8",
-		"num_key_value_heads":     "4",
-		"head_dim":                "256",
-		"hidden_activation":       `"gelu_pytorch_tanh"`,
-		"max_position_embeddings": "131072",
-		"rms_norm_eps":            "1e-06",
-		"rope_theta":              "1000000.0",
-		"rope_local_base_freq":    "10000.0",
-		"query_pre_attn_scalar":   "256",
-		"sliding_window":          "4096",
-		"sliding_window_pattern":  "6",
-		"tie_word_embeddings":     "true",
-		"pad_token_id":            "0",
-		"eos_token_id":            "1",
-		"bos_token_id":            "2",
-	},
-}
-
+// applyDefaults adds the family's Defaults for the keys raw lacks.
 func applyDefaults(raw map[string]json.RawMessage, modelType string) {
-	for k, v := range familyDefaults[modelType] {
+	a, ok := archByType[modelType]
+	if !ok {
+		return
+	}
+	for k, v := range a.Defaults {
 		if _, ok := raw[k]; ok {
 			continue
 		}
@@ -448,11 +367,6 @@ func (c *Config) read(f *fields) error {
 	f.float("final_logit_softcapping", &c.FinalLogitSoftcapping)
 	f.float("attn_logit_softcapping", &c.AttnLogitSoftcapping)
 	f.float("query_pre_attn_scalar", &c.QueryPreAttnScalar)
-	c.EmbeddingMultiplier, c.ResidualMultiplier, c.LogitsScaling = 1, 1, 1
-	f.float("embedding_multiplier", &c.EmbeddingMultiplier)
-	f.float("residual_multiplier", &c.ResidualMultiplier)
-	f.float("attention_multiplier", &c.AttentionMultiplier)
-	f.float("logits_scaling", &c.LogitsScaling)
 	c.PartialRotaryFactor = 1
 	_ = f.float("partial_rotary_factor", &c.PartialRotaryFactor) || f.float("rotary_pct", &c.PartialRotaryFactor)
 	f.ints("no_rope_layers", &c.NoRopeLayers)
@@ -465,14 +379,13 @@ func (c *Config) read(f *fields) error {
 	f.boolean("norm_topk_prob", &c.NormTopKProb)
 	f.size("decoder_sparse_step", &c.DecoderSparseStep)
 	f.ints("mlp_only_layers", &c.MLPOnlyLayers)
-	f.size("linear_num_key_heads", &c.LinearNumKeyHeads)
-	f.size("linear_num_value_heads", &c.LinearNumValueHeads)
-	f.size("linear_key_head_dim", &c.LinearKeyHeadDim)
-	f.size("linear_value_head_dim", &c.LinearValueHeadDim)
-	f.size("linear_conv_kernel_dim", &c.LinearConvKernelDim)
-	f.size("full_attention_interval", &c.FullAttentionInterval)
-	f.float("swiglu_limit", &c.SwiGLULimit)
-	c.readSSM(f)
+	_ = f.size("conv_kernel", &c.ConvKernel) || f.size("mamba_d_conv", &c.ConvKernel) || f.size("conv_L_cache", &c.ConvKernel)
+	c.GraniteParams.read(f)
+	c.GptOssParams.read(f)
+	readFalconH1(c, f)
+	c.LFM2Params.read(f)
+	c.LinearParams.read(f)
+	c.SSM.read(f, c.HiddenSize)
 	if f.err != nil {
 		return f.err
 	}
@@ -498,8 +411,8 @@ func (c *Config) read(f *fields) error {
 	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("key %q: %d attention heads are not a multiple of %d key/value heads", f.prefix+"num_key_value_heads", c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
-	if k, v := c.LinearNumKeyHeads, c.LinearNumValueHeads; k > 0 && v%k != 0 {
-		return fmt.Errorf("key %q: %d linear value heads are not a multiple of %d key heads", f.prefix+"linear_num_value_heads", v, k)
+	if err := c.LinearParams.check(f.prefix); err != nil {
+		return err
 	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
@@ -545,8 +458,8 @@ func (c *Config) read(f *fields) error {
 	if c.NumExperts > 0 && c.NumExpertsPerTok > c.NumExperts {
 		return fmt.Errorf("key %q: %d experts per token of %d experts", f.prefix+"num_experts_per_tok", c.NumExpertsPerTok, c.NumExperts)
 	}
-	if c.SwiGLULimit < 0 || math.IsInf(c.SwiGLULimit, 0) {
-		return fmt.Errorf("key %q: %g is not a non-negative number", f.prefix+"swiglu_limit", c.SwiGLULimit)
+	if err := c.GptOssParams.check(f.prefix); err != nil {
+		return err
 	}
 	for _, l := range c.MLPOnlyLayers {
 		if l < 0 || l >= n {
@@ -644,104 +557,6 @@ func (c *Config) checkKVShared(prefix string) error {
 	return nil
 }
 
-// readSSM reads the state-space, short-convolution and Falcon-H1 keys.
-func (c *Config) readSSM(f *fields) {
-	s := &c.SSM
-	// Falcon-H1's keys carry a mamba_ prefix; plain Mamba2's do not.
-	if f.has("mamba_d_state") || f.has("mamba_n_heads") {
-		f.size("mamba_n_heads", &s.Heads)
-		f.size("mamba_d_head", &s.HeadDim)
-		f.size("mamba_d_state", &s.StateSize)
-		f.size("mamba_n_groups", &s.Groups)
-		f.size("mamba_chunk_size", &s.ChunkSize)
-		if !f.size("mamba_d_ssm", &s.Inner) {
-			var expand float64
-			if f.float("mamba_expand", &expand) {
-				s.Inner = int(expand * float64(c.HiddenSize))
-			}
-		}
-	} else if f.has("state_size") || f.has("ssm_state_size") {
-		f.size("num_heads", &s.Heads)
-		f.size("head_dim", &s.HeadDim)
-		_ = f.size("state_size", &s.StateSize) || f.size("ssm_state_size", &s.StateSize)
-		f.size("n_groups", &s.Groups)
-		f.size("chunk_size", &s.ChunkSize)
-		var expand float64
-		if f.float("expand", &expand) {
-			s.Inner = int(expand * float64(c.HiddenSize))
-		}
-	}
-	if s.Groups == 0 {
-		s.Groups = 1
-	}
-	s.TimeStepMin, s.TimeStepMax = 0, math.Inf(1)
-	if lim, ok := f.extFloats("time_step_limit"); ok {
-		if len(lim) != 2 || !(lim[0] <= lim[1]) {
-			f.fail("time_step_limit", "a [min, max] pair", f.raw["time_step_limit"])
-		} else {
-			s.TimeStepMin, s.TimeStepMax = lim[0], lim[1]
-		}
-	}
-	s.RMSNorm = true
-	f.boolean("mamba_rms_norm", &s.RMSNorm)
-	f.boolean("mamba_norm_before_gate", &s.NormBeforeGate)
-	_ = f.size("conv_kernel", &c.ConvKernel) || f.size("mamba_d_conv", &c.ConvKernel) || f.size("conv_L_cache", &c.ConvKernel)
-
-	f.boolean("block_auto_adjust_ff_dim", &c.FFAutoAdjust)
-	f.float("block_ffn_dim_multiplier", &c.FFDimMultiplier)
-	f.size("block_multiple_of", &c.FFMultipleOf)
-
-	for _, m := range []struct {
-		key string
-		dst *float64
-	}{
-		{"attention_in_multiplier", &c.AttentionInMultiplier},
-		{"attention_out_multiplier", &c.AttentionOutMultiplier},
-		{"ssm_in_multiplier", &c.SSMInMultiplier},
-		{"ssm_out_multiplier", &c.SSMOutMultiplier},
-		{"key_multiplier", &c.KeyMultiplier},
-		{"lm_head_multiplier", &c.LMHeadMultiplier},
-	} {
-		*m.dst = 1
-		f.float(m.key, m.dst)
-	}
-	c.MLPMultipliers = [2]float64{1, 1}
-	c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
-	for _, m := range []struct {
-		key string
-		dst []float64
-	}{
-		{"mlp_multipliers", c.MLPMultipliers[:]},
-		{"ssm_multipliers", c.SSMMultipliers[:]},
-	} {
-		var v []float64
-		if f.floats(m.key, &v) {
-			if len(v) != len(m.dst) {
-				f.fail(m.key, fmt.Sprintf("a list of %d numbers", len(m.dst)), f.raw[m.key])
-				continue
-			}
-			copy(m.dst, v)
-		}
-	}
-}
-
-// FeedForwardSize returns the width of LFM2's feed-forward layers (see
-// FFAutoAdjust); intermediate_size for other families.
-func (c *Config) FeedForwardSize() int {
-	ff := c.IntermediateSize
-	if !c.FFAutoAdjust {
-		return ff
-	}
-	ff = 2 * ff / 3
-	if c.FFDimMultiplier != 0 {
-		ff = int(c.FFDimMultiplier * float64(ff))
-		if m := c.FFMultipleOf; m > 0 {
-			ff = m * ((ff + m - 1) / m)
-		}
-	}
-	return ff
-}
-
 // deriveLayerTypes builds layer_types for configs that predate it.
 func deriveLayerTypes(c *Config, f *fields) ([]string, error) {
 	n := c.NumHiddenLayers
@@ -756,20 +571,12 @@ func deriveLayerTypes(c *Config, f *fields) ([]string, error) {
 	var fullIdxs []int
 	switch {
 	case (f.size("sliding_window_pattern", &pattern) || f.size("_sliding_window_pattern", &pattern)) && pattern > 0 && c.SlidingWindow > 0:
-		// Gemma 3: every pattern-th layer is global.
+		// Gemma 2 and 3: every pattern-th layer is global.
 		return fill(func(i int) string {
 			if (i+1)%pattern == 0 {
 				return FullAttention
 			}
 			return SlidingAttention
-		}), nil
-	case c.ModelType == "gemma2" && c.SlidingWindow > 0:
-		// Gemma 2 alternates, starting with a sliding layer.
-		return fill(func(i int) string {
-			if i%2 == 0 {
-				return SlidingAttention
-			}
-			return FullAttention
 		}), nil
 	case f.has("use_sliding_window"):
 		// Qwen 2: when enabled, layers from max_window_layers on slide.

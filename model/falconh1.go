@@ -21,7 +21,16 @@ import (
 // dt parts), and logits ·lm_head_multiplier.
 func init() {
 	Register(Arch{ModelTypes: []string{"falcon_h1"}, Load: loadFalconH1, GGUF: "falcon-h1",
-		Tensors: &TensorLayout{act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules}})
+		Tensors: &TensorLayout{act: "silu", layer: falconH1GGUFLayer, global: falconH1Global, rules: falconH1Rules},
+		Keys: []ConfigKey{
+			{falconH1SSMKeys.conv, "ssm.conv_kernel"},
+			{falconH1SSMKeys.inner, "ssm.inner_size"},
+			{falconH1SSMKeys.state, "ssm.state_size"},
+			{falconH1SSMKeys.heads, "ssm.time_step_rank"},
+			{falconH1SSMKeys.groups, "ssm.group_count"},
+		},
+		Meta:     ggufMeta{read: falconH1FromGGUF, write: falconH1Metadata},
+		Defaults: map[string]string{"mamba_rms_norm": "false", "mamba_norm_before_gate": "true"}})
 }
 
 type falconH1 struct {
@@ -263,9 +272,27 @@ func falconH1Rules(c *Config) map[string]ggufRule {
 	return rules
 }
 
+// falconH1SSMKeys are Falcon-H1's names of the SSM keys.
+var falconH1SSMKeys = ssmKeys{conv: "mamba_d_conv", inner: "mamba_d_ssm", state: "mamba_d_state", heads: "mamba_n_heads", groups: "mamba_n_groups"}
+
+// falconH1FromGGUF reads the SSM keys of a falcon-h1 file.
+func falconH1FromGGUF(k *ggufKeys, c *Config, g *GGUF) error {
+	if err := ggufSSMConfig(c, k, falconH1SSMKeys); err != nil {
+		return err
+	}
+	// The converter folds every µP multiplier into the weights.
+	c.AttentionInMultiplier, c.AttentionOutMultiplier = 1, 1
+	c.SSMInMultiplier, c.SSMOutMultiplier = 1, 1
+	c.KeyMultiplier, c.LMHeadMultiplier = 1, 1
+	c.MLPMultipliers = [2]float64{1, 1}
+	c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
+	c.SSM.RMSNorm = g.hasLayerTensor("mamba.norm.weight")
+	return k.err
+}
+
 // falconH1Metadata writes the SSM keys of a falcon-h1 file after checking
 // that the weights can carry the multipliers.
-func (l *GGUFLayout) falconH1Metadata(u32 func(string, int)) error {
+func falconH1Metadata(l *GGUFLayout, w *ggufWriter) error {
 	c := l.cfg
 	if c.SSM.RMSNorm && c.SSM.NormBeforeGate {
 		return fmt.Errorf("%s: mamba_norm_before_gate: llama.cpp normalises the SSM output after the gate", c.ModelType)
@@ -276,5 +303,42 @@ func (l *GGUFLayout) falconH1Metadata(u32 func(string, int)) error {
 	if c.TieWordEmbeddings && c.EmbeddingMultiplier != c.LMHeadMultiplier {
 		return fmt.Errorf("%s: tied embeddings with embedding_multiplier %g ≠ lm_head_multiplier %g cannot carry both folded", c.ModelType, c.EmbeddingMultiplier, c.LMHeadMultiplier)
 	}
-	return l.ssmMetadata(u32)
+	return l.ssmMetadata(w, falconH1SSMKeys)
+}
+
+// readFalconH1 reads Falcon-H1's µP multipliers (Config's fields, kept
+// there so that composite literals can set them), each 1 when absent.
+func readFalconH1(p *Config, f *fields) {
+	for _, m := range []struct {
+		key string
+		dst *float64
+	}{
+		{"attention_in_multiplier", &p.AttentionInMultiplier},
+		{"attention_out_multiplier", &p.AttentionOutMultiplier},
+		{"ssm_in_multiplier", &p.SSMInMultiplier},
+		{"ssm_out_multiplier", &p.SSMOutMultiplier},
+		{"key_multiplier", &p.KeyMultiplier},
+		{"lm_head_multiplier", &p.LMHeadMultiplier},
+	} {
+		*m.dst = 1
+		f.float(m.key, m.dst)
+	}
+	p.MLPMultipliers = [2]float64{1, 1}
+	p.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
+	for _, m := range []struct {
+		key string
+		dst []float64
+	}{
+		{"mlp_multipliers", p.MLPMultipliers[:]},
+		{"ssm_multipliers", p.SSMMultipliers[:]},
+	} {
+		var v []float64
+		if f.floats(m.key, &v) {
+			if len(v) != len(m.dst) {
+				f.fail(m.key, fmt.Sprintf("a list of %d numbers", len(m.dst)), f.raw[m.key])
+				continue
+			}
+			copy(m.dst, v)
+		}
+	}
 }

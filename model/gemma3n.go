@@ -37,7 +37,9 @@ func init() {
 	Register(Arch{ModelTypes: []string{"gemma3n_text"}, Load: loadGemma3n, GGUF: "gemma3n",
 		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma3nGGUFLayer, global: gemma3nGlobal,
 			swaPeriod: 5, rules: gemma3nRules, compose: composeGemma3n},
-		Keys: perLayerInputKeys})
+		Keys:     perLayerInputKeys,
+		Meta:     ggufMeta{eps: 1e-6, ff: ffPerLayer, windowed: true, read: gemma3nFromGGUF, write: gemma3nToGGUF},
+		Defaults: map[string]string{"tie_word_embeddings": "true"}})
 }
 
 type gemma3n struct {
@@ -479,6 +481,23 @@ type gemma3nRaw struct {
 	AltUpCorrectScale bool      `json:"altup_correct_scale"`
 	LaurelRank        int       `json:"laurel_rank"`
 	Sparsity          []float64 `json:"activation_sparsity_pattern"`
+}
+
+// gemma3nFromGGUF reads the keys and shapes of a gemma3n file and the
+// sliding layers' rope.
+func gemma3nFromGGUF(k *ggufKeys, c *Config, g *GGUF) error {
+	if err := ggufGemma3nConfig(c, k, g, g.ffPerLayer); err != nil {
+		return err
+	}
+	ggufSlidingRope(c, k)
+	return k.err
+}
+
+// gemma3nToGGUF writes the keys of a gemma3n file, its sliding window
+// included.
+func gemma3nToGGUF(l *GGUFLayout, w *ggufWriter) error {
+	w.window = true
+	return l.gemma3nMetadata(w.u32, w.f32)
 }
 
 // ggufGemma3nConfig reads the keys and shapes of a gemma3n file.

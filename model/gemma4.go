@@ -36,7 +36,13 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"gemma4_text"}, Load: loadGemma4, GGUF: "gemma4",
 		Tensors: &TensorLayout{act: "gelu_pytorch_tanh", layer: gemma4GGUFLayer, global: gemma4Global},
-		Keys:    perLayerInputKeys})
+		Keys:    perLayerInputKeys,
+		Meta: ggufMeta{eps: 1e-6, ff: ffPerLayer, kvDiffer: true, ownRope: true, writeAll: true,
+			read: func(k *ggufKeys, c *Config, g *GGUF) error {
+				return ggufGemma4Config(c, k, g, g.ffPerLayer, g.kvPerLayer)
+			},
+			write: func(l *GGUFLayout, w *ggufWriter) error { return l.gemma4Metadata(w.u32, w.f32) }},
+		Defaults: map[string]string{"tie_word_embeddings": "true"}})
 }
 
 type gemma4 struct {

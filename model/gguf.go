@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,11 +66,6 @@ type TensorLayout struct {
 	// prefix is the prefix of per-layer Hugging Face names ("" for
 	// "model.layers.").
 	prefix string
-	// config, when set, reads the family's own keys into a Config that
-	// the shared keys have filled (rope is read after it); metadata
-	// writes them, after the shared keys.
-	config   func(c *Config, k *ggufKeys) error
-	metadata func(l *GGUFLayout, u32 func(string, int)) error
 }
 
 // ggufRule describes a per-layer tensor that a GGUF file stores with
@@ -263,6 +259,9 @@ type GGUF struct {
 	tensors map[string]gguf.TensorInfo // by HF name
 	names   []string                   // HF names in file order
 	derived map[string]Stored          // shifted norms, dequantized tensors
+	// ffPerLayer and kvPerLayer are feed_forward_length and
+	// attention.head_count_kv when the file gives one per layer, else nil.
+	ffPerLayer, kvPerLayer []int
 }
 
 // ReadGGUF interprets a parsed GGUF file as a model. It checks, before
@@ -325,7 +324,7 @@ func readGGUF(f *gguf.File, opts GGUFOptions) (*GGUF, error) {
 	if len(unknown) > 0 {
 		return nil, fmt.Errorf("tensors not part of a %s model: %s", arch, listSome(unknown))
 	}
-	cfg, err := ggufConfig(f, arch, reg.ModelTypes[0], fam, g)
+	cfg, err := ggufConfig(f, arch, reg, g)
 	if err != nil {
 		return nil, err
 	}
@@ -567,26 +566,89 @@ func (k *ggufKeys) str(key string) (string, bool) {
 	return s, ok
 }
 
+// ggufMeta says how a family's config is stored as "<arch>." metadata
+// beyond the shared keys: how the shared keys vary, and hooks, defined in
+// the family's file, for the family's own keys. The zero value stores
+// the shared keys only.
+type ggufMeta struct {
+	// read reads the family's own keys into c: after the shared keys,
+	// the layer types and the rope (with readAll, in place of all of
+	// them but the vocabulary).
+	read func(k *ggufKeys, c *Config, g *GGUF) error
+	// write writes them: after the shared keys and the soft caps, before
+	// the sliding window (with writeAll, in place of all of them).
+	write func(l *GGUFLayout, w *ggufWriter) error
+	// writeRope writes keys that belong beside the rope's.
+	writeRope func(l *GGUFLayout, w *ggufWriter)
+	// readAll and writeAll: the hooks do the whole work (no attention
+	// keys: Mamba2; keys per layer type: Gemma 4's writer). ownRope: read
+	// reads the rope itself.
+	readAll, writeAll, ownRope bool
+	// ff is how feed_forward_length is stored; ffSize, when set, gives
+	// the width written (LFM2's FeedForwardSize), else intermediate_size.
+	ff     ffForm
+	ffSize func(c *Config) int
+	// kvZero: head_count_kv holds one count per layer, 0 for the layers
+	// without attention (LFM2). kvDiffer: the counts may differ per layer
+	// (Gemma 4, whose read keeps them).
+	kvZero, kvDiffer bool
+	// eps is the normalisation epsilon of a file without one (1e-5 when
+	// 0).
+	eps float64
+	// windowed says llama.cpp applies attention.sliding_window to the
+	// family (as of September 2025); for the others it attends to the
+	// whole context whatever the key says, since windowIgnoredSince
+	// when that is set.
+	windowed           bool
+	windowIgnoredSince string
+	// noRope says the family's hooks store no_rope_layers (by a fixed
+	// rule they check); other families refuse it.
+	noRope bool
+	// otherLayers are the layer types beside attention that a file of the
+	// family holds when write leaves the sliding window to the shared
+	// code ("conv").
+	otherLayers []string
+	// yarnNoTruncate: llama.cpp's YaRN for the family does not round its
+	// correction range (gpt-oss's "truncate": false); the keys cannot
+	// say so.
+	yarnNoTruncate bool
+}
+
+// ffForm is how a family stores feed_forward_length.
+type ffForm uint8
+
+const (
+	ffRequired ffForm = iota // one width, required
+	ffOptional               // one width, absent when the checkpoint has none
+	ffPerLayer               // one width, or one per layer
+)
+
 // ggufConfig builds the Config of a GGUF file from its "<arch>." keys and
 // tensor shapes.
-func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF) (*Config, error) {
+func ggufConfig(f *gguf.File, arch string, reg *Arch, g *GGUF) (*Config, error) {
+	fam := *reg.Tensors
+	meta := reg.Meta
 	c := &Config{
-		ModelType: modelType,
+		ModelType: reg.ModelTypes[0],
 		HiddenAct: fam.act,
 		Raw:       map[string]json.RawMessage{},
 	}
 	k := &ggufKeys{f: f, arch: arch, names: keyNames(arch), raw: c.Raw}
-	if arch == "mamba2" {
-		return ggufMamba2Config(f, k, c, g)
+	if meta.readAll {
+		if err := meta.read(k, c, g); err != nil {
+			return nil, err
+		}
+		if err := ggufVocab(f, c, g); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	c.NumHiddenLayers = k.need("num_hidden_layers")
 	c.HiddenSize = k.need("hidden_size")
-	var ffPerLayer []int
-	switch {
-	case isLinearArch(arch):
-		// Qwen3.5-MoE checkpoints have no intermediate_size.
+	switch meta.ff {
+	case ffOptional:
 		c.IntermediateSize, _ = k.uint("intermediate_size")
-	case arch == "gemma3n" || arch == "gemma4":
+	case ffPerLayer:
 		// One width per layer, or one for all.
 		if c.NumHiddenLayers > 0 && c.NumHiddenLayers <= MaxLayers {
 			ff, err := ggufPerLayer(k, "intermediate_size", c.NumHiddenLayers)
@@ -598,7 +660,7 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 			}
 			c.IntermediateSize = ff[0]
 			if _, isArray := gguf.ArrayOf[uint32](mustValue(f, arch+".feed_forward_length")); isArray {
-				ffPerLayer = ff
+				g.ffPerLayer = ff
 			}
 		}
 	default:
@@ -610,24 +672,22 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 	if err != nil {
 		return nil, err
 	}
+	g.kvPerLayer = kvHeads
 	if kvHeads != nil {
 		c.NumKeyValueHeads = 0
 		for i, n := range kvHeads {
 			switch {
-			case n == 0 && arch == "lfm2":
-				// LFM2's convolution layers have no attention.
-			case c.NumKeyValueHeads != 0 && n != c.NumKeyValueHeads && arch != "gemma4":
+			case n == 0 && meta.kvZero:
+				// A layer without attention.
+			case c.NumKeyValueHeads != 0 && n != c.NumKeyValueHeads && !meta.kvDiffer:
 				return nil, fmt.Errorf("key %s.attention.head_count_kv: layer %d has %d key/value heads, layer 0 %d: per-layer head counts are not supported", arch, i, n, c.NumKeyValueHeads)
 			case c.NumKeyValueHeads == 0:
-				c.NumKeyValueHeads = n // gemma4: layer 0's; ggufGemma4Config keeps the others per layer
+				c.NumKeyValueHeads = n // kvDiffer: layer 0's; the family's read keeps the others
 			}
 		}
 	}
 	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
-	c.RMSNormEps = 1e-5
-	if arch == "gemma2" || arch == "gemma3" || arch == "gemma3n" || arch == "gemma4" {
-		c.RMSNormEps = 1e-6
-	}
+	c.RMSNormEps = cmp.Or(meta.eps, 1e-5)
 	k.eps("rms_norm_eps", &c.RMSNormEps)
 	if k.err != nil {
 		return nil, k.err
@@ -653,94 +713,23 @@ func ggufConfig(f *gguf.File, arch, modelType string, fam TensorLayout, g *GGUF)
 		return nil, err
 	}
 
-	// Soft caps and scalar multipliers.
+	// Soft caps, and the multipliers' defaults.
 	c.FinalLogitSoftcapping, _ = k.float("final_logit_softcapping")
 	c.AttnLogitSoftcapping, _ = k.float("attn_logit_softcapping")
 	c.EmbeddingMultiplier, c.ResidualMultiplier, c.LogitsScaling = 1, 1, 1
-	attnScale, hasScale := k.float("attention.scale")
-	switch arch {
-	case "granite":
-		if v, ok := k.float("embedding_multiplier"); ok {
-			c.EmbeddingMultiplier = v
-		}
-		if v, ok := k.float("residual_multiplier"); ok {
-			c.ResidualMultiplier = v
-		}
-		if v, ok := k.float("logits_scaling"); ok && v != 0 {
-			c.LogitsScaling = v
-		}
-		if v, ok := k.float("attention_multiplier"); ok {
-			c.AttentionMultiplier = v
-		}
-	case "gemma2", "gemma3":
-		// llama.cpp scales queries by 1/√head_dim, except for the 27B
-		// models (46 and 62 layers), which use 1/√(hidden/heads). A file
-		// that says otherwise carries attention.scale.
-		c.QueryPreAttnScalar = llamaCppGemmaQueryScalar(arch, c)
-		if hasScale && attnScale > 0 {
-			c.QueryPreAttnScalar = 1 / (attnScale * attnScale)
-		}
-	}
-	switch arch {
-	case "qwen3moe", "gpt-oss", "qwen3next", "qwen35moe":
-		ggufMoEConfig(c, k)
-	}
-	if arch == "smollm3" {
-		// llama.cpp leaves rope out of every fourth layer.
-		c.NoRopeLayers = make([]int, c.NumHiddenLayers)
-		for i := range c.NoRopeLayers {
-			if (i+1)%4 != 0 {
-				c.NoRopeLayers[i] = 1
-			}
-		}
-	}
-
 	if err := ggufLayerTypes(c, k, fam); err != nil {
 		return nil, err
 	}
-	switch arch {
-	case "gemma3n":
-		if err := ggufGemma3nConfig(c, k, g, ffPerLayer); err != nil {
+	if !meta.ownRope {
+		if err := ggufRope(c, k, g); err != nil {
 			return nil, err
 		}
-	case "qwen3next", "qwen35", "qwen35moe":
-		if err := ggufLinearConfig(c, k); err != nil {
-			return nil, err
-		}
-	case "lfm2":
-		if err := ggufLFM2Config(c, k, kvHeads); err != nil {
-			return nil, err
-		}
-	case "gemma4":
-		// Its rope is read there too.
-		if err := ggufGemma4Config(c, k, g, ffPerLayer, kvHeads); err != nil {
-			return nil, err
-		}
-		return c, k.err
-	case "falcon-h1":
-		if err := ggufSSMConfig(c, k); err != nil {
-			return nil, err
-		}
-		// The converter folds every µP multiplier into the weights.
-		c.AttentionInMultiplier, c.AttentionOutMultiplier = 1, 1
-		c.SSMInMultiplier, c.SSMOutMultiplier = 1, 1
-		c.KeyMultiplier, c.LMHeadMultiplier = 1, 1
-		c.MLPMultipliers = [2]float64{1, 1}
-		c.SSMMultipliers = [5]float64{1, 1, 1, 1, 1}
-		c.SSM.RMSNorm = g.hasLayerTensor("mamba.norm.weight")
+		c.RopeParams.NoTruncate = meta.yarnNoTruncate
 	}
-	if fam.config != nil {
-		if err := fam.config(c, k); err != nil {
+	if meta.read != nil {
+		if err := meta.read(k, c, g); err != nil {
 			return nil, err
 		}
-	}
-	if err := ggufRope(c, k, g); err != nil {
-		return nil, err
-	}
-	if arch == "gpt-oss" {
-		// gpt-oss's YaRN does not round its correction range (its
-		// config's "truncate": false); the keys cannot say so.
-		c.RopeParams.NoTruncate = true
 	}
 	return c, k.err
 }
@@ -953,14 +942,6 @@ func ggufRope(c *Config, k *ggufKeys, g *GGUF) error {
 	}
 	c.PartialRotaryFactor = p.PartialRotaryFactor
 	c.RopeParams = p
-	if k.arch == "gemma3" || k.arch == "gemma3n" {
-		// Sliding layers use their own base and no scaling.
-		local := RopeParams{Type: "default", Theta: 10000, Factor: 1, PartialRotaryFactor: p.PartialRotaryFactor, Interleaved: p.Interleaved}
-		if v, ok := k.float("rope.freq_base_swa"); ok {
-			local.Theta = v
-		}
-		c.RopeByLayerType = map[string]RopeParams{FullAttention: p, SlidingAttention: local}
-	}
 	return k.err
 }
 
@@ -1186,32 +1167,41 @@ func PermuteRows(src []byte, rows, rowBytes, heads int, inverse bool) ([]byte, e
 	return dst, nil
 }
 
+// ggufWriter writes "<arch>." keys of a layout: a Hugging Face key of the
+// architecture's table under its GGUF key, any other name as it is.
+type ggufWriter struct {
+	l     *GGUFLayout
+	names map[string]string
+	// window is set by a family's write that wrote the sliding window
+	// itself.
+	window bool
+}
+
+func (w *ggufWriter) u32(key string, v int) {
+	key, _ = ggufKeyName(w.names, key)
+	w.l.KV = append(w.l.KV, gguf.KV{Key: w.l.Arch + "." + key, Value: gguf.Uint32(uint32(v))})
+}
+
+func (w *ggufWriter) f32(key string, v float64) {
+	key, _ = ggufKeyName(w.names, key)
+	w.l.KV = append(w.l.KV, gguf.KV{Key: w.l.Arch + "." + key, Value: gguf.Float32(float32(v))})
+}
+
+func (w *ggufWriter) str(key, v string) {
+	w.l.KV = append(w.l.KV, gguf.KV{Key: w.l.Arch + "." + key, Value: gguf.String(v)})
+}
+
 // metadata builds the "<arch>." keys and extra tensors.
 func (l *GGUFLayout) metadata() error {
 	c := l.cfg
-	a := l.Arch + "."
-	names := keyNames(l.Arch)
-	// u32 and f32 write a value under the GGUF key of its Hugging Face key
-	// (or under a GGUF key with no config.json counterpart).
-	u32 := func(key string, v int) {
-		key, _ = ggufKeyName(names, key)
-		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Uint32(uint32(v))})
-	}
-	f32 := func(key string, v float64) {
-		key, _ = ggufKeyName(names, key)
-		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.Float32(float32(v))})
-	}
-	str := func(key, v string) {
-		l.KV = append(l.KV, gguf.KV{Key: a + key, Value: gguf.String(v)})
-	}
-	switch l.Arch {
-	case "mamba2":
-		return l.mamba2Metadata(u32, f32)
-	case "gemma4":
-		return l.gemma4Metadata(u32, f32)
+	meta := archByGGUF[l.Arch].Meta
+	w := &ggufWriter{l: l, names: keyNames(l.Arch)}
+	u32, f32, str := w.u32, w.f32, w.str
+	if meta.writeAll {
+		return meta.write(l, w)
 	}
 	for i := range c.NumHiddenLayers {
-		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || (c.IntermediateSizeFor(i) != c.IntermediateSize && l.Arch != "gemma3n") {
+		if c.HeadDimFor(i) != c.HeadDim || c.KVHeadsFor(i) != c.NumKeyValueHeads || (c.IntermediateSizeFor(i) != c.IntermediateSize && meta.ff != ffPerLayer) {
 			return fmt.Errorf("%s: layer %d has its own sizes (per-layer config), which this GGUF layout does not store", c.ModelType, i)
 		}
 	}
@@ -1221,23 +1211,23 @@ func (l *GGUFLayout) metadata() error {
 	u32("hidden_size", c.HiddenSize)
 	u32("num_hidden_layers", c.NumHiddenLayers)
 	switch {
-	case l.Arch == "lfm2":
-		u32("intermediate_size", c.FeedForwardSize())
-	case isLinearArch(l.Arch) && c.IntermediateSize == 0:
-		// Qwen3.5-MoE: the converter writes no key it has no value for.
+	case meta.ffSize != nil:
+		u32("intermediate_size", meta.ffSize(c))
+	case meta.ff == ffOptional && c.IntermediateSize == 0:
+		// The converter writes no key it has no value for.
 	default:
 		u32("intermediate_size", c.IntermediateSize)
 	}
 	u32("num_attention_heads", c.NumAttentionHeads)
-	if l.Arch == "lfm2" {
-		// One count per layer, 0 for the convolution layers.
+	if meta.kvZero {
+		// One count per layer, 0 for the layers without attention.
 		kv := make([]uint32, c.NumHiddenLayers)
 		for i := range kv {
-			if c.LayerType(i) != "conv" {
+			if t := c.LayerType(i); t == FullAttention || t == SlidingAttention {
 				kv[i] = uint32(c.NumKeyValueHeads)
 			}
 		}
-		l.KV = append(l.KV, gguf.KV{Key: a + "attention.head_count_kv", Value: gguf.Array(kv)})
+		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".attention.head_count_kv", Value: gguf.Array(kv)})
 	} else {
 		u32("num_key_value_heads", c.NumKeyValueHeads)
 	}
@@ -1270,10 +1260,9 @@ func (l *GGUFLayout) metadata() error {
 		if full.MScale != 0 {
 			return fmt.Errorf("%s: yarn mscale has no GGUF key here", c.ModelType)
 		}
-		// lem reads gpt-oss files with truncate=false (its only
-		// setting) and every other family with the default.
-		if full.NoTruncate != (l.Arch == "gpt-oss") {
-			return fmt.Errorf("%s: yarn truncate=%v has no GGUF key; %s files are read with truncate=%v", c.ModelType, !full.NoTruncate, l.Arch, l.Arch != "gpt-oss")
+		// The reader gives each family its one truncate setting.
+		if full.NoTruncate != meta.yarnNoTruncate {
+			return fmt.Errorf("%s: yarn truncate=%v has no GGUF key; %s files are read with truncate=%v", c.ModelType, !full.NoTruncate, l.Arch, !meta.yarnNoTruncate)
 		}
 	case "llama3":
 		l.Extra = append(l.Extra, llama3FreqFactors(full, c.HeadDim, rotary))
@@ -1301,11 +1290,8 @@ func (l *GGUFLayout) metadata() error {
 	default:
 		return fmt.Errorf("%s: rope_type %q has no GGUF form", c.ModelType, full.Type)
 	}
-	if local, ok := c.RopeByLayerType[SlidingAttention]; ok && l.Arch == "gemma3" {
-		f32("rope.freq_base_swa", local.Theta)
-		if local.Theta != 10000 {
-			l.Warnings = append(l.Warnings, fmt.Sprintf("sliding layers' rope_theta %g: written as gemma3.rope.freq_base_swa, which llama.cpp ignores (its gemma3 rotates sliding layers with base 10000)", local.Theta))
-		}
+	if meta.writeRope != nil {
+		meta.writeRope(l, w)
 	}
 	if c.FinalLogitSoftcapping > 0 {
 		f32("final_logit_softcapping", c.FinalLogitSoftcapping)
@@ -1313,80 +1299,23 @@ func (l *GGUFLayout) metadata() error {
 	if c.AttnLogitSoftcapping > 0 {
 		f32("attn_logit_softcapping", c.AttnLogitSoftcapping)
 	}
-	switch l.Arch {
-	case "granite":
-		f32("embedding_multiplier", c.EmbeddingMultiplier)
-		f32("residual_multiplier", c.ResidualMultiplier)
-		f32("logits_scaling", c.LogitsScaling)
-		if c.AttentionMultiplier != 0 {
-			f32("attention_multiplier", c.AttentionMultiplier)
-		}
-	case "gemma2", "gemma3":
-		if c.QueryPreAttnScalar > 0 {
-			f32("attention.scale", 1/math.Sqrt(c.QueryPreAttnScalar))
-			if want := llamaCppGemmaQueryScalar(l.Arch, c); c.QueryPreAttnScalar != want {
-				l.Warnings = append(l.Warnings, fmt.Sprintf("query_pre_attn_scalar %g: written as %s.attention.scale, which llama.cpp ignores (its %s scales queries by 1/√%g: 1/√head_dim, or 1/√(hidden_size/num_attention_heads) for the 27B model, told by its layer count)",
-					c.QueryPreAttnScalar, l.Arch, l.Arch, want))
-			}
-		}
-	case "smollm3":
-		for i := range c.NumHiddenLayers {
-			if c.UsesRope(i) != ((i+1)%4 != 0) {
-				return fmt.Errorf("smollm3: no_rope_layers differs from llama.cpp's every-fourth-layer rule at layer %d", i)
-			}
-		}
-	}
-	if c.NoRopeLayers != nil && l.Arch != "smollm3" {
+	if c.NoRopeLayers != nil && !meta.noRope {
 		return fmt.Errorf("%s: no_rope_layers has no GGUF form", c.ModelType)
 	}
-	switch l.Arch {
-	case "qwen3moe", "gpt-oss", "qwen3next", "qwen35moe":
-		if err := l.moeMetadata(u32); err != nil {
-			return err
-		}
-	case "lfm2":
-		u32("shortconv.l_cache", c.ConvKernel)
-	case "falcon-h1":
-		if err := l.falconH1Metadata(u32); err != nil {
+	if meta.write != nil {
+		if err := meta.write(l, w); err != nil {
 			return err
 		}
 	}
-	if isLinearArch(l.Arch) {
-		return l.linearMetadata(u32)
+	if w.window {
+		return nil
 	}
-	if l.fam.metadata != nil {
-		return l.fam.metadata(l, u32)
-	}
-	if l.Arch == "gemma3n" {
-		return l.gemma3nMetadata(u32, f32)
-	}
-	if l.Arch == "qwen3moe" {
-		w, err := qwen3moeWindow(c)
-		if err != nil {
-			return err
-		}
-		if w > 0 {
-			u32("sliding_window", w)
-			l.Warnings = append(l.Warnings, "sliding_window windows every layer (as transformers does): written as qwen3moe.attention.sliding_window, which llama.cpp ignores")
-			return nil
-		}
-	}
-	return l.slidingKeys(u32)
-}
-
-// llamaCppGemmaQueryScalar returns the query_pre_attn_scalar llama.cpp's
-// gemma2 and gemma3 use whatever the file says: hidden_size/heads for the
-// 27B models (46 and 62 layers), head_dim otherwise.
-func llamaCppGemmaQueryScalar(arch string, c *Config) float64 {
-	if (arch == "gemma2" && c.NumHiddenLayers == 46) || (arch == "gemma3" && c.NumHiddenLayers == 62) {
-		return float64(c.HiddenSize / c.NumAttentionHeads)
-	}
-	return float64(c.HeadDim)
+	return l.slidingKeys(u32, meta)
 }
 
 // slidingKeys writes the sliding window and, when the layers that use it
 // are not the family's default, the per-layer pattern.
-func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
+func (l *GGUFLayout) slidingKeys(u32 func(string, int), meta ggufMeta) error {
 	c := l.cfg
 	var pattern []bool
 	slides := false
@@ -1394,7 +1323,7 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		s := c.LayerType(i) == SlidingAttention
 		pattern = append(pattern, s)
 		slides = slides || s
-		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention && !(t == "conv" && l.Arch == "lfm2") {
+		if t := c.LayerType(i); t != FullAttention && t != SlidingAttention && !slices.Contains(meta.otherLayers, t) {
 			return fmt.Errorf("%s: layer %d is %q, which a dense GGUF model cannot hold", c.ModelType, i, t)
 		}
 	}
@@ -1402,11 +1331,10 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 		return nil
 	}
 	u32("sliding_window", c.SlidingWindow)
-	windowed := llamaCppWindowed[l.Arch]
-	if !windowed {
+	if !meta.windowed {
 		since := ""
-		if l.Arch == "phi3" {
-			since = " since May 2025"
+		if meta.windowIgnoredSince != "" {
+			since = " since " + meta.windowIgnoredSince
 		}
 		l.Warnings = append(l.Warnings, fmt.Sprintf("sliding_window %d: written as %s.attention.sliding_window, which llama.cpp's %s ignores%s (it attends to the whole context, so it computes differently from position %d on)",
 			c.SlidingWindow, l.Arch, l.Arch, since, c.SlidingWindow))
@@ -1419,18 +1347,13 @@ func (l *GGUFLayout) slidingKeys(u32 func(string, int)) error {
 	}
 	if !def {
 		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".attention.sliding_window_pattern", Value: gguf.Array(pattern)})
-		if windowed {
+		if meta.windowed {
 			l.Warnings = append(l.Warnings, fmt.Sprintf("layer_types: the sliding layers differ from llama.cpp's fixed pattern for %s; written as %s.attention.sliding_window_pattern, which llama.cpp does not read",
 				l.Arch, l.Arch))
 		}
 	}
 	return nil
 }
-
-// llamaCppWindowed lists the GGUF architectures among lem's whose
-// attention.sliding_window llama.cpp applies (as of September 2025); the
-// others attend to the whole context whatever the key says.
-var llamaCppWindowed = map[string]bool{"gemma2": true, "gemma3": true, "gemma3n": true, "olmo2": true, "gpt-oss": true}
 
 // llama3FreqFactors computes rope_freqs.weight for Llama 3 rope scaling as
 // llama.cpp's converter does: per rotated pair, 1 for short wavelengths,

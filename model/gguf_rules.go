@@ -62,16 +62,21 @@ func ssmRules(c *Config, p string) map[string]ggufRule {
 	}
 }
 
+// ssmKeys are the Hugging Face keys a family's table maps to the ssm.*
+// keys (Mamba2 and Falcon-H1 spell them differently); a name the table
+// lacks is the GGUF key itself.
+type ssmKeys struct{ conv, inner, state, heads, groups string }
+
 // ggufSSMConfig reads the ssm.* keys.
-func ggufSSMConfig(c *Config, k *ggufKeys) error {
+func ggufSSMConfig(c *Config, k *ggufKeys, n ssmKeys) error {
 	s := &c.SSM
-	c.ConvKernel = k.need("ssm.conv_kernel")
-	s.Inner = k.need("ssm.inner_size")
-	s.StateSize = k.need("ssm.state_size")
-	s.Heads = k.need("ssm.time_step_rank")
+	c.ConvKernel = k.need(n.conv)
+	s.Inner = k.need(n.inner)
+	s.StateSize = k.need(n.state)
+	s.Heads = k.need(n.heads)
 	s.Groups = 1
-	if n, ok := k.uint("ssm.group_count"); ok && n > 0 {
-		s.Groups = n
+	if g, ok := k.uint(n.groups); ok && g > 0 {
+		s.Groups = g
 	}
 	if k.err != nil {
 		return k.err
@@ -87,7 +92,7 @@ func ggufSSMConfig(c *Config, k *ggufKeys) error {
 
 // ssmMetadata writes the ssm.* keys, after checking that the checkpoint's
 // SSM settings are the ones the keys imply.
-func (l *GGUFLayout) ssmMetadata(u32 func(string, int)) error {
+func (l *GGUFLayout) ssmMetadata(w *ggufWriter, n ssmKeys) error {
 	c := l.cfg
 	s := c.SSM
 	if s.TimeStepMin != 0 || !math.IsInf(s.TimeStepMax, 1) {
@@ -96,11 +101,11 @@ func (l *GGUFLayout) ssmMetadata(u32 func(string, int)) error {
 	if s.Heads <= 0 || s.Heads*s.HeadDim != s.Inner {
 		return fmt.Errorf("%s: %d SSM heads of %d do not make %d channels", c.ModelType, s.Heads, s.HeadDim, s.Inner)
 	}
-	u32("ssm.conv_kernel", c.ConvKernel)
-	u32("ssm.inner_size", s.Inner)
-	u32("ssm.state_size", s.StateSize)
-	u32("ssm.time_step_rank", s.Heads)
-	u32("ssm.group_count", max(s.Groups, 1))
+	w.u32(n.conv, c.ConvKernel)
+	w.u32(n.inner, s.Inner)
+	w.u32(n.state, s.StateSize)
+	w.u32(n.heads, s.Heads)
+	w.u32(n.groups, max(s.Groups, 1))
 	return nil
 }
 
@@ -222,93 +227,53 @@ func stackExperts(c *Config, src Source, names []string) ([]composite, error) {
 	return out, nil
 }
 
-// ggufMoEConfig reads the expert keys of the mixture-of-experts families.
-func ggufMoEConfig(c *Config, k *ggufKeys) {
+// ggufExperts reads the expert counts of the mixture-of-experts families
+// and the experts' width, under ffKey; the family's read sets the rest and
+// calls checkExpertFF.
+func ggufExperts(c *Config, k *ggufKeys, ffKey string) (ff int, ok bool) {
 	c.NumExperts = k.need("num_experts")
 	c.NumExpertsPerTok = k.need("num_experts_per_tok")
 	if k.err == nil && c.NumExpertsPerTok > c.NumExperts {
 		k.fail(fmt.Errorf("key %s.expert_used_count: %d of %d experts", k.arch, c.NumExpertsPerTok, c.NumExperts))
 	}
-	// The experts' width is moe_intermediate_size, except for gpt-oss,
-	// whose experts are intermediate_size wide.
-	ffKey := "moe_intermediate_size"
-	if k.arch == "gpt-oss" {
-		ffKey = "expert_feed_forward_length"
-	}
-	ff, hasFF := k.uint(ffKey)
-	switch k.arch {
-	case "qwen3moe":
-		// llama.cpp's default when the key is absent.
-		if !hasFF && c.NumExpertsPerTok > 0 {
-			ff = c.IntermediateSize / c.NumExpertsPerTok
-		}
-		c.MoEIntermediateSize = ff
-		c.DecoderSparseStep = 1
-		c.NormTopKProb = true
-		if v, ok := k.f.Value(k.arch + ".expert_weights_norm"); ok {
-			b, ok := v.Bool()
-			if !ok {
-				k.fail(fmt.Errorf("key %s.expert_weights_norm: want a bool, got %s", k.arch, v.Type()))
-			}
-			c.NormTopKProb = b
-		}
-	case "qwen3next", "qwen35moe":
-		// llama.cpp's defaults when the keys are absent.
-		if !hasFF && c.NumExpertsPerTok > 0 {
-			ff = c.IntermediateSize / c.NumExpertsPerTok
-		}
-		c.MoEIntermediateSize = ff
-		c.SharedExpertIntermediateSize = c.IntermediateSize
-		if v, ok := k.uint("shared_expert_intermediate_size"); ok {
-			c.SharedExpertIntermediateSize = v
-		}
-		c.DecoderSparseStep = 1
-		c.NormTopKProb = true
-		if v, ok := k.f.Value(k.arch + ".expert_weights_norm"); ok && k.arch == "qwen3next" {
-			b, ok := v.Bool()
-			if !ok {
-				k.fail(fmt.Errorf("key %s.expert_weights_norm: want a bool, got %s", k.arch, v.Type()))
-			}
-			c.NormTopKProb = b
-		}
-	case "gpt-oss":
-		if !hasFF {
-			k.fail(fmt.Errorf("missing key %s.expert_feed_forward_length", k.arch))
-		}
-		c.IntermediateSize = ff
-		c.SwiGLULimit = 7
-	}
+	return k.uint(ffKey)
+}
+
+// checkExpertFF fails when the file gives the experts no width.
+func checkExpertFF(c *Config, k *ggufKeys) {
 	if k.err == nil && (c.MoEIntermediateSize == 0 && c.IntermediateSize == 0) {
 		k.fail(fmt.Errorf("key %s.expert_feed_forward_length is 0", k.arch))
 	}
 }
 
-// moeMetadata writes the expert keys of the mixture-of-experts families.
-func (l *GGUFLayout) moeMetadata(u32 func(string, int)) error {
+// ggufExpertNorm reads expert_weights_norm into NormTopKProb, true when
+// absent (llama.cpp's default).
+func ggufExpertNorm(c *Config, k *ggufKeys) {
+	c.NormTopKProb = true
+	if v, ok := k.f.Value(k.arch + ".expert_weights_norm"); ok {
+		b, ok := v.Bool()
+		if !ok {
+			k.fail(fmt.Errorf("key %s.expert_weights_norm: want a bool, got %s", k.arch, v.Type()))
+		}
+		c.NormTopKProb = b
+	}
+}
+
+// writeExpertNorm writes expert_weights_norm when the checkpoint does not
+// renormalise the top-k weights, which llama.cpp's family always does.
+func (l *GGUFLayout) writeExpertNorm() {
+	if !l.cfg.NormTopKProb {
+		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
+		l.Warnings = append(l.Warnings, fmt.Sprintf("norm_topk_prob is false: written as %s.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)", l.Arch))
+	}
+}
+
+// checkAllSparse fails unless every layer is a mixture of experts.
+func (l *GGUFLayout) checkAllSparse() error {
 	c := l.cfg
-	u32("num_experts", c.NumExperts)
-	u32("num_experts_per_tok", c.NumExpertsPerTok)
-	switch l.Arch {
-	case "qwen3moe":
-		for i := range c.NumHiddenLayers {
-			if !c.SparseLayer(i) {
-				return fmt.Errorf("%s: layer %d has a dense MLP (mlp_only_layers, decoder_sparse_step), which llama.cpp's qwen3moe cannot hold", c.ModelType, i)
-			}
-		}
-		if c.NumSharedExperts > 0 || c.SharedExpertIntermediateSize > 0 {
-			return fmt.Errorf("%s: shared experts have no place in llama.cpp's qwen3moe", c.ModelType)
-		}
-		u32("moe_intermediate_size", c.MoEIntermediateSize)
-		if !c.NormTopKProb {
-			l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
-			l.Warnings = append(l.Warnings, "norm_topk_prob is false: written as qwen3moe.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)")
-		}
-	case "qwen3next", "qwen35moe":
-		return l.linearMoEMetadata(u32)
-	case "gpt-oss":
-		u32("expert_feed_forward_length", c.IntermediateSize)
-		if c.SwiGLULimit != 7 {
-			return fmt.Errorf("%s: swiglu_limit %g: llama.cpp's gpt-oss clamps at 7", c.ModelType, c.SwiGLULimit)
+	for i := range c.NumHiddenLayers {
+		if !c.SparseLayer(i) {
+			return fmt.Errorf("%s: layer %d has a dense MLP (mlp_only_layers, decoder_sparse_step), which llama.cpp's %s cannot hold", c.ModelType, i, l.Arch)
 		}
 	}
 	return nil

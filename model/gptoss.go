@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -24,7 +25,9 @@ import (
 // input-major with gate and up columns interleaved.
 func init() {
 	Register(Arch{ModelTypes: []string{"gpt_oss"}, Load: loadGptOss, GGUF: "gpt-oss",
-		Tensors: &TensorLayout{act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts}})
+		Tensors:  &TensorLayout{act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts},
+		Meta:     ggufMeta{read: gptOssFromGGUF, write: gptOssToGGUF, windowed: true, yarnNoTruncate: true},
+		Defaults: map[string]string{"swiglu_limit": "7.0"}})
 }
 
 // gptOssAlpha is the slope of the sigmoid in gpt-oss's SwiGLU.
@@ -157,4 +160,47 @@ func splitGptOssExperts(c *Config, src Source, names []string) ([]composite, err
 		}
 	}
 	return out, nil
+}
+
+// gptOssFromGGUF reads the expert keys; the experts are intermediate_size
+// wide and clamped at llama.cpp's limit.
+func gptOssFromGGUF(k *ggufKeys, c *Config, _ *GGUF) error {
+	ff, hasFF := ggufExperts(c, k, "expert_feed_forward_length")
+	if !hasFF {
+		k.fail(fmt.Errorf("missing key %s.expert_feed_forward_length", k.arch))
+	}
+	c.IntermediateSize = ff
+	c.SwiGLULimit = 7
+	checkExpertFF(c, k)
+	return k.err
+}
+
+// gptOssToGGUF writes the expert keys.
+func gptOssToGGUF(l *GGUFLayout, w *ggufWriter) error {
+	c := l.cfg
+	w.u32("num_experts", c.NumExperts)
+	w.u32("num_experts_per_tok", c.NumExpertsPerTok)
+	w.u32("expert_feed_forward_length", c.IntermediateSize)
+	if c.SwiGLULimit != 7 {
+		return fmt.Errorf("%s: swiglu_limit %g: llama.cpp's gpt-oss clamps at 7", c.ModelType, c.SwiGLULimit)
+	}
+	return nil
+}
+
+// GptOssParams are gpt-oss's own parameters.
+type GptOssParams struct {
+	// SwiGLULimit clamps the gate and up projections of the experts
+	// (swiglu_limit; 7 when absent from a gpt_oss config).
+	SwiGLULimit float64
+}
+
+func (p *GptOssParams) read(f *fields) {
+	f.float("swiglu_limit", &p.SwiGLULimit)
+}
+
+func (p *GptOssParams) check(prefix string) error {
+	if p.SwiGLULimit < 0 || math.IsInf(p.SwiGLULimit, 0) {
+		return fmt.Errorf("key %q: %g is not a non-negative number", prefix+"swiglu_limit", p.SwiGLULimit)
+	}
+	return nil
 }

@@ -24,7 +24,9 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"lfm2"}, Load: loadLFM2, GGUF: "lfm2",
 		Tensors: &TensorLayout{act: "silu", layer: lfm2GGUFLayer, global: lfm2Global, rules: lfm2Rules},
-		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}}})
+		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}},
+		Meta: ggufMeta{kvZero: true, ffSize: (*Config).FeedForwardSize, otherLayers: []string{"conv"},
+			read: ggufLFM2Config, write: lfm2ToGGUF}})
 }
 
 type lfm2 struct {
@@ -214,9 +216,10 @@ func lfm2Rules(c *Config) map[string]ggufRule {
 	return map[string]ggufRule{"conv.conv.weight": conv}
 }
 
-// ggufLFM2Config marks the convolution layers and reads their width.
-func ggufLFM2Config(c *Config, k *ggufKeys, kvHeads []int) error {
-	for i, n := range kvHeads {
+// ggufLFM2Config marks the convolution layers (those without key/value
+// heads) and reads their width.
+func ggufLFM2Config(k *ggufKeys, c *Config, g *GGUF) error {
+	for i, n := range g.kvPerLayer {
 		if n == 0 {
 			c.LayerTypes[i] = "conv"
 		}
@@ -226,4 +229,43 @@ func ggufLFM2Config(c *Config, k *ggufKeys, kvHeads []int) error {
 		return fmt.Errorf("missing key %s.shortconv.l_cache", k.arch)
 	}
 	return k.err
+}
+
+// lfm2ToGGUF writes the width of the convolutions.
+func lfm2ToGGUF(l *GGUFLayout, w *ggufWriter) error {
+	w.u32("conv_L_cache", l.cfg.ConvKernel)
+	return nil
+}
+
+// LFM2Params size LFM2's feed-forward layers from intermediate_size: with
+// block_auto_adjust_ff_dim, two thirds of it, times
+// block_ffn_dim_multiplier (0 when absent: no multiplier), rounded up to a
+// multiple of block_multiple_of. Use Config.FeedForwardSize.
+type LFM2Params struct {
+	FFAutoAdjust    bool
+	FFDimMultiplier float64
+	FFMultipleOf    int
+}
+
+func (p *LFM2Params) read(f *fields) {
+	f.boolean("block_auto_adjust_ff_dim", &p.FFAutoAdjust)
+	f.float("block_ffn_dim_multiplier", &p.FFDimMultiplier)
+	f.size("block_multiple_of", &p.FFMultipleOf)
+}
+
+// FeedForwardSize returns the width of LFM2's feed-forward layers (see
+// LFM2Params); intermediate_size for other families.
+func (c *Config) FeedForwardSize() int {
+	ff := c.IntermediateSize
+	if !c.FFAutoAdjust {
+		return ff
+	}
+	ff = 2 * ff / 3
+	if c.FFDimMultiplier != 0 {
+		ff = int(c.FFDimMultiplier * float64(ff))
+		if m := c.FFMultipleOf; m > 0 {
+			ff = m * ((ff + m - 1) / m)
+		}
+	}
+	return ff
 }

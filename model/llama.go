@@ -1,6 +1,8 @@
 package model
 
 import (
+	"fmt"
+
 	"lem/compute"
 )
 
@@ -19,17 +21,20 @@ func init() {
 	// q/k/v biases are read when present.
 	Register(Arch{ModelTypes: []string{"qwen2"}, Load: loadLlama, GGUF: "qwen2", Tensors: preNorm(false)})
 	Register(Arch{ModelTypes: []string{"qwen3"}, Load: loadQwen3, GGUF: "qwen3", Tensors: preNorm(false)})
-	Register(Arch{ModelTypes: []string{"smollm3"}, Load: loadSmolLM3, GGUF: "smollm3", Tensors: preNorm(true)})
+	Register(Arch{ModelTypes: []string{"smollm3"}, Load: loadSmolLM3, GGUF: "smollm3", Tensors: preNorm(true),
+		Meta: ggufMeta{noRope: true, read: smolLM3FromGGUF, write: smolLM3ToGGUF}})
 	Register(Arch{ModelTypes: []string{"granite"}, Load: loadGranite, GGUF: "granite", Tensors: preNorm(true),
 		Keys: []ConfigKey{
 			{"embedding_multiplier", "embedding_scale"},
 			{"residual_multiplier", "residual_scale"},
 			{"logits_scaling", "logit_scale"},
 			{"attention_multiplier", "attention.scale"},
-		}})
+		},
+		Meta: ggufMeta{read: graniteFromGGUF, write: graniteToGGUF}})
 	Register(Arch{ModelTypes: []string{"olmo2"}, Load: loadOlmo2, GGUF: "olmo2",
-		Tensors: &TensorLayout{act: "silu", layer: olmo2Layer}})
-	Register(Arch{ModelTypes: []string{"phi3"}, Load: loadPhi3, GGUF: "phi3", Tensors: preNorm(false)})
+		Tensors: &TensorLayout{act: "silu", layer: olmo2Layer}, Meta: ggufMeta{windowed: true}})
+	Register(Arch{ModelTypes: []string{"phi3"}, Load: loadPhi3, GGUF: "phi3", Tensors: preNorm(false),
+		Meta: ggufMeta{windowIgnoredSince: "May 2025"}})
 }
 
 func loadLlama(cfg *Config, src Source, b compute.Backend) (Model, error) {
@@ -140,3 +145,75 @@ var (
 		"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 	}
 )
+
+// smolLM3FromGGUF leaves rope out of every fourth layer, as llama.cpp
+// does.
+func smolLM3FromGGUF(_ *ggufKeys, c *Config, _ *GGUF) error {
+	c.NoRopeLayers = make([]int, c.NumHiddenLayers)
+	for i := range c.NoRopeLayers {
+		if (i+1)%4 != 0 {
+			c.NoRopeLayers[i] = 1
+		}
+	}
+	return nil
+}
+
+// smolLM3ToGGUF checks that the checkpoint leaves rope out of the layers
+// llama.cpp does.
+func smolLM3ToGGUF(l *GGUFLayout, _ *ggufWriter) error {
+	c := l.cfg
+	for i := range c.NumHiddenLayers {
+		if c.UsesRope(i) != ((i+1)%4 != 0) {
+			return fmt.Errorf("smollm3: no_rope_layers differs from llama.cpp's every-fourth-layer rule at layer %d", i)
+		}
+	}
+	return nil
+}
+
+// graniteFromGGUF reads Granite's multipliers.
+func graniteFromGGUF(k *ggufKeys, c *Config, _ *GGUF) error {
+	if v, ok := k.float("embedding_multiplier"); ok {
+		c.EmbeddingMultiplier = v
+	}
+	if v, ok := k.float("residual_multiplier"); ok {
+		c.ResidualMultiplier = v
+	}
+	if v, ok := k.float("logits_scaling"); ok && v != 0 {
+		c.LogitsScaling = v
+	}
+	if v, ok := k.float("attention_multiplier"); ok {
+		c.AttentionMultiplier = v
+	}
+	return k.err
+}
+
+// graniteToGGUF writes Granite's multipliers.
+func graniteToGGUF(l *GGUFLayout, w *ggufWriter) error {
+	c := l.cfg
+	w.f32("embedding_multiplier", c.EmbeddingMultiplier)
+	w.f32("residual_multiplier", c.ResidualMultiplier)
+	w.f32("logits_scaling", c.LogitsScaling)
+	if c.AttentionMultiplier != 0 {
+		w.f32("attention_multiplier", c.AttentionMultiplier)
+	}
+	return nil
+}
+
+// GraniteParams are Granite's multipliers (Falcon-H1 shares
+// EmbeddingMultiplier). EmbeddingMultiplier, ResidualMultiplier and
+// LogitsScaling are 1 when absent; AttentionMultiplier is 0 when absent
+// (scale by 1/sqrt(head_dim)).
+type GraniteParams struct {
+	EmbeddingMultiplier float64
+	ResidualMultiplier  float64
+	AttentionMultiplier float64
+	LogitsScaling       float64
+}
+
+func (p *GraniteParams) read(f *fields) {
+	p.EmbeddingMultiplier, p.ResidualMultiplier, p.LogitsScaling = 1, 1, 1
+	f.float("embedding_multiplier", &p.EmbeddingMultiplier)
+	f.float("residual_multiplier", &p.ResidualMultiplier)
+	f.float("attention_multiplier", &p.AttentionMultiplier)
+	f.float("logits_scaling", &p.LogitsScaling)
+}

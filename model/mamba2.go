@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"lem/compute"
-	"lem/gguf"
 )
 
 // Mamba2: a stack of selective state-space mixers with pre-norm residual
@@ -30,7 +29,14 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"mamba2"}, Load: loadMamba2, GGUF: "mamba2",
 		Tensors: &TensorLayout{act: "silu", layer: mamba2GGUFLayer, global: mamba2Global, prefix: "backbone.layers.",
-			rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }}})
+			rules: func(c *Config) map[string]ggufRule { return ssmRules(c, "mixer.") }},
+		Keys: []ConfigKey{
+			{mamba2SSMKeys.conv, "ssm.conv_kernel"},
+			{mamba2SSMKeys.state, "ssm.state_size"},
+			{mamba2SSMKeys.heads, "ssm.time_step_rank"},
+			{mamba2SSMKeys.groups, "ssm.group_count"},
+		},
+		Meta: ggufMeta{readAll: true, writeAll: true, read: ggufMamba2Config, write: mamba2Metadata}})
 }
 
 // ssmMixer is one Mamba2 mixer.
@@ -338,41 +344,110 @@ var (
 	}
 )
 
-// ggufMamba2Config builds the Config of a mamba2 file.
-func ggufMamba2Config(f *gguf.File, k *ggufKeys, c *Config, g *GGUF) (*Config, error) {
+// mamba2SSMKeys are Mamba2's names of the SSM keys; its config has no
+// key for the inner size (expand × hidden_size), which is stored as it is.
+var mamba2SSMKeys = ssmKeys{conv: "conv_kernel", inner: "ssm.inner_size", state: "state_size", heads: "num_heads", groups: "n_groups"}
+
+// ggufMamba2Config reads the keys of a mamba2 file, which has no
+// attention.
+func ggufMamba2Config(k *ggufKeys, c *Config, _ *GGUF) error {
 	c.NumHiddenLayers = k.need("num_hidden_layers")
 	c.HiddenSize = k.need("hidden_size")
 	c.MaxPositionEmbeddings, _ = k.uint("max_position_embeddings")
 	c.RMSNormEps = 1e-5
 	k.eps("rms_norm_eps", &c.RMSNormEps)
-	if err := ggufSSMConfig(c, k); err != nil {
-		return nil, err
+	if err := ggufSSMConfig(c, k, mamba2SSMKeys); err != nil {
+		return err
 	}
 	if k.err != nil {
-		return nil, k.err
+		return k.err
 	}
 	if c.NumHiddenLayers > MaxLayers {
-		return nil, fmt.Errorf("key %s.block_count: %d layers is more than the %d supported", k.arch, c.NumHiddenLayers, MaxLayers)
+		return fmt.Errorf("key %s.block_count: %d layers is more than the %d supported", k.arch, c.NumHiddenLayers, MaxLayers)
 	}
-	if err := ggufVocab(f, c, g); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return nil
 }
 
 // mamba2Metadata writes the keys of a mamba2 file.
-func (l *GGUFLayout) mamba2Metadata(u32 func(string, int), f32 func(string, float64)) error {
+func mamba2Metadata(l *GGUFLayout, w *ggufWriter) error {
 	c := l.cfg
 	if !c.SSM.RMSNorm || c.SSM.NormBeforeGate {
 		return fmt.Errorf("%s: llama.cpp's mamba2 normalises the gated output (mamba_rms_norm true, norm_before_gate false)", c.ModelType)
 	}
 	// The converter's context length: mamba2 has no position limit.
-	u32("max_position_embeddings", 1<<20)
-	u32("hidden_size", c.HiddenSize)
-	u32("intermediate_size", 0)
-	u32("num_attention_heads", 0)
-	u32("num_hidden_layers", c.NumHiddenLayers)
-	f32("rms_norm_eps", c.NormEps())
-	u32("vocab_size", c.VocabSize)
-	return l.ssmMetadata(u32)
+	w.u32("max_position_embeddings", 1<<20)
+	w.u32("hidden_size", c.HiddenSize)
+	w.u32("intermediate_size", 0)
+	w.u32("num_attention_heads", 0)
+	w.u32("num_hidden_layers", c.NumHiddenLayers)
+	w.f32("rms_norm_eps", c.NormEps())
+	w.u32("vocab_size", c.VocabSize)
+	return l.ssmMetadata(w, mamba2SSMKeys)
+}
+
+// SSMParams describe the selective state-space (Mamba2) layers of a
+// model. Falcon-H1 spells their keys with a mamba_ prefix (mamba_n_heads,
+// mamba_d_head, mamba_d_state, mamba_n_groups, mamba_d_ssm, mamba_expand,
+// mamba_chunk_size); a Mamba2 config, which has none of those, uses the
+// plain keys (num_heads, head_dim, state_size or ssm_state_size, n_groups,
+// expand, chunk_size).
+type SSMParams struct {
+	Heads, HeadDim, StateSize int
+	Groups                    int // groups sharing B and C; 1 when absent
+	// Inner is the number of channels the scan runs on: mamba_d_ssm, or
+	// else expand × hidden_size.
+	Inner     int
+	ChunkSize int // block length of the reference's chunked scan
+	// TimeStepMin and TimeStepMax clamp the time step after its softplus
+	// (time_step_limit, whose bounds may be written {"__float__":
+	// "Infinity"}); 0 and +Inf when absent.
+	TimeStepMin, TimeStepMax float64
+	// RMSNorm applies the gated RMSNorm to the scan's output
+	// (mamba_rms_norm; true when absent, except for Falcon-H1, whose
+	// default is false); NormBeforeGate normalises before multiplying by
+	// silu(z) rather than after (mamba_norm_before_gate; false when
+	// absent, except for Falcon-H1).
+	RMSNorm, NormBeforeGate bool
+}
+
+// read reads the state-space keys, in Falcon-H1's spelling or Mamba2's.
+func (s *SSMParams) read(f *fields, hidden int) {
+	// Falcon-H1's keys carry a mamba_ prefix; plain Mamba2's do not.
+	if f.has("mamba_d_state") || f.has("mamba_n_heads") {
+		f.size("mamba_n_heads", &s.Heads)
+		f.size("mamba_d_head", &s.HeadDim)
+		f.size("mamba_d_state", &s.StateSize)
+		f.size("mamba_n_groups", &s.Groups)
+		f.size("mamba_chunk_size", &s.ChunkSize)
+		if !f.size("mamba_d_ssm", &s.Inner) {
+			var expand float64
+			if f.float("mamba_expand", &expand) {
+				s.Inner = int(expand * float64(hidden))
+			}
+		}
+	} else if f.has("state_size") || f.has("ssm_state_size") {
+		f.size("num_heads", &s.Heads)
+		f.size("head_dim", &s.HeadDim)
+		_ = f.size("state_size", &s.StateSize) || f.size("ssm_state_size", &s.StateSize)
+		f.size("n_groups", &s.Groups)
+		f.size("chunk_size", &s.ChunkSize)
+		var expand float64
+		if f.float("expand", &expand) {
+			s.Inner = int(expand * float64(hidden))
+		}
+	}
+	if s.Groups == 0 {
+		s.Groups = 1
+	}
+	s.TimeStepMin, s.TimeStepMax = 0, math.Inf(1)
+	if lim, ok := f.extFloats("time_step_limit"); ok {
+		if len(lim) != 2 || !(lim[0] <= lim[1]) {
+			f.fail("time_step_limit", "a [min, max] pair", f.raw["time_step_limit"])
+		} else {
+			s.TimeStepMin, s.TimeStepMax = lim[0], lim[1]
+		}
+	}
+	s.RMSNorm = true
+	f.boolean("mamba_rms_norm", &s.RMSNorm)
+	f.boolean("mamba_norm_before_gate", &s.NormBeforeGate)
 }

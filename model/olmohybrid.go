@@ -40,8 +40,9 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"olmo_hybrid"}, Load: loadOlmoHybrid, GGUF: "olmo-hybrid",
 		Tensors: &TensorLayout{act: "silu", layer: olmoHybridLayer, rules: linearRules,
-			compose: fuseOlmoHybridQKV, config: ggufOlmoHybridConfig, metadata: olmoHybridMetadata},
-		Keys: olmoHybridKeys})
+			compose: fuseOlmoHybridQKV},
+		Keys: olmoHybridKeys,
+		Meta: ggufMeta{ff: ffOptional, read: ggufOlmoHybridConfig, write: olmoHybridMetadata}})
 }
 
 // olmoGatedNormEps is the eps of the linear-attention layers' gated output
@@ -380,7 +381,7 @@ func concatComposite(src Source, name string, parts []string) (composite, error)
 
 // ggufOlmoHybridConfig reads the linear-attention keys, which layers
 // attend, the update-strength doubling and the absence of rope.
-func ggufOlmoHybridConfig(c *Config, k *ggufKeys) error {
+func ggufOlmoHybridConfig(k *ggufKeys, c *Config, _ *GGUF) error {
 	if err := ggufLinearConfig(c, k); err != nil {
 		return err
 	}
@@ -409,7 +410,9 @@ func ggufOlmoHybridConfig(c *Config, k *ggufKeys) error {
 }
 
 // olmoHybridMetadata writes the keys ggufOlmoHybridConfig reads.
-func olmoHybridMetadata(l *GGUFLayout, u32 func(string, int)) error {
+func olmoHybridMetadata(l *GGUFLayout, w *ggufWriter) error {
+	w.window = true // no sliding window
+	u32 := w.u32
 	c := l.cfg
 	if err := checkLinear(c); err != nil {
 		return fmt.Errorf("%s: %w", c.ModelType, err)

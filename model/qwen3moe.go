@@ -21,7 +21,8 @@ import (
 func init() {
 	Register(Arch{ModelTypes: []string{"qwen3_moe"}, Load: loadQwen3MoE, GGUF: "qwen3moe",
 		Tensors: &TensorLayout{act: "silu", layer: qwen3moeLayer, compose: stackExperts},
-		Keys:    []ConfigKey{{"moe_intermediate_size", "expert_feed_forward_length"}}})
+		Keys:    []ConfigKey{{"moe_intermediate_size", "expert_feed_forward_length"}},
+		Meta:    ggufMeta{read: qwen3moeFromGGUF, write: qwen3moeToGGUF}})
 }
 
 func loadQwen3MoE(cfg *Config, src Source, b compute.Backend) (Model, error) {
@@ -79,4 +80,44 @@ func qwen3moeWindow(c *Config) (int, error) {
 		return 0, err
 	}
 	return window, nil
+}
+
+// qwen3moeFromGGUF reads the expert keys.
+func qwen3moeFromGGUF(k *ggufKeys, c *Config, _ *GGUF) error {
+	ff, hasFF := ggufExperts(c, k, "moe_intermediate_size")
+	// llama.cpp's default when the key is absent.
+	if !hasFF && c.NumExpertsPerTok > 0 {
+		ff = c.IntermediateSize / c.NumExpertsPerTok
+	}
+	c.MoEIntermediateSize = ff
+	c.DecoderSparseStep = 1
+	ggufExpertNorm(c, k)
+	checkExpertFF(c, k)
+	return k.err
+}
+
+// qwen3moeToGGUF writes the expert keys and the window transformers
+// applies to every layer, which llama.cpp's qwen3moe ignores.
+func qwen3moeToGGUF(l *GGUFLayout, w *ggufWriter) error {
+	c := l.cfg
+	w.u32("num_experts", c.NumExperts)
+	w.u32("num_experts_per_tok", c.NumExpertsPerTok)
+	if err := l.checkAllSparse(); err != nil {
+		return err
+	}
+	if c.NumSharedExperts > 0 || c.SharedExpertIntermediateSize > 0 {
+		return fmt.Errorf("%s: shared experts have no place in llama.cpp's qwen3moe", c.ModelType)
+	}
+	w.u32("moe_intermediate_size", c.MoEIntermediateSize)
+	l.writeExpertNorm()
+	win, err := qwen3moeWindow(c)
+	if err != nil {
+		return err
+	}
+	if win > 0 {
+		w.u32("sliding_window", win)
+		l.Warnings = append(l.Warnings, "sliding_window windows every layer (as transformers does): written as qwen3moe.attention.sliding_window, which llama.cpp ignores")
+		w.window = true
+	}
+	return nil
 }

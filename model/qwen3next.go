@@ -36,11 +36,14 @@ func init() {
 			layer: layer, rules: linearRules, compose: compose}
 	}
 	Register(Arch{ModelTypes: []string{"qwen3_5_text"}, Load: loadQwen35, GGUF: "qwen35",
-		Tensors: linear(linearGGUFLayer, tileValueHeads), Keys: linearKeys})
+		Tensors: linear(linearGGUFLayer, tileValueHeads), Keys: linearKeys,
+		Meta: ggufMeta{ff: ffOptional, read: linearFromGGUF(false), write: linearToGGUF(false)}})
 	Register(Arch{ModelTypes: []string{"qwen3_next"}, Load: loadQwen3Next, GGUF: "qwen3next",
-		Tensors: linear(linearMoELayer, composeAll(stackExperts, splitQKVZ)), Keys: linearKeys})
+		Tensors: linear(linearMoELayer, composeAll(stackExperts, splitQKVZ)), Keys: linearKeys,
+		Meta: ggufMeta{ff: ffOptional, read: linearFromGGUF(true), write: linearToGGUF(true)}})
 	Register(Arch{ModelTypes: []string{"qwen3_5_moe_text"}, Load: loadQwen35MoE, GGUF: "qwen35moe",
-		Tensors: linear(linearMoELayer, composeAll(stackExperts, tileValueHeads)), Keys: linearKeys})
+		Tensors: linear(linearMoELayer, composeAll(stackExperts, tileValueHeads)), Keys: linearKeys,
+		Meta: ggufMeta{ff: ffOptional, read: linearFromGGUF(true), write: linearToGGUF(true)}})
 }
 
 // hybrid is the stack shared by the three families.
@@ -303,11 +306,6 @@ var (
 	})
 )
 
-// isLinearArch reports whether a GGUF architecture is a delta-rule hybrid.
-func isLinearArch(arch string) bool {
-	return arch == "qwen3next" || arch == "qwen35" || arch == "qwen35moe"
-}
-
 // linearRules squeezes the convolution kernel and stores A as −exp(A_log).
 func linearRules(c *Config) map[string]ggufRule {
 	const p = "linear_attn."
@@ -539,22 +537,63 @@ func (l *GGUFLayout) linearMetadata(u32 func(string, int)) error {
 	return nil
 }
 
+// linearFromGGUF returns the read hook of the delta-rule hybrids, with
+// experts or without.
+func linearFromGGUF(moe bool) func(k *ggufKeys, c *Config, g *GGUF) error {
+	return func(k *ggufKeys, c *Config, g *GGUF) error {
+		if moe {
+			ff, hasFF := ggufExperts(c, k, "moe_intermediate_size")
+			// llama.cpp's defaults when the keys are absent.
+			if !hasFF && c.NumExpertsPerTok > 0 {
+				ff = c.IntermediateSize / c.NumExpertsPerTok
+			}
+			c.MoEIntermediateSize = ff
+			c.SharedExpertIntermediateSize = c.IntermediateSize
+			if v, ok := k.uint("shared_expert_intermediate_size"); ok {
+				c.SharedExpertIntermediateSize = v
+			}
+			c.DecoderSparseStep = 1
+			c.NormTopKProb = true
+			if k.arch == "qwen3next" {
+				ggufExpertNorm(c, k)
+			}
+			checkExpertFF(c, k)
+		}
+		return ggufLinearConfig(c, k)
+	}
+}
+
+// linearToGGUF returns the write hook of the delta-rule hybrids, which
+// write no sliding window.
+func linearToGGUF(moe bool) func(l *GGUFLayout, w *ggufWriter) error {
+	return func(l *GGUFLayout, w *ggufWriter) error {
+		w.window = true
+		if moe {
+			if err := l.linearMoEMetadata(w); err != nil {
+				return err
+			}
+		}
+		return l.linearMetadata(w.u32)
+	}
+}
+
 // linearMoEMetadata writes the expert keys of qwen3next and qwen35moe.
-func (l *GGUFLayout) linearMoEMetadata(u32 func(string, int)) error {
+func (l *GGUFLayout) linearMoEMetadata(w *ggufWriter) error {
 	c := l.cfg
-	for i := range c.NumHiddenLayers {
-		if l.Arch == "qwen3next" && !c.SparseLayer(i) {
-			return fmt.Errorf("%s: layer %d has a dense MLP (mlp_only_layers, decoder_sparse_step), which llama.cpp's %s cannot hold", c.ModelType, i, l.Arch)
+	w.u32("num_experts", c.NumExperts)
+	w.u32("num_experts_per_tok", c.NumExpertsPerTok)
+	if l.Arch == "qwen3next" {
+		if err := l.checkAllSparse(); err != nil {
+			return err
 		}
 	}
 	if c.SharedExpertIntermediateSize <= 0 {
 		return fmt.Errorf("%s: llama.cpp's %s needs the shared expert (shared_expert_intermediate_size)", c.ModelType, l.Arch)
 	}
-	u32("moe_intermediate_size", c.MoEIntermediateSize)
-	u32("shared_expert_intermediate_size", c.SharedExpertIntermediateSize)
-	if l.Arch == "qwen3next" && !c.NormTopKProb {
-		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".expert_weights_norm", Value: gguf.Bool(false)})
-		l.Warnings = append(l.Warnings, "norm_topk_prob is false: written as qwen3next.expert_weights_norm, which llama.cpp ignores (it renormalises the top-k weights)")
+	w.u32("moe_intermediate_size", c.MoEIntermediateSize)
+	w.u32("shared_expert_intermediate_size", c.SharedExpertIntermediateSize)
+	if l.Arch == "qwen3next" {
+		l.writeExpertNorm()
 	}
 	return nil
 }
@@ -570,4 +609,39 @@ var linearKeys = []ConfigKey{
 	{"full_attention_interval", "full_attention_interval"},
 	{"moe_intermediate_size", "expert_feed_forward_length"},
 	{"shared_expert_intermediate_size", "expert_shared_feed_forward_length"},
+}
+
+// LinearParams describe the gated delta-rule linear attention of
+// Qwen3-Next and Qwen3.5: the layers that layer_types marks
+// "linear_attention". LinearNumValueHeads is a multiple of
+// LinearNumKeyHeads.
+type LinearParams struct {
+	LinearNumKeyHeads     int // linear_num_key_heads
+	LinearNumValueHeads   int // linear_num_value_heads
+	LinearKeyHeadDim      int // linear_key_head_dim
+	LinearValueHeadDim    int // linear_value_head_dim
+	LinearConvKernelDim   int // linear_conv_kernel_dim: width of the short causal convolution
+	FullAttentionInterval int // full_attention_interval: every n-th layer attends (when layer_types is absent)
+	// LinearTiledHeads says the value heads of the linear-attention
+	// weights are in tiled order (value head h reads key head h mod
+	// LinearNumKeyHeads) rather than grouped by key head as the Hugging
+	// Face checkpoints store them: llama.cpp's qwen35 and qwen35moe files
+	// reorder them so. Set by the GGUF reader; no config.json key.
+	LinearTiledHeads bool
+}
+
+func (p *LinearParams) read(f *fields) {
+	f.size("linear_num_key_heads", &p.LinearNumKeyHeads)
+	f.size("linear_num_value_heads", &p.LinearNumValueHeads)
+	f.size("linear_key_head_dim", &p.LinearKeyHeadDim)
+	f.size("linear_value_head_dim", &p.LinearValueHeadDim)
+	f.size("linear_conv_kernel_dim", &p.LinearConvKernelDim)
+	f.size("full_attention_interval", &p.FullAttentionInterval)
+}
+
+func (p *LinearParams) check(prefix string) error {
+	if k, v := p.LinearNumKeyHeads, p.LinearNumValueHeads; k > 0 && v%k != 0 {
+		return fmt.Errorf("key %q: %d linear value heads are not a multiple of %d key heads", prefix+"linear_num_value_heads", v, k)
+	}
+	return nil
 }
