@@ -109,29 +109,17 @@ func olmoHybridRope(cfg *Config) bool {
 // loadOlmoHybrid loads an OLMo Hybrid checkpoint, or a GGUF file lem
 // wrote (its fused in_proj_qkv and conv1d stand for the parts).
 func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
-	conv, ok := b.(compute.Convolver)
-	if !ok {
-		return nil, fmt.Errorf("%s: backend %s lacks the short causal convolution (compute.Convolver) that linear-attention layers need", cfg.ModelType, b.Name())
-	}
-	delta, ok := b.(compute.DeltaRuler)
-	if !ok {
-		return nil, fmt.Errorf("%s: backend %s lacks the gated delta rule (compute.DeltaRuler) that linear-attention layers need", cfg.ModelType, b.Name())
-	}
-	if err := checkLinear(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
-	}
-	act, err := compute.ParseActivation(cfg.HiddenAct)
+	h, err := newHybrid(cfg, b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
+		return nil, err
 	}
+	h.eps = olmoGatedNormEps
+	act := h.act
 	negEig := true
 	if _, err := cfg.Get("linear_allow_neg_eigval", &negEig); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
-	m := &olmoHybrid{
-		hybrid: &hybrid{cfg: cfg, b: b, conv: conv, delta: delta, act: act, eps: olmoGatedNormEps},
-		eps:    float32(cfg.RMSNormEps),
-	}
+	m := &olmoHybrid{hybrid: h, eps: float32(cfg.RMSNormEps)}
 	hid, vocab, hd := cfg.HiddenSize, cfg.VocabSize, cfg.HeadDim
 	nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	l := &loader{src: src, b: b}

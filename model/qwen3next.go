@@ -146,10 +146,10 @@ func qwenHybridMoE(cfg *Config, normalize bool) (*moeSpec, error) {
 	}, nil
 }
 
-// loadHybrid reads the stack. Layers i for which sparse(i) holds get the
-// mixture of experts that moe describes; the others (all, when moe is nil)
-// a SwiGLU MLP of intermediate_size.
-func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse func(int) bool) (*hybrid, error) {
+// newHybrid returns an empty stack of a delta-rule hybrid family, after
+// checking that the backend has the operations its linear-attention
+// layers need and that the config's linear-attention geometry holds.
+func newHybrid(cfg *Config, b compute.Backend) (*hybrid, error) {
 	conv, ok := b.(compute.Convolver)
 	if !ok {
 		return nil, fmt.Errorf("%s: backend %s lacks the short causal convolution (compute.Convolver) that linear-attention layers need", cfg.ModelType, b.Name())
@@ -165,7 +165,17 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
-	m := &hybrid{cfg: cfg, b: b, conv: conv, delta: delta, act: act, eps: float32(cfg.RMSNormEps)}
+	return &hybrid{cfg: cfg, b: b, conv: conv, delta: delta, act: act, eps: float32(cfg.RMSNormEps)}, nil
+}
+
+// loadHybrid reads the stack. Layers i for which sparse(i) holds get the
+// mixture of experts that moe describes; the others (all, when moe is nil)
+// a SwiGLU MLP of intermediate_size.
+func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse func(int) bool) (*hybrid, error) {
+	m, err := newHybrid(cfg, b)
+	if err != nil {
+		return nil, err
+	}
 	hid, vocab := cfg.HiddenSize, cfg.VocabSize
 	l := &loader{src: src, b: b}
 	// The multimodal checkpoints keep the text model under language_model.
@@ -203,7 +213,7 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 			}
 			ly.moe = l.moe(p, &spec)
 		} else {
-			f := loadMLP(l, p+"mlp.", "gate_proj", "up_proj", "down_proj", hid, cfg.IntermediateSize, act)
+			f := loadMLP(l, p+"mlp.", "gate_proj", "up_proj", "down_proj", hid, cfg.IntermediateSize, m.act)
 			ly.mlp = &f
 		}
 		m.layers = append(m.layers, ly)
