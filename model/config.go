@@ -1,6 +1,3 @@
-// Package model describes model architectures: the typed view of a Hugging
-// Face config.json that every engine reads, and one file per architecture
-// family.
 package model
 
 import (

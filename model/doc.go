@@ -1,0 +1,70 @@
+// Package model describes model architectures: the typed view of a Hugging
+// Face config.json (config.go), the shared blocks families are built from,
+// and one file per architecture family, each registered once.
+//
+// # Layout
+//
+//   - arch.go: the registry. A family file calls Register(Arch{…}) in its
+//     init function with its config.json model types, its Load function,
+//     its GGUF architecture name, its tensor layout, its config keys and
+//     its GGUF metadata hooks. Nothing outside the family file names the
+//     family.
+//   - keys.go: the Hugging Face ⇄ GGUF config key table. sharedKeys holds
+//     the keys most families share; a family lists its own in Arch.Keys.
+//     The GGUF reader and lem quant's writer read the same table, in
+//     opposite directions.
+//   - gguf.go, gguf_rules.go: reading and writing GGUF files (tensor names
+//     and shapes through TensorLayout, metadata through the key table and
+//     Arch.Meta's hooks), and the tensor rules several families share.
+//   - attention.go: the blocks. attention is the one softmax attention
+//     block (q/k/v norms, output gate, key scale, biases, fused qkv, KV
+//     sharing, and the window, sinks and soft cap of compute.Attention); it
+//     issues its operations in one order, which the CUDA backend's decode
+//     fusion relies on (fusion_test.go fails when a family loses fusion).
+//     mlp is the gated feed-forward block. moe.go (mixture of experts),
+//     deltanet.go (gated delta rule), lfm2.go's shortConv and mamba2.go's
+//     ssmMixer are the other blocks.
+//   - kv.go and recurrent.go: per-sequence state, the KV caches and the
+//     recurrent (convolution, SSM, delta-rule) state with its checkpoints;
+//     arena.go: the activation buffers of a forward pass, owned by the
+//     state, looked up by name.
+//   - load.go, reads.go, stored.go, mlx.go, rope.go: opening a checkpoint,
+//     reading tensors in their stored type, MLX packs, rotary embeddings.
+//
+// # Adding an architecture
+//
+// olmohybrid.go is a worked example: a family of gated delta-rule layers
+// with full attention every fourth layer, added in one file.
+//
+//  1. Get a reference: a small checkpoint with logits and greedy ids from
+//     the Hugging Face implementation, under ../shared/fixtures/archs/NAME
+//     (its README says how they are made). The conformance tests in
+//     package engine and package convert take a fixture from their tables.
+//  2. Write NAME.go. Its doc comment states the model card's math. Its
+//     Load function reads the family's own config keys (cfg.Get, or a
+//     parameter struct embedded in Config where several files need them),
+//     checks that the backend has the operations it needs, and builds the
+//     layers from the blocks: newAttention + attention.load, loadMLP, the
+//     MoE spec, a deltaNet. Forward is the residual stream: the family's
+//     norms and adds around block.forward calls, with buffers from the
+//     state's arena (st.arenaFor(n)). NewState comes from the state type
+//     the family needs (kvState, or recurrentState for layers that carry a
+//     recurrent state).
+//  3. Register it in init: Register(Arch{ModelTypes, Load, GGUF, Tensors,
+//     Keys, Meta}). Tensors maps checkpoint tensor names to GGUF names and
+//     shapes (a layer table and the shared rules); Keys lists the config
+//     keys sharedKeys lacks; Meta's read and write hooks hold whatever is
+//     not a renamed key. A family that llama.cpp does not know gets a GGUF
+//     architecture name of its own, and lem quant's files read back the
+//     same.
+//  4. Add a lem synth geometry (synth/like.go) of a published size, so that
+//     lem bench can measure it at scale.
+//  5. Add the fixture to the test tables that name families (engine's
+//     conformance and recurrent tables, convert's modernFamilies, this
+//     package's decodeFusion and TestGGUFConfigKeys), and check with
+//     scripts/bitcheck.go that no other family's bits moved.
+//
+// A new tensor operation is the one thing a family file cannot add: it goes
+// in package compute with a CPU and a CUDA implementation and their tests
+// (olmo_hybrid needed one option, compute.DeltaRule.NegEigval).
+package model
