@@ -36,7 +36,8 @@ for m in "${models[@]}"; do
   python3 - "${o_pp[*]}" "${o_tg[*]}" "${n_pp[*]}" "${n_tg[*]}" <<'PY'
 import statistics as s, sys
 op, ot, np_, nt = ([float(x) for x in a.split()] for a in sys.argv[1:5])
+ratio = lambda new, old: f"{s.median(new) / s.median(old):.3f}" if s.median(old) else "-"
 print(f"median  old pp {s.median(op):8.2f} tg {s.median(ot):7.2f}   new pp {s.median(np_):8.2f} tg {s.median(nt):7.2f}"
-      f"   new/old pp {s.median(np_)/s.median(op):.3f} tg {s.median(nt)/s.median(ot):.3f}")
+      f"   new/old pp {ratio(np_, op)} tg {ratio(nt, ot)}")
 PY
 done
