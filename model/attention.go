@@ -87,6 +87,16 @@ func (a *attention) load(l *loader, p string, hid int, names attnNames) {
 	}
 }
 
+// loadHybridAttention reads layer i's attention block under prefix, as the
+// hybrid families (LFM2, Falcon-H1) put it beside their recurrent layers:
+// heads of head_dim over a full KV cache, per-head q/k norms where names
+// has them.
+func loadHybridAttention(l *loader, cfg *Config, i int, prefix string, names attnNames, rope *compute.Rope) *attention {
+	a := newAttention(i, cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim, float32(cfg.NormEps()), rope)
+	a.load(l, prefix, cfg.HiddenSize, names)
+	return &a
+}
+
 // ownsCache reports whether the layer computes and caches its own keys and
 // values.
 func (a *attention) ownsCache() bool { return a.source == a.layer }

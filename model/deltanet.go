@@ -21,17 +21,59 @@ type deltaNet struct {
 	qkv, z, b, a, out *compute.Tensor // projections, stored dtype
 	conv, convBias    *compute.Tensor // F32 [convDim, K], optional F32 [convDim]
 	norm              *compute.Tensor // F32 [ValueDim]
+	eps               float32         // the gated norm's
 	rule              compute.DeltaRule
 	kernel            int // K, the convolution's width
+	convolver         compute.Convolver
+	ruler             compute.DeltaRuler
+}
+
+// checkDeltaNet reports an error when backend b lacks an operation that
+// linear-attention layers need or cfg their geometry.
+func checkDeltaNet(cfg *Config, b compute.Backend) error {
+	if _, ok := b.(compute.Convolver); !ok {
+		return fmt.Errorf("backend %s lacks the short causal convolution (compute.Convolver) that linear-attention layers need", b.Name())
+	}
+	if _, ok := b.(compute.DeltaRuler); !ok {
+		return fmt.Errorf("backend %s lacks the gated delta rule (compute.DeltaRuler) that linear-attention layers need", b.Name())
+	}
+	return checkLinear(cfg)
+}
+
+// newDeltaNet returns a layer of the config's geometry, before its tensors
+// are read, whose gated norm has the given eps. The backend's operations
+// are those checkDeltaNet checked.
+func newDeltaNet(cfg *Config, b compute.Backend, eps float32) *deltaNet {
+	dk := cfg.LinearKeyHeadDim
+	d := &deltaNet{
+		rule: compute.DeltaRule{
+			KeyHeads: cfg.LinearNumKeyHeads, ValueHeads: cfg.LinearNumValueHeads,
+			KeyDim: dk, ValueDim: cfg.LinearValueHeadDim,
+			Scale: float32(1 / math.Sqrt(float64(dk))), NormEps: 1e-6,
+			Tiled: cfg.LinearTiledHeads,
+		},
+		kernel: cfg.LinearConvKernelDim,
+		eps:    eps,
+	}
+	d.convolver, _ = b.(compute.Convolver)
+	d.ruler, _ = b.(compute.DeltaRuler)
+	return d
 }
 
 // convDim is the number of channels the convolution mixes: q, k and v.
 func (d *deltaNet) convDim() int { return d.rule.Width() }
 
-// forward runs the layer on h and writes its output to s.o, updating the
+// newState allocates the layer's recurrent state in st: the convolution's
+// last K-1 inputs and a delta-rule state per value head.
+func (d *deltaNet) newState(st *recurrentState) (conv, delta *compute.Tensor) {
+	conv = st.recurrent(d.kernel-1, d.convDim())
+	delta = st.recurrent(d.rule.ValueHeads, d.rule.ValueDim, d.rule.KeyDim)
+	return conv, delta
+}
+
+// forward runs the layer on h and writes its output to out, updating the
 // layer's convolution and delta-rule states.
-func (d *deltaNet) forward(m *hybrid, ar *arena, out, h, convState, deltaState *compute.Tensor) {
-	b := m.b
+func (d *deltaNet) forward(b compute.Backend, ar *arena, out, h, convState, deltaState *compute.Tensor) {
 	r := &d.rule
 	vdim := r.ValueHeads * r.ValueDim
 	qkv, mixed := ar.get("delta.qkv", d.convDim()), ar.get("delta.mixed", d.convDim())
@@ -41,9 +83,9 @@ func (d *deltaNet) forward(m *hybrid, ar *arena, out, h, convState, deltaState *
 	b.MatMul(z, h, d.z)
 	b.MatMul(beta, h, d.b)
 	b.MatMul(alpha, h, d.a)
-	m.conv.CausalConv(mixed, qkv, d.conv, d.convBias, convState, true)
-	m.delta.DeltaRule(core, mixed, alpha, beta, deltaState, r)
-	b.RMSNorm(core, core, d.norm, m.eps, 0)
+	d.convolver.CausalConv(mixed, qkv, d.conv, d.convBias, convState, true)
+	d.ruler.DeltaRule(core, mixed, alpha, beta, deltaState, r)
+	b.RMSNorm(core, core, d.norm, d.eps, 0)
 	b.GLU(core, z, core, compute.SiLU)
 	b.MatMul(out, core, d.out)
 }
@@ -54,19 +96,13 @@ func (d *deltaNet) forward(m *hybrid, ar *arena, out, h, convState, deltaState *
 // in_proj_ba) grouped by key head, and their rows are regrouped here into
 // the same four projections. GGUF files of Qwen3-Next hold in_proj_qkv and
 // in_proj_z apart beside the fused in_proj_ba; those of Qwen3.5 hold the
-// value heads in tiled order (Config.LinearTiledHeads).
+// value heads in tiled order (Config.LinearTiledHeads). The gated norm
+// has eps rms_norm_eps.
 func loadDeltaNet(cfg *Config, l *loader, p string) *deltaNet {
 	kh, vh := cfg.LinearNumKeyHeads, cfg.LinearNumValueHeads
 	dk, dv := cfg.LinearKeyHeadDim, cfg.LinearValueHeadDim
 	hid, k := cfg.HiddenSize, cfg.LinearConvKernelDim
-	d := &deltaNet{
-		rule: compute.DeltaRule{
-			KeyHeads: kh, ValueHeads: vh, KeyDim: dk, ValueDim: dv,
-			Scale: float32(1 / math.Sqrt(float64(dk))), NormEps: 1e-6,
-			Tiled: cfg.LinearTiledHeads,
-		},
-		kernel: k,
-	}
+	d := newDeltaNet(cfg, l.b, float32(cfg.RMSNormEps))
 	// r = vh/kh value heads share a key head.
 	r := vh / kh
 	if l.has(p + "in_proj_qkvz.weight") {

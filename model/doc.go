@@ -23,11 +23,25 @@
 //     fusion relies on (fusion_test.go fails when a family loses fusion).
 //     mlp is the gated feed-forward block. moe.go (mixture of experts),
 //     deltanet.go (gated delta rule), lfm2.go's shortConv and mamba2.go's
-//     ssmMixer are the other blocks.
+//     ssmMixer are the other blocks. A block holds what it needs, set at
+//     load (weights, the optional backend operations it calls, its norm
+//     eps), and its forward takes the backend, the arena, its output, its
+//     input and its slice of the state.
 //   - kv.go and recurrent.go: per-sequence state, the KV caches and the
 //     recurrent (convolution, SSM, delta-rule) state with its checkpoints;
 //     arena.go: the activation buffers of a forward pass, owned by the
-//     state, looked up by name.
+//     state, looked up by name. A family with recurrent layers keeps, next
+//     to its Forward, a state type that embeds recurrentState and lists its
+//     layers' recurrent tensors (mamba2State, lfm2State, falconH1State,
+//     hybridState).
+//   - The family files: llama.go, gemma.go, gemma3n.go, gemma4.go,
+//     gptoss.go, qwen3moe.go, qwen3next.go, olmohybrid.go, lfm2.go,
+//     mamba2.go and falconh1.go. dense.go is the stack the dense families
+//     share. Otherwise a stack that several families share lives in the
+//     file of the family it was written for: gemma4.go holds the KV-shared
+//     attention, per-layer input embedding and output head that Gemma 3n
+//     also uses; qwen3next.go the delta-rule hybrid stack and its state,
+//     which OLMo Hybrid reuses with norms of its own.
 //   - load.go, reads.go, stored.go, mlx.go, rope.go: opening a checkpoint,
 //     reading tensors in their stored type, MLX packs, rotary embeddings.
 //

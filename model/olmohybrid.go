@@ -3,7 +3,6 @@ package model
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
@@ -52,12 +51,10 @@ const olmoGatedNormEps = 1e-5
 // olmoHybrid runs the stack. The layers and state are those of the
 // Qwen3-Next hybrid (hybridLayer, hybridState): inNorm
 // is attention_layer_norm (linear layers only), postNorm
-// feedforward_layer_norm, and attention layers have no output gate. The
-// embedded hybrid's eps is the gated norm's, which deltaNet.forward uses.
+// feedforward_layer_norm, and attention layers have no output gate.
 type olmoHybrid struct {
 	*hybrid
 	postFFNorm []*compute.Tensor // post_feedforward_layernorm; nil on linear layers
-	eps        float32           // rms_norm_eps
 }
 
 // Forward implements Model.
@@ -73,7 +70,7 @@ func (m *olmoHybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 		l := &m.layers[i]
 		if l.linear != nil {
 			b.RMSNorm(h, x, l.inNorm, m.eps, 0)
-			l.linear.forward(m.hybrid, ar, o, h, st.conv[i], st.delta[i])
+			l.linear.forward(b, ar, o, h, st.conv[i], st.delta[i])
 			b.Add(x, x, o)
 			b.RMSNorm(h, x, l.postNorm, m.eps, 0)
 			l.mlp.forward(b, ar, o, h)
@@ -113,13 +110,12 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.eps = olmoGatedNormEps
 	act := h.act
 	negEig := true
 	if _, err := cfg.Get("linear_allow_neg_eigval", &negEig); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
-	m := &olmoHybrid{hybrid: h, eps: float32(cfg.RMSNormEps)}
+	m := &olmoHybrid{hybrid: h}
 	hid, vocab, hd := cfg.HiddenSize, cfg.VocabSize, cfg.HeadDim
 	nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	l := &loader{src: src, b: b}
@@ -135,8 +131,7 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		switch t := cfg.LayerType(i); t {
 		case "linear_attention":
 			ly.inNorm = l.vector(p+"attention_layer_norm.weight", hid)
-			ly.linear = loadOlmoDeltaNet(cfg, l, p+"linear_attn.")
-			ly.linear.rule.NegEigval = negEig
+			ly.linear = loadOlmoDeltaNet(cfg, l, p+"linear_attn.", negEig)
 		case FullAttention:
 			if rope == nil && olmoHybridRope(cfg) {
 				if rope, err = fullRope(cfg); err != nil {
@@ -162,23 +157,15 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	return m, nil
 }
 
-// invSqrt returns n^-½, the scale of attention over heads of size n.
-func invSqrt(n int) float32 { return float32(1 / math.Sqrt(float64(n))) }
-
 // loadOlmoDeltaNet reads a linear-attention layer under p: the q, k and v
 // projections and their convolutions become the deltaNet's fused qkv
-// projection and convolution.
-func loadOlmoDeltaNet(cfg *Config, l *loader, p string) *deltaNet {
-	kh, vh := cfg.LinearNumKeyHeads, cfg.LinearNumValueHeads
-	dk, dv := cfg.LinearKeyHeadDim, cfg.LinearValueHeadDim
+// projection and convolution. Its gated norm has eps olmoGatedNormEps;
+// negEig is linear_allow_neg_eigval.
+func loadOlmoDeltaNet(cfg *Config, l *loader, p string, negEig bool) *deltaNet {
+	vh, dv := cfg.LinearNumValueHeads, cfg.LinearValueHeadDim
 	hid, k := cfg.HiddenSize, cfg.LinearConvKernelDim
-	d := &deltaNet{
-		rule: compute.DeltaRule{
-			KeyHeads: kh, ValueHeads: vh, KeyDim: dk, ValueDim: dv,
-			Scale: invSqrt(dk), NormEps: 1e-6,
-		},
-		kernel: k,
-	}
+	d := newDeltaNet(cfg, l.b, olmoGatedNormEps)
+	d.rule.NegEigval = negEig
 	c := d.convDim()
 	if l.has(p + "in_proj_qkv.weight") {
 		d.qkv = l.weight(p+"in_proj_qkv.weight", c, hid)

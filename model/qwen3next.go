@@ -48,10 +48,8 @@ func init() {
 
 // hybrid is the stack shared by the three families.
 type hybrid struct {
-	cfg   *Config
-	b     compute.Backend
-	conv  compute.Convolver
-	delta compute.DeltaRuler
+	cfg *Config
+	b   compute.Backend
 
 	embed, norm, output *compute.Tensor
 	layers              []hybridLayer
@@ -69,7 +67,35 @@ type hybridLayer struct {
 	moe              *moeBlock
 }
 
+// hybridState is the per-sequence memory of a hybrid stack: a KV cache per
+// attention layer, and per linear-attention layer the convolution's last
+// inputs and the delta-rule state, checkpointed by recurrentState.
+type hybridState struct {
+	*recurrentState
+	conv  []*compute.Tensor // per layer: [K-1, convDim]; nil on attention layers
+	delta []*compute.Tensor // per layer: [value heads, value dim, key dim]; nil on attention layers
+}
+
 func (m *hybrid) Config() *Config { return m.cfg }
+
+// NewState implements Model.
+func (m *hybrid) NewState(ctx int) State {
+	attns := make([]*attention, len(m.layers))
+	for i, l := range m.layers {
+		attns[i] = l.attn
+	}
+	st := &hybridState{
+		recurrentState: newRecurrentState(m.b, attns, ctx),
+		conv:           make([]*compute.Tensor, len(m.layers)),
+		delta:          make([]*compute.Tensor, len(m.layers)),
+	}
+	for i, l := range m.layers {
+		if l.linear != nil {
+			st.conv[i], st.delta[i] = l.linear.newState(st.recurrentState)
+		}
+	}
+	return st
+}
 
 // Forward implements Model.
 func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
@@ -84,7 +110,7 @@ func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 		l := &m.layers[i]
 		b.RMSNorm(h, x, l.inNorm, m.eps, 1)
 		if l.linear != nil {
-			l.linear.forward(m, ar, o, h, st.conv[i], st.delta[i])
+			l.linear.forward(b, ar, o, h, st.conv[i], st.delta[i])
 		} else {
 			l.attn.forward(b, st.kvState, ar, o, h, pos, true)
 		}
@@ -150,22 +176,14 @@ func qwenHybridMoE(cfg *Config, normalize bool) (*moeSpec, error) {
 // checking that the backend has the operations its linear-attention
 // layers need and that the config's linear-attention geometry holds.
 func newHybrid(cfg *Config, b compute.Backend) (*hybrid, error) {
-	conv, ok := b.(compute.Convolver)
-	if !ok {
-		return nil, fmt.Errorf("%s: backend %s lacks the short causal convolution (compute.Convolver) that linear-attention layers need", cfg.ModelType, b.Name())
-	}
-	delta, ok := b.(compute.DeltaRuler)
-	if !ok {
-		return nil, fmt.Errorf("%s: backend %s lacks the gated delta rule (compute.DeltaRuler) that linear-attention layers need", cfg.ModelType, b.Name())
-	}
-	if err := checkLinear(cfg); err != nil {
+	if err := checkDeltaNet(cfg, b); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
 	act, err := compute.ParseActivation(cfg.HiddenAct)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
-	return &hybrid{cfg: cfg, b: b, conv: conv, delta: delta, act: act, eps: float32(cfg.RMSNormEps)}, nil
+	return &hybrid{cfg: cfg, b: b, act: act, eps: float32(cfg.RMSNormEps)}, nil
 }
 
 // loadHybrid reads the stack. Layers i for which sparse(i) holds get the

@@ -85,6 +85,17 @@ func NewRope(p RopeParams, headDim, maxPos int) (*compute.Rope, error) {
 	return r, nil
 }
 
+// fullRope builds the rotary embedding of a family's full-attention
+// layers, of head_dim, as the hybrid families (LFM2, Falcon-H1, OLMo
+// Hybrid) rotate them.
+func fullRope(cfg *Config) (*compute.Rope, error) {
+	r, err := NewRope(cfg.Rope(FullAttention), cfg.HeadDim, cfg.MaxPositionEmbeddings)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
+	}
+	return r, nil
+}
+
 // proportionalRope is Gemma 4's partial rotary embedding of its global
 // layers: the whole head is split in halves as usual, but only the first
 // partial_rotary_factor of the pairs turn, at the frequencies a full-width
