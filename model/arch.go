@@ -87,3 +87,31 @@ func ggufWritable() []string {
 	slices.Sort(types)
 	return types
 }
+
+// A paramReader reads one family's parameter struct, a struct that the
+// family's file defines and Config embeds.
+type paramReader struct {
+	// read reads the struct's keys, leaving the first error in f; it runs
+	// once the shared keys are read.
+	read func(c *Config, f *fields)
+	// check, when not nil, validates the struct and fills in derived
+	// values once the shared keys are checked and layer_types is known;
+	// prefix goes before the keys its errors name.
+	check func(c *Config, prefix string) error
+}
+
+// familyParams are the registered parameter readers, in registration
+// order.
+var familyParams []paramReader
+
+// registerParams makes ParseConfig read a family's parameter struct. A
+// family file calls it in its init function beside Register. Every config
+// runs every reader, whatever its model type: a key means the same to
+// every family that has it, and an absent key leaves the struct's
+// defaults.
+func registerParams(read func(c *Config, f *fields), check func(c *Config, prefix string) error) {
+	if read == nil {
+		panic("model: registerParams needs a read function")
+	}
+	familyParams = append(familyParams, paramReader{read, check})
+}

@@ -51,20 +51,6 @@ type Config struct {
 	NumKeyValueHeads      int // defaults to NumAttentionHeads
 	HeadDim               int // defaults to HiddenSize / NumAttentionHeads
 	MaxPositionEmbeddings int
-	// GlobalHeadDim is the head size of full-attention layers when it
-	// differs from HeadDim (Gemma 4's global_head_dim); 0 when absent. Use
-	// HeadDimFor.
-	GlobalHeadDim int
-
-	// Per-layer input embeddings (Gemma 3n, Gemma 4): a second token
-	// embedding of NumHiddenLayers × HiddenSizePerLayerInput values, one
-	// slice fed to each layer. 0 when the model has none.
-	HiddenSizePerLayerInput int
-	VocabSizePerLayerInput  int // defaults to VocabSize
-	// NumKVSharedLayers is the number of trailing layers that compute no
-	// keys and values of their own but attend over those of an earlier
-	// layer (Gemma 3n, Gemma 4). Use KVSource.
-	NumKVSharedLayers int
 
 	RMSNormEps   float64 // rms_norm_eps, norm_eps or rms_norm_epsilon
 	LayerNormEps float64 // layer_norm_eps, layer_norm_epsilon or norm_epsilon
@@ -95,7 +81,6 @@ type Config struct {
 
 	FinalLogitSoftcapping float64 // 0: no cap
 	AttnLogitSoftcapping  float64 // 0: no cap
-	QueryPreAttnScalar    float64 // 0: absent (scale queries by 1/sqrt(head_dim))
 
 	PartialRotaryFactor float64 // top-level partial_rotary_factor (or rotary_pct); 1 when absent
 	// NoRopeLayers is SmolLM 3's and Llama 4's no_rope_layers: one entry
@@ -115,24 +100,18 @@ type Config struct {
 	DecoderSparseStep int
 	MLPOnlyLayers     []int
 
-	// Parameters of one family, defined in the family's file. Every
-	// config reads them; absent, they have no effect.
+	// Parameters of one family, defined, read and checked in the
+	// family's file (see registerParams). Every config reads them;
+	// absent, they have no effect.
+	FalconH1Params
+	GemmaParams
+	Gemma4Params
 	GraniteParams
 	GptOssParams
 	LFM2Params
 	LinearParams
 	// State-space layers: Mamba2, and the SSM half of Falcon-H1 layers.
 	SSM SSMParams
-	// Falcon-H1 µP multipliers, each 1 when absent: on the attention
-	// input and output, the SSM input and output, the keys and the
-	// logits; MLPMultipliers on the gate projection and the MLP output;
-	// SSMMultipliers on the z, x, B, C and dt parts of the SSM input
-	// projection (mlp_multipliers, ssm_multipliers). Read in falconh1.go.
-	AttentionInMultiplier, AttentionOutMultiplier float64
-	SSMInMultiplier, SSMOutMultiplier             float64
-	KeyMultiplier, LMHeadMultiplier               float64
-	MLPMultipliers                                [2]float64
-	SSMMultipliers                                [5]float64
 
 	// ConvKernel is the width of short causal convolutions: conv_kernel
 	// or mamba_d_conv (the convolution before a scan), or conv_L_cache
@@ -333,10 +312,6 @@ func (c *Config) read(f *fields) error {
 	f.size("num_attention_heads", &c.NumAttentionHeads)
 	f.size("num_key_value_heads", &c.NumKeyValueHeads)
 	f.size("head_dim", &c.HeadDim)
-	f.size("global_head_dim", &c.GlobalHeadDim)
-	f.size("hidden_size_per_layer_input", &c.HiddenSizePerLayerInput)
-	f.size("vocab_size_per_layer_input", &c.VocabSizePerLayerInput)
-	f.size("num_kv_shared_layers", &c.NumKVSharedLayers)
 	if !f.size("max_position_embeddings", &c.MaxPositionEmbeddings) {
 		f.size("n_positions", &c.MaxPositionEmbeddings)
 	}
@@ -363,7 +338,6 @@ func (c *Config) read(f *fields) error {
 
 	f.float("final_logit_softcapping", &c.FinalLogitSoftcapping)
 	f.float("attn_logit_softcapping", &c.AttnLogitSoftcapping)
-	f.float("query_pre_attn_scalar", &c.QueryPreAttnScalar)
 	c.PartialRotaryFactor = 1
 	_ = f.float("partial_rotary_factor", &c.PartialRotaryFactor) || f.float("rotary_pct", &c.PartialRotaryFactor)
 	f.ints("no_rope_layers", &c.NoRopeLayers)
@@ -377,12 +351,9 @@ func (c *Config) read(f *fields) error {
 	f.size("decoder_sparse_step", &c.DecoderSparseStep)
 	f.ints("mlp_only_layers", &c.MLPOnlyLayers)
 	_ = f.size("conv_kernel", &c.ConvKernel) || f.size("mamba_d_conv", &c.ConvKernel) || f.size("conv_L_cache", &c.ConvKernel)
-	c.GraniteParams.read(f)
-	c.GptOssParams.read(f)
-	readFalconH1(c, f)
-	c.LFM2Params.read(f)
-	c.LinearParams.read(f)
-	c.SSM.read(f, c.HiddenSize)
+	for _, p := range familyParams {
+		p.read(c, f)
+	}
 	if f.err != nil {
 		return f.err
 	}
@@ -408,9 +379,6 @@ func (c *Config) read(f *fields) error {
 	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		return fmt.Errorf("key %q: %d attention heads are not a multiple of %d key/value heads", f.prefix+"num_key_value_heads", c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
-	if err := c.LinearParams.check(f.prefix); err != nil {
-		return err
-	}
 	if c.HeadDim == 0 && c.NumAttentionHeads > 0 {
 		if c.HiddenSize%c.NumAttentionHeads != 0 {
 			return fmt.Errorf("key %q absent, and hidden_size %d is not a multiple of num_attention_heads %d", f.prefix+"head_dim", c.HiddenSize, c.NumAttentionHeads)
@@ -433,12 +401,6 @@ func (c *Config) read(f *fields) error {
 	if err := c.checkRanges(f); err != nil {
 		return err
 	}
-	if c.VocabSizePerLayerInput == 0 {
-		c.VocabSizePerLayerInput = c.VocabSize
-	}
-	if err := c.checkKVShared(f.prefix); err != nil {
-		return err
-	}
 	if c.NoRopeLayers == nil {
 		var interval int
 		if f.size("no_rope_layer_interval", &interval) && interval > 0 {
@@ -455,12 +417,17 @@ func (c *Config) read(f *fields) error {
 	if c.NumExperts > 0 && c.NumExpertsPerTok > c.NumExperts {
 		return fmt.Errorf("key %q: %d experts per token of %d experts", f.prefix+"num_experts_per_tok", c.NumExpertsPerTok, c.NumExperts)
 	}
-	if err := c.GptOssParams.check(f.prefix); err != nil {
-		return err
-	}
 	for _, l := range c.MLPOnlyLayers {
 		if l < 0 || l >= n {
 			return fmt.Errorf("key %q: layer %d out of range [0, %d)", f.prefix+"mlp_only_layers", l, n)
+		}
+	}
+	for _, p := range familyParams {
+		if p.check == nil {
+			continue
+		}
+		if err := p.check(c, f.prefix); err != nil {
+			return err
 		}
 	}
 	if err := c.readPerLayer(f); err != nil {
@@ -532,24 +499,6 @@ func checkEps(v float64) error {
 		return fmt.Errorf("must be positive, got %s", s)
 	case float32(v) == 0 || math.IsInf(float64(float32(v)), 0):
 		return fmt.Errorf("%s is out of float32 range", s)
-	}
-	return nil
-}
-
-// checkKVShared checks that every KV-shared layer has an earlier layer of
-// its type to read keys and values from.
-func (c *Config) checkKVShared(prefix string) error {
-	n, shared := c.NumHiddenLayers, c.NumKVSharedLayers
-	if shared == 0 {
-		return nil
-	}
-	if shared >= n {
-		return fmt.Errorf("key %q: %d shared layers leave none of the %d to compute keys and values", prefix+"num_kv_shared_layers", shared, n)
-	}
-	for i := n - shared; i < n; i++ {
-		if c.KVSource(i) < 0 {
-			return fmt.Errorf("key %q: layer %d (%s) has no earlier %s layer to share keys and values with", prefix+"num_kv_shared_layers", i, c.LayerType(i), c.LayerType(i))
-		}
 	}
 	return nil
 }
@@ -863,23 +812,6 @@ func (c *Config) HeadDimFor(i int) int {
 		return c.GlobalHeadDim
 	}
 	return c.HeadDim
-}
-
-// KVSource returns the layer whose keys and values layer i attends over:
-// i itself, or, for the trailing NumKVSharedLayers layers, the last layer
-// of the same type before them (-1 when there is none, which ParseConfig
-// rejects).
-func (c *Config) KVSource(i int) int {
-	first := c.NumHiddenLayers - c.NumKVSharedLayers
-	if c.NumKVSharedLayers <= 0 || i < first {
-		return i
-	}
-	for j := first - 1; j >= 0; j-- {
-		if c.LayerType(j) == c.LayerType(i) {
-			return j
-		}
-	}
-	return -1
 }
 
 // KVHeadsFor returns the number of key/value heads of layer i, honouring

@@ -31,6 +31,7 @@ func init() {
 		},
 		Meta:     ggufMeta{read: falconH1FromGGUF, write: falconH1Metadata},
 		Defaults: map[string]string{"mamba_rms_norm": "false", "mamba_norm_before_gate": "true"}})
+	registerParams(func(c *Config, f *fields) { c.FalconH1Params.read(f) }, nil)
 }
 
 type falconH1 struct {
@@ -306,9 +307,20 @@ func falconH1Metadata(l *GGUFLayout, w *ggufWriter) error {
 	return l.ssmMetadata(w, falconH1SSMKeys)
 }
 
-// readFalconH1 reads Falcon-H1's µP multipliers (Config's fields, kept
-// there so that composite literals can set them), each 1 when absent.
-func readFalconH1(p *Config, f *fields) {
+// FalconH1Params are Falcon-H1's µP multipliers, each 1 when absent: on
+// the attention input and output, the SSM input and output, the keys and
+// the logits; MLPMultipliers on the gate projection and the MLP output;
+// SSMMultipliers on the z, x, B, C and dt parts of the SSM input
+// projection (mlp_multipliers, ssm_multipliers).
+type FalconH1Params struct {
+	AttentionInMultiplier, AttentionOutMultiplier float64
+	SSMInMultiplier, SSMOutMultiplier             float64
+	KeyMultiplier, LMHeadMultiplier               float64
+	MLPMultipliers                                [2]float64
+	SSMMultipliers                                [5]float64
+}
+
+func (p *FalconH1Params) read(f *fields) {
 	for _, m := range []struct {
 		key string
 		dst *float64

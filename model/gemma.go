@@ -28,6 +28,16 @@ func init() {
 		Meta: ggufMeta{eps: 1e-6, windowed: true, read: gemmaFromGGUF, write: gemmaToGGUF,
 			writeRope: gemma3SlidingRope},
 		Defaults: gemma3Defaults})
+	registerParams(func(c *Config, f *fields) {
+		f.float("query_pre_attn_scalar", &c.QueryPreAttnScalar)
+	}, nil)
+}
+
+// GemmaParams are the parameters of Gemma 2 and Gemma 3.
+type GemmaParams struct {
+	// QueryPreAttnScalar scales queries by 1/sqrt(query_pre_attn_scalar);
+	// 0 when absent (scale by 1/sqrt(head_dim)).
+	QueryPreAttnScalar float64
 }
 
 var gemmaNames = denseNames{

@@ -43,6 +43,71 @@ func init() {
 			},
 			write: func(l *GGUFLayout, w *ggufWriter) error { return l.gemma4Metadata(w.u32, w.f32) }},
 		Defaults: map[string]string{"tie_word_embeddings": "true"}})
+	registerParams(func(c *Config, f *fields) { c.Gemma4Params.read(f) }, (*Config).checkGemma4)
+}
+
+// Gemma4Params are the parameters of Gemma 4; Gemma 3n has all but
+// GlobalHeadDim.
+type Gemma4Params struct {
+	// GlobalHeadDim is the head size of full-attention layers when it
+	// differs from HeadDim (global_head_dim); 0 when absent. Use
+	// Config.HeadDimFor.
+	GlobalHeadDim int
+	// Per-layer input embeddings: a second token embedding of
+	// NumHiddenLayers × HiddenSizePerLayerInput values, one slice fed to
+	// each layer. 0 when the model has none.
+	HiddenSizePerLayerInput int
+	VocabSizePerLayerInput  int // defaults to VocabSize
+	// NumKVSharedLayers is the number of trailing layers that compute no
+	// keys and values of their own but attend over those of an earlier
+	// layer. Use Config.KVSource.
+	NumKVSharedLayers int
+}
+
+func (p *Gemma4Params) read(f *fields) {
+	f.size("global_head_dim", &p.GlobalHeadDim)
+	f.size("hidden_size_per_layer_input", &p.HiddenSizePerLayerInput)
+	f.size("vocab_size_per_layer_input", &p.VocabSizePerLayerInput)
+	f.size("num_kv_shared_layers", &p.NumKVSharedLayers)
+}
+
+// checkGemma4 defaults vocab_size_per_layer_input to vocab_size and
+// checks that every KV-shared layer has an earlier layer of its type to
+// read keys and values from.
+func (c *Config) checkGemma4(prefix string) error {
+	if c.VocabSizePerLayerInput == 0 {
+		c.VocabSizePerLayerInput = c.VocabSize
+	}
+	n, shared := c.NumHiddenLayers, c.NumKVSharedLayers
+	if shared == 0 {
+		return nil
+	}
+	if shared >= n {
+		return fmt.Errorf("key %q: %d shared layers leave none of the %d to compute keys and values", prefix+"num_kv_shared_layers", shared, n)
+	}
+	for i := n - shared; i < n; i++ {
+		if c.KVSource(i) < 0 {
+			return fmt.Errorf("key %q: layer %d (%s) has no earlier %s layer to share keys and values with", prefix+"num_kv_shared_layers", i, c.LayerType(i), c.LayerType(i))
+		}
+	}
+	return nil
+}
+
+// KVSource returns the layer whose keys and values layer i attends over:
+// i itself, or, for the trailing NumKVSharedLayers layers, the last layer
+// of the same type before them (-1 when there is none, which ParseConfig
+// rejects).
+func (c *Config) KVSource(i int) int {
+	first := c.NumHiddenLayers - c.NumKVSharedLayers
+	if c.NumKVSharedLayers <= 0 || i < first {
+		return i
+	}
+	for j := first - 1; j >= 0; j-- {
+		if c.LayerType(j) == c.LayerType(i) {
+			return j
+		}
+	}
+	return -1
 }
 
 type gemma4 struct {

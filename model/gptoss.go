@@ -28,6 +28,8 @@ func init() {
 		Tensors:  &TensorLayout{act: "silu", layer: gptOssLayer, swaPeriod: 2, compose: splitGptOssExperts},
 		Meta:     ggufMeta{read: gptOssFromGGUF, write: gptOssToGGUF, windowed: true, yarnNoTruncate: true},
 		Defaults: map[string]string{"swiglu_limit": "7.0"}})
+	registerParams(func(c *Config, f *fields) { c.GptOssParams.read(f) },
+		func(c *Config, prefix string) error { return c.GptOssParams.check(prefix) })
 }
 
 // gptOssAlpha is the slope of the sigmoid in gpt-oss's SwiGLU.

@@ -27,6 +27,7 @@ func init() {
 		Keys:    []ConfigKey{{"conv_L_cache", "shortconv.l_cache"}},
 		Meta: ggufMeta{kvZero: true, ffSize: (*Config).FeedForwardSize, otherLayers: []string{"conv"},
 			read: ggufLFM2Config, write: lfm2ToGGUF}})
+	registerParams(func(c *Config, f *fields) { c.LFM2Params.read(f) }, nil)
 }
 
 type lfm2 struct {

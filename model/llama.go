@@ -35,6 +35,7 @@ func init() {
 		Tensors: &TensorLayout{act: "silu", layer: olmo2Layer}, Meta: ggufMeta{windowed: true}})
 	Register(Arch{ModelTypes: []string{"phi3"}, Load: loadPhi3, GGUF: "phi3", Tensors: preNorm(false),
 		Meta: ggufMeta{windowIgnoredSince: "May 2025"}})
+	registerParams(func(c *Config, f *fields) { c.GraniteParams.read(f) }, nil)
 }
 
 func loadLlama(cfg *Config, src Source, b compute.Backend) (Model, error) {

@@ -37,6 +37,7 @@ func init() {
 			{mamba2SSMKeys.groups, "ssm.group_count"},
 		},
 		Meta: ggufMeta{readAll: true, writeAll: true, read: ggufMamba2Config, write: mamba2Metadata}})
+	registerParams(func(c *Config, f *fields) { c.SSM.read(f, c.HiddenSize) }, nil)
 }
 
 // ssmMixer is one Mamba2 mixer.

@@ -44,6 +44,8 @@ func init() {
 	Register(Arch{ModelTypes: []string{"qwen3_5_moe_text"}, Load: loadQwen35MoE, GGUF: "qwen35moe",
 		Tensors: linear(linearMoELayer, composeAll(stackExperts, tileValueHeads)), Keys: linearKeys,
 		Meta: ggufMeta{ff: ffOptional, read: linearFromGGUF(true), write: linearToGGUF(true)}})
+	registerParams(func(c *Config, f *fields) { c.LinearParams.read(f) },
+		func(c *Config, prefix string) error { return c.LinearParams.check(prefix) })
 }
 
 // hybrid is the stack shared by the three families.

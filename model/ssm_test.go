@@ -360,8 +360,8 @@ func TestFalconH1Options(t *testing.T) {
 
 func TestMuPVector(t *testing.T) {
 	cfg := &Config{
-		SSM:             SSMParams{Heads: 2, Groups: 1, StateSize: 1, Inner: 2},
-		SSMInMultiplier: 2, SSMMultipliers: [5]float64{1, 2, 3, 4, 5},
+		SSM:            SSMParams{Heads: 2, Groups: 1, StateSize: 1, Inner: 2},
+		FalconH1Params: FalconH1Params{SSMInMultiplier: 2, SSMMultipliers: [5]float64{1, 2, 3, 4, 5}},
 	}
 	// z: 2 values, x: 2, B: 1, C: 1, dt: 2, each times ssm_in_multiplier.
 	want := []float32{2, 2, 4, 4, 6, 8, 10, 10}
