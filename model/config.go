@@ -292,8 +292,39 @@ func applyDefaults(raw map[string]json.RawMessage, modelType string) {
 	}
 }
 
-// read fills c from the merged text config.
+// read fills c from the merged text config: the keys most families share,
+// then the parameters of each family (registerParams), their checks and
+// derived values, per_layer_config, the rope parameters and the
+// quantization. A new family adds no line here.
 func (c *Config) read(f *fields) error {
+	c.readShared(f)
+	for _, p := range familyParams {
+		p.read(c, f)
+	}
+	if f.err != nil {
+		return f.err
+	}
+	if err := c.checkShared(f); err != nil {
+		return err
+	}
+	for _, p := range familyParams {
+		if p.check == nil {
+			continue
+		}
+		if err := p.check(c, f.prefix); err != nil {
+			return err
+		}
+	}
+	for _, read := range []func(*fields) error{c.readPerLayer, c.readRope, c.readQuantization} {
+		if err := read(f); err != nil {
+			return err
+		}
+	}
+	return f.err
+}
+
+// readShared reads the keys most families share.
+func (c *Config) readShared(f *fields) {
 	f.strs("architectures", &c.Architectures)
 	if !f.str("dtype", &c.DType) {
 		f.str("torch_dtype", &c.DType)
@@ -351,14 +382,11 @@ func (c *Config) read(f *fields) error {
 	f.size("decoder_sparse_step", &c.DecoderSparseStep)
 	f.ints("mlp_only_layers", &c.MLPOnlyLayers)
 	_ = f.size("conv_kernel", &c.ConvKernel) || f.size("mamba_d_conv", &c.ConvKernel) || f.size("conv_L_cache", &c.ConvKernel)
-	for _, p := range familyParams {
-		p.read(c, f)
-	}
-	if f.err != nil {
-		return f.err
-	}
+}
 
-	// Required keys and derived values.
+// checkShared checks the required and shared keys and fills in their
+// defaults and derived values (head_dim, layer_types, no_rope_layers).
+func (c *Config) checkShared(f *fields) error {
 	for _, k := range []struct {
 		key string
 		v   int
@@ -422,24 +450,7 @@ func (c *Config) read(f *fields) error {
 			return fmt.Errorf("key %q: layer %d out of range [0, %d)", f.prefix+"mlp_only_layers", l, n)
 		}
 	}
-	for _, p := range familyParams {
-		if p.check == nil {
-			continue
-		}
-		if err := p.check(c, f.prefix); err != nil {
-			return err
-		}
-	}
-	if err := c.readPerLayer(f); err != nil {
-		return err
-	}
-	if err := c.readRope(f); err != nil {
-		return err
-	}
-	if err := c.readQuantization(f); err != nil {
-		return err
-	}
-	return f.err
+	return nil
 }
 
 // normEpsKeys are the spellings of the normalisation epsilons.
