@@ -55,8 +55,9 @@
 //     (its README says how they are made). The conformance tests in
 //     package engine and package convert take a fixture from their tables.
 //  2. Write NAME.go. Its doc comment states the model card's math. Its
-//     Load function reads the family's own config keys (cfg.Get, or a
-//     parameter struct embedded in Config where several files need them),
+//     Load function reads the family's own config keys (cfg.Get, or,
+//     where several files need them, a parameter struct that NAME.go
+//     defines and reads through registerParams, embedded in Config),
 //     checks that the backend has the operations it needs, and builds the
 //     layers from the blocks: newAttention + attention.load, loadMLP, the
 //     MoE spec, a deltaNet. Forward is the residual stream: the family's
