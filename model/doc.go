@@ -7,8 +7,10 @@
 //   - arch.go: the registry. A family file calls Register(Arch{…}) in its
 //     init function with its config.json model types, its Load function,
 //     its GGUF architecture name, its tensor layout, its config keys and
-//     its GGUF metadata hooks. Nothing outside the family file names the
-//     family.
+//     its GGUF metadata hooks; a family with typed config fields also
+//     calls registerParams with the reader (and check) of its parameter
+//     struct, which Config embeds. Nothing outside the family file names
+//     the family but that one embed line in Config.
 //   - keys.go: the Hugging Face ⇄ GGUF config key table. sharedKeys holds
 //     the keys most families share; a family lists its own in Arch.Keys.
 //     The GGUF reader and lem quant's writer read the same table, in
