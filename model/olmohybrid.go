@@ -387,25 +387,13 @@ func ggufOlmoHybridConfig(k *ggufKeys, c *Config, _ *GGUF) error {
 // olmoHybridMetadata writes the keys ggufOlmoHybridConfig reads.
 func olmoHybridMetadata(l *GGUFLayout, w *ggufWriter) error {
 	w.window = true // no sliding window
-	u32 := w.u32
 	c := l.cfg
 	if err := checkLinear(c); err != nil {
 		return fmt.Errorf("%s: %w", c.ModelType, err)
 	}
-	u32("linear_conv_kernel_dim", c.LinearConvKernelDim)
-	u32("linear_key_head_dim", c.LinearKeyHeadDim)
-	u32("linear_num_key_heads", c.LinearNumKeyHeads)
-	u32("linear_num_value_heads", c.LinearNumValueHeads)
-	u32("ssm.inner_size", c.LinearValueHeadDim*c.LinearNumValueHeads)
-	recurrent := make([]bool, c.NumHiddenLayers)
-	for i := range recurrent {
-		switch t := c.LayerType(i); t {
-		case "linear_attention":
-			recurrent[i] = true
-		case FullAttention:
-		default:
-			return fmt.Errorf("%s: layer %d is %q; want linear_attention or full_attention", c.ModelType, i, t)
-		}
+	recurrent, err := linearLayerKeys(c, w.u32)
+	if err != nil {
+		return err
 	}
 	a := l.Arch + "."
 	negEig := true

@@ -505,15 +505,9 @@ func ggufLinearConfig(c *Config, k *ggufKeys) error {
 	return k.err
 }
 
-// linearMetadata writes the linear-attention keys and which layers attend.
-func (l *GGUFLayout) linearMetadata(u32 func(string, int)) error {
-	c := l.cfg
-	if err := checkLinear(c); err != nil {
-		return fmt.Errorf("%s: %w", c.ModelType, err)
-	}
-	if c.LinearKeyHeadDim != c.LinearValueHeadDim {
-		l.Warnings = append(l.Warnings, fmt.Sprintf("linear_key_head_dim %d ≠ linear_value_head_dim %d: llama.cpp sizes both from ssm.state_size and will not load the file", c.LinearKeyHeadDim, c.LinearValueHeadDim))
-	}
+// linearLayerKeys writes the linear-attention geometry keys that every
+// delta-rule hybrid shares and returns which layers are recurrent.
+func linearLayerKeys(c *Config, u32 func(string, int)) ([]bool, error) {
 	u32("linear_conv_kernel_dim", c.LinearConvKernelDim)
 	u32("linear_key_head_dim", c.LinearKeyHeadDim)
 	u32("linear_num_key_heads", c.LinearNumKeyHeads)
@@ -526,8 +520,24 @@ func (l *GGUFLayout) linearMetadata(u32 func(string, int)) error {
 			recurrent[i] = true
 		case FullAttention:
 		default:
-			return fmt.Errorf("%s: layer %d is %q; want linear_attention or full_attention", c.ModelType, i, t)
+			return nil, fmt.Errorf("%s: layer %d is %q; want linear_attention or full_attention", c.ModelType, i, t)
 		}
+	}
+	return recurrent, nil
+}
+
+// linearMetadata writes the linear-attention keys and which layers attend.
+func (l *GGUFLayout) linearMetadata(u32 func(string, int)) error {
+	c := l.cfg
+	if err := checkLinear(c); err != nil {
+		return fmt.Errorf("%s: %w", c.ModelType, err)
+	}
+	if c.LinearKeyHeadDim != c.LinearValueHeadDim {
+		l.Warnings = append(l.Warnings, fmt.Sprintf("linear_key_head_dim %d ≠ linear_value_head_dim %d: llama.cpp sizes both from ssm.state_size and will not load the file", c.LinearKeyHeadDim, c.LinearValueHeadDim))
+	}
+	recurrent, err := linearLayerKeys(c, u32)
+	if err != nil {
+		return err
 	}
 	interval := cmp.Or(c.FullAttentionInterval, 4)
 	follows := func(n int) bool {

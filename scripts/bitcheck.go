@@ -54,7 +54,7 @@ func main() {
 	}
 	var names []string
 	for _, e := range ents {
-		if e.IsDir() {
+		if fi, err := os.Stat(filepath.Join(root, e.Name())); err == nil && fi.IsDir() {
 			names = append(names, e.Name())
 		}
 	}
