@@ -108,6 +108,10 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	// running counts the handlers running, so that Serve returns only
+	// once the last has (a generation cancelled at the drain deadline
+	// still finishes its step on the model).
+	running sync.WaitGroup
 }
 
 // New returns a server for the models; the first is the default model of
@@ -226,9 +230,9 @@ func (s *Server) stopAdmitting() {
 // Serve answers on ln until ctx ends, then shuts down gracefully: new
 // requests are refused, in-flight ones (streams included) may finish
 // within drain, after which their generations are cancelled and the
-// connections closed. When ln listens beyond loopback, requests may name
-// the server by any IP address and by the machine's host name (see
-// Config.AllowedHosts).
+// connections closed; it returns once the last handler has. When ln
+// listens beyond loopback, requests may name the server by any IP address
+// and by the machine's host name (see Config.AllowedHosts).
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	hosts := s.hosts.Load().withListener(ln.Addr())
 	s.hosts.Store(hosts)
@@ -259,6 +263,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	select {
 	case err := <-errc:
 		s.Close()
+		s.running.Wait()
 		return err
 	case <-ctx.Done():
 	}
@@ -274,6 +279,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	}
 	s.cancel()
 	<-errc
+	s.running.Wait()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
@@ -328,6 +334,8 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 		s.methods[path] = append(s.methods[path], method)
 	}
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		s.running.Add(1)
+		defer s.running.Done()
 		start := time.Now()
 		id := r.Header.Get("X-Request-Id")
 		if id == "" || len(id) > 128 {
