@@ -403,14 +403,23 @@ func one(ctx context.Context, client *http.Client, base string, cfg *Config, pro
 	if !r.UsageGiven {
 		r.OutputTokens = r.Chunks
 	}
-	per := 1.0
-	if r.Chunks > 1 && r.OutputTokens > r.Chunks {
-		per = float64(r.OutputTokens-1) / float64(r.Chunks-1)
-	}
-	for _, g := range gaps {
-		r.ITL = append(r.ITL, time.Duration(float64(g)/per))
-	}
+	r.ITL = perToken(gaps, r.OutputTokens)
 	return r
+}
+
+// perToken turns the gaps between the chunks of a stream of tokens
+// tokens into times per token: each gap divided by the mean tokens per
+// gap when the chunks carried more tokens than one each.
+func perToken(gaps []time.Duration, tokens int) []time.Duration {
+	per := 1.0
+	if len(gaps) > 0 && tokens-1 > len(gaps) {
+		per = float64(tokens-1) / float64(len(gaps))
+	}
+	out := make([]time.Duration, len(gaps))
+	for i, g := range gaps {
+		out[i] = time.Duration(float64(g) / per)
+	}
+	return out
 }
 
 // chunk is what the generator reads of a streamed chunk of either

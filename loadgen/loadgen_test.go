@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,5 +293,75 @@ func TestBadConfig(t *testing.T) {
 	rep, err := Run(t.Context(), good)
 	if err != nil || rep.Errors[ErrConnect] != 1 {
 		t.Errorf("no server: %+v, %v", rep, err)
+	}
+}
+
+func TestPerToken(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		gaps   []time.Duration
+		tokens int
+		want   []time.Duration
+	}{
+		{[]time.Duration{10 * ms, 20 * ms}, 3, []time.Duration{10 * ms, 20 * ms}}, // a token per chunk
+		{[]time.Duration{10 * ms, 20 * ms}, 5, []time.Duration{5 * ms, 10 * ms}},  // two per gap
+		{[]time.Duration{9 * ms}, 4, []time.Duration{3 * ms}},                     // three in the second chunk
+		{[]time.Duration{10 * ms, 20 * ms}, 2, []time.Duration{10 * ms, 20 * ms}}, // usage below the chunks: as counted
+		{nil, 7, []time.Duration{}},
+	} {
+		if got := perToken(tc.gaps, tc.tokens); !slices.Equal(got, tc.want) {
+			t.Errorf("perToken(%v, %d) = %v, want %v", tc.gaps, tc.tokens, got, tc.want)
+		}
+	}
+}
+
+// TestStreams runs the generator against servers that stream the way
+// other servers do: several tokens per chunk with usage, no usage at all,
+// an error object mid-stream, a stream cut before [DONE], and a server
+// that answers the completions endpoint only. These stand in for
+// llama-server and vLLM, which this machine does not have.
+func TestStreams(t *testing.T) {
+	chunk := `data: {"choices":[{"index":0,"delta":{"content":"ab"}}]}` + "\n\n"
+	usage := `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":10}}` + "\n\n"
+	done := "data: [DONE]\n\n"
+	for _, tc := range []struct {
+		name       string
+		body       string
+		completed  int
+		tokens     int
+		itl        int
+		errKind    string
+		usageGiven bool
+	}{
+		{"grouped", strings.Repeat(chunk, 5) + usage + done, 1, 10, 4, "", true},
+		{"no usage", ": keep-alive\n\n" + strings.Repeat(chunk, 5) + done, 1, 5, 4, "", false},
+		{"error", chunk + `data: {"error":{"message":"boom"}}` + "\n\n", 0, 0, 0, ErrStream, false},
+		{"cut", chunk + chunk, 0, 0, 0, ErrDisconnect, false},
+		{"not json", "data: {oops\n\n", 0, 0, 0, ErrStream, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer k" {
+					http.Error(w, "wrong path or key", http.StatusNotFound)
+					return
+				}
+				w.Header().Set("Content-Type", "text/event-stream")
+				for part := range strings.SplitAfterSeq(tc.body, "\n\n") {
+					io.WriteString(w, part)
+					w.(http.Flusher).Flush()
+					time.Sleep(time.Millisecond)
+				}
+			}))
+			defer ts.Close()
+			rep, err := Run(t.Context(), Config{URL: ts.URL + "/", Model: "m", APIKey: "k", Concurrency: 1, Requests: 1,
+				PromptTokens: 4, OutputTokens: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Completed != tc.completed || rep.OutputTokensTotal != tc.tokens || rep.ITL.N != tc.itl ||
+				(tc.errKind != "" && rep.Errors[tc.errKind] != 1) || (tc.completed == 1 && (rep.UsageMissing == 0) != tc.usageGiven) {
+				t.Errorf("report: %+v", rep)
+			}
+		})
 	}
 }
