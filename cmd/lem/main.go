@@ -34,6 +34,7 @@ Anthropic and Ollama APIs.`,
 		newSynthCmd(),
 		newServeCmd(),
 		newQuantCmd(),
+		newLoadCmd(),
 	)
 	return root
 }

@@ -26,7 +26,7 @@ var levels = []struct {
 	{"codecs, text", []string{"chat", "compute/quant", "internal/archref", "tokenizer"}},
 	{"backends, architectures, grammars", []string{"compute/cpu", "compute/cuda", "constrain", "model", "synth"}},
 	{"device choice, runtime, converter", []string{"compute/device", "convert", "engine"}},
-	{"HTTP APIs", []string{"server"}},
+	{"HTTP APIs", []string{"loadgen", "server"}},
 	{"CLI", []string{"cmd/lem"}},
 }
 
