@@ -119,8 +119,9 @@ func TestRunAgainstLem(t *testing.T) {
 			ordered(t, "ttft", rep.TTFT, first)
 			ordered(t, "e2e", rep.E2E, 8)
 			ordered(t, "itl", rep.ITL, gaps)
-			if rep.TTFT.P99 > rep.E2E.P99 || rep.RequestsPerS <= 0 || rep.OutputTokensPerS <= 0 ||
-				rep.TotalTokensPerS <= rep.OutputTokensPerS {
+			// (TTFT and E2E percentiles are over different requests when
+			// some got no token, so only each request's pair is ordered.)
+			if rep.RequestsPerS <= 0 || rep.OutputTokensPerS <= 0 || rep.TotalTokensPerS <= rep.OutputTokensPerS {
 				t.Errorf("report: %+v", rep)
 			}
 		})
