@@ -112,6 +112,10 @@ type Request struct {
 	// ThinkingBudget, when positive, bounds the reasoning: after that many
 	// tokens of it the model's end-of-reasoning marker is forced.
 	ThinkingBudget int
+	// IgnoreEOS keeps generating past the model's stop tokens, until the
+	// token limit, a stop sequence or the end of the context (ignore_eos,
+	// as llama-server and vLLM take it: for load tests of fixed lengths).
+	IgnoreEOS bool
 
 	// Names of request fields, as this dialect spells them, for error
 	// messages: MaxTokensParam defaults to "max_tokens", PromptParam to
@@ -774,7 +778,7 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		r.parser = plainText{}
 	}
 	ereq := engine.Request{Prompt: p.ids[kept:], Sample: sample, MaxTokens: p.maxTokens,
-		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, IgnoreModelStops: req.IgnoreEOS}
 	switch {
 	case p.grammar != nil:
 		ereq.Constraint = p.grammar.New(m.eng.StopIDs)

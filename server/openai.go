@@ -94,10 +94,12 @@ type oaSampling struct {
 	Seed              *int64             `json:"seed"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	Stop              stringList         `json:"stop"`
+	IgnoreEOS         bool               `json:"ignore_eos"`
 }
 
 // apply sets the fields given on req.Sample and req.Stop.
 func (o *oaSampling) apply(req *Request) error {
+	req.IgnoreEOS = o.IgnoreEOS
 	p := &req.Sample
 	setF := func(dst *float32, v *float64) {
 		if v != nil {

@@ -38,8 +38,8 @@ Prompts are random common English words, one per token of --prompt-tokens
 vocabularies split them). --shared-prefix makes that fraction of every prompt
 the same words, as a shared system prompt would. The server's own count of
 prompt tokens (usage.prompt_tokens) is reported. Each request asks for
---output-tokens as max_tokens with ignore_eos (honoured by vLLM and
-llama-server; lem stops at the end of sequence) and greedy sampling, and for
+--output-tokens as max_tokens with ignore_eos (honoured by lem, vLLM and
+llama-server) and greedy sampling, and for
 usage in the stream (stream_options.include_usage).
 
 TTFT runs from sending the request to the first chunk carrying text; ITL
