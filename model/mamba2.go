@@ -68,7 +68,6 @@ type ssmSpec struct {
 	hidden         int
 	p              SSMParams
 	convKernel     int
-	act            string
 	eps            float64
 	norm           bool // gated RMSNorm on the output
 	normBeforeGate bool

@@ -171,14 +171,6 @@ func (l *loader) weight(name string, shape ...int) *compute.Tensor {
 	return t
 }
 
-// optional loads a tensor if the file has it, else returns nil.
-func (l *loader) optional(name string, shape ...int) *compute.Tensor {
-	if _, ok := l.src.Lookup(name); !ok {
-		return nil
-	}
-	return l.weight(name, shape...)
-}
-
 // has reports whether the file holds a tensor. Asking does not count as
 // loading it (see readLog).
 func (l *loader) has(name string) bool {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"lem/compute"
@@ -185,25 +184,6 @@ func (b *Backend) Embed(dst, table, ids *compute.Tensor) {
 	for i, id := range ids.Buf.([]int32) {
 		row(d[i*cols:(i+1)*cols], table, int(id))
 	}
-}
-
-// parallel runs fn over [0, n) split into contiguous ranges, one per thread.
-func (b *Backend) parallel(n int, fn func(lo, hi int)) {
-	t := min(b.threads, n)
-	if t <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for i := range t {
-		lo, hi := i*n/t, (i+1)*n/t
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
 }
 
 // MatMul implements compute.Backend.

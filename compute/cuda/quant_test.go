@@ -271,25 +271,6 @@ func runRows(t *testing.T, m model.Model, b compute.Backend, ids []int32) [][]fl
 	return rows
 }
 
-// greedyIDs decodes n tokens greedily after the prompt, one at a time.
-func greedyIDs(t *testing.T, m model.Model, b compute.Backend, prompt []int32, n int) []int32 {
-	t.Helper()
-	s := engine.NewSession(m, b, 64)
-	logits, err := s.Append(prompt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int32
-	for range n {
-		id := argmax(logits)
-		ids = append(ids, id)
-		if logits, err = s.Append([]int32{id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ids
-}
-
 // TestQuantConformance converts dense fixtures to GGUF Q8_0, Q4_0 and
 // Q4_K_M and compares the logits of each file on the GPU, prefilled at once
 // (f16-widened weights) and fed token by token (quantized activations), and
