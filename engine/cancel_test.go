@@ -19,23 +19,13 @@ import (
 )
 
 // openSlow writes and opens a random-weight model whose prefill takes
-// long enough on the CPU to be cancelled in the middle: lem synth's tiny
-// geometry (a Qwen 3 over the built-in 512-token vocabulary) widened to 8
-// layers of 512, about half a second for 1,024 tokens on two idle cores.
+// long enough on the CPU to be cancelled in the middle: lem synth's small
+// geometry (a Qwen 3 of 8 layers of 512 over the built-in 512-token
+// vocabulary), about half a second for 1,024 tokens on two idle cores.
 func openSlow(t testing.TB) *Model {
 	t.Helper()
-	g, err := synth.Like("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.HiddenSize, g.IntermediateSize, g.Heads, g.KVHeads, g.Layers = 512, 2048, 8, 2, 8
-	layers := make([]string, g.Layers)
-	for i := range layers {
-		layers[i] = "full_attention"
-	}
-	g.Extra["layer_types"], g.Extra["max_window_layers"] = layers, g.Layers
 	dir := t.TempDir()
-	if _, err := synth.WriteGeometry(dir, g, synth.Options{Seed: 3}); err != nil {
+	if _, err := synth.Write(dir, synth.Options{Like: "small", Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := Open(dir, Options{Backend: cpu.New(0)})

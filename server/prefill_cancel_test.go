@@ -17,22 +17,12 @@ import (
 )
 
 // newSlowServer serves as "slow" a random-weight model whose prefill is slow
-// on the CPU (lem synth's tiny geometry widened to 8 layers of 512: about a
-// second for 2,048 tokens on two idle cores).
+// on the CPU (lem synth's small geometry: about a second for 2,048 tokens
+// on two idle cores).
 func newSlowServer(t *testing.T) (*Model, *httptest.Server) {
 	t.Helper()
-	g, err := synth.Like("tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.HiddenSize, g.IntermediateSize, g.Heads, g.KVHeads, g.Layers = 512, 2048, 8, 2, 8
-	layers := make([]string, g.Layers)
-	for i := range layers {
-		layers[i] = "full_attention"
-	}
-	g.Extra["layer_types"], g.Extra["max_window_layers"] = layers, g.Layers
 	dir := t.TempDir()
-	if _, err := synth.WriteGeometry(dir, g, synth.Options{Seed: 3}); err != nil {
+	if _, err := synth.Write(dir, synth.Options{Like: "small", Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	em, err := engine.Open(dir, engine.Options{Backend: cpu.New(0)})

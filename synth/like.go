@@ -94,6 +94,7 @@ type MoE struct {
 // callers may modify what Like returns.
 var likes = map[string]func() *Geometry{
 	"tiny":           tiny,
+	"small":          small,
 	"llama-3.2-1b":   llama32_1b,
 	"llama-3.1-8b":   llama31_8b,
 	"qwen2.5-0.5b":   qwen25_05b,
@@ -401,6 +402,17 @@ func tiny() *Geometry {
 		},
 		Generation: map[string]any{"do_sample": false},
 	}
+}
+
+// small is tiny widened to 8 layers of 512 (about 31M parameters): a
+// model whose prefill takes a second or so on two CPU cores, for tests
+// that must act in the middle of one.
+func small() *Geometry {
+	g := tiny()
+	g.Name = "small"
+	g.HiddenSize, g.IntermediateSize, g.Heads, g.KVHeads, g.Layers = 512, 2048, 8, 2, 8
+	g.Extra["max_window_layers"], g.Extra["layer_types"] = 8, fullLayers(8)
+	return g
 }
 
 // Init says how a tensor's values are drawn.

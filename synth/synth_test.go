@@ -52,6 +52,7 @@ func TestSynthLikeGeometry(t *testing.T) {
 		// 185,809,920 and two 100352×3840 embedding tables), 7,430,866,848.
 		{"olmo-hybrid-7b", 7.4300e9, "olmo_hybrid", "default", 0},
 		{"tiny", 3.3e6, "qwen3", "default", 0},
+		{"small", 30.68e6, "qwen3", "default", 0},
 	}
 	if got, want := len(tests), len(Likes()); got != want {
 		t.Errorf("test covers %d geometries, Likes has %d", got, want)

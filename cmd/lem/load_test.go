@@ -11,16 +11,17 @@ import (
 	"lem/loadgen"
 )
 
-// startServe runs lem serve with lem-tiny on a free loopback port and
-// returns its URL; the server stops when the test ends.
-func startServe(t *testing.T) string {
+// startServe runs lem serve with lem-tiny on a free loopback port, with
+// the extra flags, and returns its URL; the server stops when the test
+// ends.
+func startServe(t *testing.T, flags ...string) string {
 	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	root := newRootCmd()
 	root.SetOut(io.Discard)
 	root.SetErr(pw)
-	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"})
+	root.SetArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--log-format", "json"}, flags...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	t.Cleanup(func() {

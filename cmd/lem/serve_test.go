@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -49,34 +46,7 @@ func TestAddrName(t *testing.T) {
 // allowed origin served and another refused, and a client trickling its
 // headers is cut off after --header-timeout.
 func TestServeGuards(t *testing.T) {
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	root := newRootCmd()
-	root.SetOut(io.Discard)
-	root.SetErr(pw)
-	root.SetArgs([]string{"serve", "--addr", "127.0.0.1:0", "--allowed-hosts", "lem.example", "--cors-origin", "http://app.example",
-		"--header-timeout", "300ms", "--log-format", "json"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	// The log's "serving" line names the URL.
-	var url string
-	sc := bufio.NewScanner(pr)
-	for url == "" && sc.Scan() {
-		var line struct{ Msg, URL string }
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
-			url = line.URL
-		}
-	}
-	if url == "" {
-		t.Fatal("lem serve logged no URL")
-	}
-	go io.Copy(io.Discard, pr)
+	url := startServe(t, "--allowed-hosts", "lem.example", "--cors-origin", "http://app.example", "--header-timeout", "300ms")
 	for _, tt := range []struct {
 		host, origin string
 		want         int
