@@ -167,6 +167,19 @@ func llama31_8b() *Geometry {
 }
 
 // fullLayers returns n "full_attention" layer types.
+// fullEvery returns n layer types: full attention every k-th layer,
+// other in between.
+func fullEvery(n, k int, other string) []string {
+	t := make([]string, n)
+	for i := range t {
+		t[i] = other
+		if (i+1)%k == 0 {
+			t[i] = "full_attention"
+		}
+	}
+	return t
+}
+
 func fullLayers(n int) []string {
 	t := make([]string, n)
 	for i := range t {
@@ -209,14 +222,7 @@ func qwen3_8b() *Geometry {
 
 func gemma3_1b() *Geometry {
 	const layers = 26
-	types := make([]string, layers)
-	for i := range types {
-		// Five sliding-window layers, then one global layer.
-		types[i] = "sliding_attention"
-		if (i+1)%6 == 0 {
-			types[i] = "full_attention"
-		}
-	}
+	types := fullEvery(layers, 6, "sliding_attention")
 	return &Geometry{
 		Name: "gemma-3-1b", ModelType: "gemma3_text", Architecture: "Gemma3ForCausalLM",
 		VocabSize: 262144, HiddenSize: 1152, IntermediateSize: 6912, Layers: layers,
@@ -245,13 +251,7 @@ func gemma3_1b() *Geometry {
 // "effective" ones).
 func gemma4_e2b() *Geometry {
 	const layers = 35
-	types := make([]string, layers)
-	for i := range types {
-		types[i] = "sliding_attention"
-		if (i+1)%5 == 0 {
-			types[i] = "full_attention"
-		}
-	}
+	types := fullEvery(layers, 5, "sliding_attention")
 	return &Geometry{
 		Name: "gemma-4-e2b", ModelType: "gemma4_text", Architecture: "Gemma4ForCausalLM",
 		VocabSize: 262144, HiddenSize: 1536, IntermediateSize: 6144, Layers: layers,
@@ -277,13 +277,7 @@ func gemma4_e2b() *Geometry {
 // layers to every gated attention layer.
 func qwen35_08b() *Geometry {
 	const layers = 24
-	types := make([]string, layers)
-	for i := range types {
-		types[i] = "linear_attention"
-		if (i+1)%4 == 0 {
-			types[i] = "full_attention"
-		}
-	}
+	types := fullEvery(layers, 4, "linear_attention")
 	return &Geometry{
 		Name: "qwen3.5-0.8b", ModelType: "qwen3_5_text", Architecture: "Qwen3_5ForCausalLM",
 		VocabSize: 248320, HiddenSize: 1024, IntermediateSize: 3584, Layers: layers,
@@ -310,13 +304,7 @@ func qwen35_08b() *Geometry {
 // checkpoints have rope_parameters null), untied embeddings.
 func olmoHybrid7b() *Geometry {
 	const layers = 32
-	types := make([]string, layers)
-	for i := range types {
-		types[i] = "linear_attention"
-		if (i+1)%4 == 0 {
-			types[i] = "full_attention"
-		}
-	}
+	types := fullEvery(layers, 4, "linear_attention")
 	return &Geometry{
 		Name: "olmo-hybrid-7b", ModelType: "olmo_hybrid", Architecture: "OlmoHybridForCausalLM",
 		VocabSize: 100352, HiddenSize: 3840, IntermediateSize: 11008, Layers: layers,
