@@ -262,3 +262,38 @@ func (l *logprobs) report(id int32) (float32, []TokenProb) {
 	}
 	return l.logp[id], top
 }
+
+// scoreChunk is the number of prompt positions PromptLogprobs runs per
+// forward pass: their logits, scoreChunk × vocab floats, are held at once.
+const scoreChunk = 32
+
+// PromptLogprobs runs ids through s from its start (s is reset first) and
+// returns, for each token after the first, its log-probability given the
+// tokens before it and the top likeliest tokens at its position, as
+// Generate reports them for generated tokens (Token.Text is empty). It
+// checks ctx between chunks of positions; on an error s is reset.
+func (m *Model) PromptLogprobs(ctx context.Context, s *Session, ids []int32, top int) ([]Token, error) {
+	s.Reset()
+	out := make([]Token, 0, max(len(ids)-1, 0))
+	lp := newLogprobs(s.vocab, top)
+	// Position j's logits give the probabilities of token j+1.
+	for lo := 0; lo < len(ids)-1; lo += scoreChunk {
+		if err := ctx.Err(); err != nil {
+			s.Reset()
+			return nil, err
+		}
+		hi := min(lo+scoreChunk, len(ids)-1)
+		rows, err := s.AppendAll(ids[lo:hi])
+		if err != nil {
+			s.Reset()
+			return nil, fmt.Errorf("scoring the prompt: %w", err)
+		}
+		for j, row := range rows {
+			lp.observe(row)
+			t := Token{ID: ids[lo+j+1]}
+			t.Logprob, t.Top = lp.report(t.ID)
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}

@@ -12,9 +12,10 @@ import (
 // generation reported for it, and it is the likeliest at its position.
 func TestScorePromptMatchesGeneration(t *testing.T) {
 	_, m := newTestModel(t, Config{})
-	// Longer than a chunk of scoring, so that chunks follow each other.
+	// Longer than a chunk of scoring (engine.PromptLogprobs runs 32
+	// positions a pass), so that chunks follow each other.
 	ids := m.eng.Tokenizer.Encode(strings.Repeat("The capital of France is Paris. ", 5)+"The capital of Japan is", false)
-	if len(ids) <= scoreChunk {
+	if len(ids) <= 32 {
 		t.Fatalf("a prompt of %d tokens", len(ids))
 	}
 	gen := &Request{PromptIDs: ids, MaxTokens: 8, Logprobs: true, TopLogprobs: 1, Sample: samp(func(s *sampleP) {})}
@@ -57,23 +58,6 @@ func TestScorePromptMatchesGeneration(t *testing.T) {
 		}
 		if len(got.Top) != 3 || got.Top[0].ID != want.ID || got.Top[0].Logprob < got.Top[1].Logprob || got.Top[1].Logprob < got.Top[2].Logprob {
 			t.Errorf("token %d: alternatives %+v, want the greedy token %d first", i, got.Top, want.ID)
-		}
-	}
-}
-
-func TestTopTokens(t *testing.T) {
-	v := []float32{0.5, 3, -1, 3, 2, 7}
-	for k, want := range map[int][]int32{0: nil, 1: {5}, 3: {5, 1, 3}, 6: {5, 1, 3, 4, 0, 2}, 9: {5, 1, 3, 4, 0, 2}} {
-		got := topTokens(v, k)
-		if len(got) != len(want) {
-			t.Errorf("k %d: %v, want %v", k, got, want)
-			continue
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Errorf("k %d: %v, want %v", k, got, want)
-				break
-			}
 		}
 	}
 }
