@@ -373,16 +373,11 @@ func loadAltUpProjections(l *loader, p string, n, hid int) []*compute.Tensor {
 // uses them), which changes nothing for weights within the clip.
 
 var (
-	gemma3nGlobal = map[string]string{
-		"model.embed_tokens.weight":               "token_embd.weight",
-		"model.norm.weight":                       "output_norm.weight",
-		"lm_head.weight":                          "output.weight",
-		"model.embed_tokens_per_layer.weight":     "per_layer_token_embd.weight",
-		"model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
-		"model.per_layer_projection_norm.weight":  "per_layer_proj_norm.weight",
-		"model.altup_projections.weight":          "altup_proj.weight",
-		"model.altup_unembed_projections.weight":  "altup_unembd_proj.weight",
-	}
+	// Gemma 4's tensors outside the layers, and the altup projections.
+	gemma3nGlobal = merge(gemma4Global, map[string]string{
+		"model.altup_projections.weight":         "altup_proj.weight",
+		"model.altup_unembed_projections.weight": "altup_unembd_proj.weight",
+	})
 	gemma3nGGUFLayer = merge(gemmaLayer, map[string]string{
 		"per_layer_input_gate.weight":      "inp_gate.weight",
 		"per_layer_projection.weight":      "proj.weight",

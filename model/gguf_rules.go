@@ -38,16 +38,7 @@ func ssmRules(c *Config, p string) map[string]ggufRule {
 		},
 		p + "A_log": {
 			shape: column, unshape: flat,
-			encode: func(row []float32, _ int) {
-				for i, v := range row {
-					row[i] = -float32(math.Exp(float64(v)))
-				}
-			},
-			decode: func(row []float32, _ int) {
-				for i, v := range row {
-					row[i] = float32(math.Log(-float64(v)))
-				}
-			},
+			encode: negExp, decode: logNeg,
 		},
 		p + "D": {shape: column, unshape: flat},
 		p + "norm.weight": {
@@ -146,6 +137,20 @@ var moeStackedLayer = map[string]string{
 	"mlp.experts.gate_proj.weight": "ffn_gate_exps.weight",
 	"mlp.experts.up_proj.weight":   "ffn_up_exps.weight",
 	"mlp.experts.down_proj.weight": "ffn_down_exps.weight",
+}
+
+// negExp and logNeg convert A_log rows of SSM and delta-rule layers to
+// the A = -exp(A_log) that GGUF files store, and back.
+func negExp(row []float32, _ int) {
+	for i, v := range row {
+		row[i] = -float32(math.Exp(float64(v)))
+	}
+}
+
+func logNeg(row []float32, _ int) {
+	for i, v := range row {
+		row[i] = float32(math.Log(-float64(v)))
+	}
 }
 
 // merge returns the union of maps (later ones win).

@@ -3,7 +3,6 @@ package model
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"strings"
 
 	"lem/compute"
@@ -342,16 +341,7 @@ func linearRules(c *Config) map[string]ggufRule {
 	return map[string]ggufRule{
 		p + "conv1d.weight": ssmRules(c, p)[p+"conv1d.weight"],
 		p + "A_log": {
-			encode: func(row []float32, _ int) {
-				for i, v := range row {
-					row[i] = -float32(math.Exp(float64(v)))
-				}
-			},
-			decode: func(row []float32, _ int) {
-				for i, v := range row {
-					row[i] = float32(math.Log(-float64(v)))
-				}
-			},
+			encode: negExp, decode: logNeg,
 		},
 	}
 }
