@@ -38,3 +38,48 @@ type BandwidthMeter interface {
 	// plus bytes written by device-to-device copies).
 	BandwidthMethod() string
 }
+
+// Pages lays the rows of a batched forward pass over paged key-value
+// caches. Each row belongs to one sequence of the pass; each sequence's
+// positions live in fixed-size blocks of a pool (a KVCache of
+// Capacity = blocks × BlockSize rows, Ring unset), found through its row of
+// the block table. Every layer of a group of layers that keeps the same
+// positions (the full-attention layers; the layers of one sliding window)
+// shares one Pages per pass.
+type Pages struct {
+	// BlockSize is the number of positions a block holds.
+	BlockSize int
+	// MaxBlocks is the width of the block table: the most blocks a
+	// sequence of the pass may reference.
+	MaxBlocks int
+	// Table (I32, [sequences × MaxBlocks]) holds at s·MaxBlocks+j the pool
+	// block that holds sequence s's positions [j·BlockSize, (j+1)·BlockSize),
+	// or -1 where the sequence holds no block (positions a sliding window
+	// has left, or past its end).
+	Table *Tensor
+	// Seq (I32, [rows]) holds the sequence of each row of the pass.
+	Seq *Tensor
+}
+
+// Pager is implemented by backends that attend over paged key-value
+// caches, the memory of batched passes over many sequences.
+type Pager interface {
+	// AttendPaged stores the new keys k and values v [n, KVHeads·HeadDim]
+	// of each row i in its sequence's slot for position pos[i] in the
+	// pool, then writes to dst [n, Heads·HeadDim] the attention of each
+	// query row over its sequence's positions up to and including its
+	// own (those within a.Window when set), as Attend computes it. A
+	// row's result depends only on its query and its sequence's cached
+	// keys and values, never on the other rows of the call, so that a
+	// sequence computes the same numbers in any batch.
+	AttendPaged(dst, q, k, v *Tensor, pool *KVCache, pg *Pages, pos *Tensor, a *Attention)
+}
+
+// RowStable is implemented by backends whose matrix products can compute
+// each row the same whatever the other rows of the call (when on, a
+// one-row product takes the arithmetic of many-row ones where those
+// differ, at some cost in speed). A batched server turns it on so that a
+// sequence's output does not depend on the sequences sharing its batch.
+type RowStable interface {
+	SetRowStable(on bool)
+}

@@ -25,8 +25,10 @@ type Backend struct {
 	ropeOf   *compute.Rope
 	ropePos  int32
 
-	attn     attnJob
-	attnFunc func(int) // b.attn.chunk, bound once
+	attn      attnJob
+	attnFunc  func(int) // b.attn.chunk, bound once
+	paged     pagedJob
+	pagedFunc func(int) // b.paged.chunk, bound once
 
 	moe moeWork // Route and ApplyExperts scratch
 
@@ -59,6 +61,7 @@ func New(threads int) *Backend {
 	}
 	b := &Backend{threads: threads, pool: NewPool(threads)}
 	b.attnFunc = b.attn.chunk
+	b.pagedFunc = b.paged.chunk
 	b.ssmFunc = b.ssm.piece
 	b.convFunc = b.conv.piece
 	b.deltaFunc = b.delta.part

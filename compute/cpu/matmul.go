@@ -62,7 +62,7 @@ func MatMul(dst, x []float32, n int, w Weights, pool *Pool) {
 	if !ks.masked {
 		t.kmain = k / ks.blk * ks.blk
 	}
-	if n == 1 {
+	if n == 1 && !s.rowStable {
 		t.pack(0)
 		rows := max(gemvChunkRows/ks.gemvC, 1) * ks.gemvC
 		t.rowsPerChunk = rows

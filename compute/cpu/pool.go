@@ -33,6 +33,9 @@ type poolState struct {
 	threads int
 	workers []*worker // workers[0] is the calling goroutine
 	closed  atomic.Bool
+	// rowStable makes one-row products compute as many-row ones do
+	// (Backend.SetRowStable).
+	rowStable bool
 
 	gen     atomic.Uint64 // incremented to start a task
 	pending atomic.Int64  // workers still running the current task

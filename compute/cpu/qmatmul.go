@@ -763,7 +763,7 @@ func matMulQuant(s *poolState, dst, x []float32, n int, w Weights) {
 		n: n, m: m, k: k, nb: k / w.DType.BlockSize(), rb: rb,
 		xrb: xrb, xq: s.qscratch(n * xrb), gsub: w.DType.BlockSize() / 32,
 	}
-	if n == 1 {
+	if n == 1 && !s.rowStable {
 		quantizeX(t.xq, x[:k], qs.xf, qs.xoff)
 		rows := max(gemvChunkRows/qs.gemvC, 1) * qs.gemvC
 		t.rowsPerChunk = rows
