@@ -549,7 +549,9 @@ func packGEMVGo(a *qpargs, dt compute.DType) {
 // matMulPacked is matMulQuant for packed weights.
 func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 	m, k := w.Rows, w.Cols
-	if n >= amxMinRows && m%packRows == 0 && amxDtype(w.DType) && amxOn() {
+	// AMX rounds the operands to bf16, another arithmetic than the VNNI
+	// kernels' of fewer rows: row-stable products keep to the latter.
+	if n >= amxMinRows && !s.rowStable && m%packRows == 0 && amxDtype(w.DType) && amxOn() {
 		matMulAMX(s, dst, x, n, w, amxKernel)
 		return
 	}
