@@ -14,7 +14,14 @@ type pagedJob struct {
 	bs, maxBlocks   int
 	L               int      // largest position of the call, plus one
 	spans           [][]span // per chunk slot
+	kvPer, kvUnits  int      // kv heads per unit; units per row and pass
 }
+
+// pagedUnitsPerThread is how many units an AttendPaged call gives each
+// thread at least, where it has rows enough: a unit takes kvPer kv heads
+// of a row, block by block, so that it reads each block's rows as one run
+// of memory (the hardware prefetchers lose a stream where a block ends).
+var pagedUnitsPerThread = 4
 
 // AttendPaged implements compute.Pager: the new keys and values go into
 // the pool first, then every row attends over its sequence's blocks, in
@@ -52,17 +59,20 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		j.width = min(group, attnGroup)
 	}
 	j.passes = (group + j.width - 1) / j.width
-	units, need := j.n*a.KVHeads*j.passes, j.width*j.L
+	// As many kv heads per unit as leave every thread units enough.
+	j.kvPer = max(1, min(a.KVHeads, j.n*a.KVHeads*j.passes/(pagedUnitsPerThread*b.threads)))
+	j.kvUnits = (a.KVHeads + j.kvPer - 1) / j.kvPer
+	units, need := j.n*j.kvUnits*j.passes, j.kvPer*j.width*j.L
 	if len(j.scores) < attnChunks {
 		j.scores = make([][]float32, attnChunks)
 		j.spans = make([][]span, attnChunks)
 	}
-	for c := range j.scores {
+	j.chunks = min(attnChunks, units)
+	for c := range j.scores[:j.chunks] {
 		if cap(j.scores[c]) < need {
 			j.scores[c] = make([]float32, need, 2*need)
 		}
 	}
-	j.chunks = min(attnChunks, units)
 	b.pool.Run(j.chunks, b.pagedFunc)
 	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans}
 }
@@ -134,40 +144,53 @@ func (j *pagedJob) blockSpans(out []span, s, first, last int) []span {
 }
 
 // chunk computes the units of piece c, as attnJob.chunk does over a
-// contiguous cache.
+// contiguous cache, for kv heads kv0…kv1−1 of a row at once: block by
+// block, each head's products (and so its numbers) as a unit of one head
+// computes them.
 func (j *pagedJob) chunk(c int) {
 	a := j.a
 	group := a.Heads / a.KVHeads
-	total := j.n * a.KVHeads * j.passes
+	total := j.n * j.kvUnits * j.passes
 	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
 	hd := a.HeadDim
 	qc, kc := a.Heads*hd, a.KVHeads*hd
 	L := j.L
 	for t := lo; t < hi; t++ {
-		i, u := t/(a.KVHeads*j.passes), t%(a.KVHeads*j.passes)
-		kv, pass := u/j.passes, u%j.passes
-		h0 := kv*group + pass*j.width
+		i, u := t/(j.kvUnits*j.passes), t%(j.kvUnits*j.passes)
+		kb, pass := u/j.passes, u%j.passes
+		kv0 := kb * j.kvPer
+		kv1 := min(kv0+j.kvPer, a.KVHeads)
 		g := min(j.width, group-pass*j.width)
 		p := int(j.pos[i])
 		first := 0
 		if a.Window > 0 {
 			first = max(0, p-a.Window+1)
 		}
-		scores := j.scores[c][:g*L]
-		q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
-		ko := kv * hd
 		sp := j.blockSpans(j.spans[c], int(j.seq[i]), first, p)
 		j.spans[c] = sp
+		// Kv head kv's scores at (kv−kv0)·width·L of the slot.
+		sc := j.scores[c][:j.kvPer*j.width*L]
 		for _, s := range sp {
-			dotsGroup(scores[s.p0:], L, q, g, s.k[ko:], kc, s.n)
+			for kv := kv0; kv < kv1; kv++ {
+				h0 := kv*group + pass*j.width
+				q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
+				dotsGroup(sc[(kv-kv0)*j.width*L+s.p0:], L, q, g, s.k[kv*hd:], kc, s.n)
+			}
 		}
-		for h := range g {
-			j.weights(scores[h*L+first:h*L+p+1], h0+h)
+		for kv := kv0; kv < kv1; kv++ {
+			h0 := kv*group + pass*j.width
+			scores := sc[(kv-kv0)*j.width*L:]
+			for h := range g {
+				j.weights(scores[h*L+first:h*L+p+1], h0+h)
+			}
+			clear(j.out[i*qc+h0*hd : i*qc+(h0+g)*hd])
 		}
-		o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
-		clear(o)
 		for _, s := range sp {
-			axpysGroup(o, scores[s.p0:], L, g, s.v[ko:], kc, s.n)
+			for kv := kv0; kv < kv1; kv++ {
+				h0 := kv*group + pass*j.width
+				o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
+				axpysGroup(o, sc[(kv-kv0)*j.width*L+s.p0:], L, g, s.v[kv*hd:], kc, s.n)
+			}
 		}
 	}
 }
