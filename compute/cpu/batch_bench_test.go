@@ -76,6 +76,7 @@ func BenchmarkBatchedDecode(b *testing.B) {
 						be.MatMul(dst, xv, w)
 					}
 					b.ReportMetric(wb*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+					b.ReportMetric(float64(n*sh.m*sh.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})
 			}
 			w = nil
