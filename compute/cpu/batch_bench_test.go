@@ -44,7 +44,9 @@ func benchWeightBytes(rng *rand.Rand, dt compute.DType, m, k int) []byte {
 // server runs them) and, for n = 1, off (one sequence). The figure to
 // read is each n's time per call against n = 1's: the weights are read
 // once per call, so a batch of decode rows should cost little more than
-// one row.
+// one row. For n = 8, "shorttiles" is the tiling of packed weights that
+// prefill uses (two groups of 16 rows per tile), the tiling of every
+// many-row product before decode rows took long runs of groups.
 func BenchmarkBatchedDecode(b *testing.B) {
 	rng := rand.New(rand.NewPCG(81, 82))
 	for _, sh := range []struct {
@@ -62,16 +64,22 @@ func BenchmarkBatchedDecode(b *testing.B) {
 			for _, v := range []struct {
 				n      int
 				stable bool
-			}{{1, false}, {1, true}, {2, true}, {4, true}, {8, true}, {16, true}} {
+				short  bool
+			}{{1, false, false}, {1, true, false}, {2, true, false}, {4, true, false}, {8, true, true}, {8, true, false}, {16, true, false}} {
 				n := v.n
 				name := fmt.Sprintf("%s/%s/n=%d", dt, sh.name, n)
 				if v.stable {
 					name += "/stable"
 				}
+				if v.short {
+					name += "/shorttiles" // packed weights: tiles of 2 groups
+				}
 				be.SetRowStable(v.stable)
 				dst := be.Alloc(compute.F32, n, sh.m)
 				xv := be.View(x, 0, n)
 				b.Run(name, func(b *testing.B) {
+					defer func(l bool) { packLongTiles = l }(packLongTiles)
+					packLongTiles = !v.short
 					for b.Loop() {
 						be.MatMul(dst, xv, w)
 					}
