@@ -351,10 +351,20 @@ func (b *Backend) tokenExperts(d, x []float32, ids []int32, wts []float32, f *co
 	}
 	b.runTasks()
 
+	// The weighted sum in the order of many rows' (by expert, then slot),
+	// so that a row has the same bits alone as in a batch.
+	w.order = grow(w.order, len(ids))
+	for j := range ids {
+		i := j
+		for ; i > 0 && ids[w.order[i-1]] > ids[j]; i-- {
+			w.order[i] = w.order[i-1]
+		}
+		w.order[i] = j
+	}
 	clear(d)
-	for j, e := range ids {
+	for _, j := range w.order {
 		y := w.y[j*hid : (j+1)*hid]
-		if bias := f.Experts[e].DownBias; bias != nil {
+		if bias := f.Experts[ids[j]].DownBias; bias != nil {
 			for c, v := range f32(b.asF32(bias)) {
 				y[c] += v
 			}
@@ -386,6 +396,13 @@ func (b *Backend) runTasks() {
 	w := &b.moe
 	for len(w.pools) < len(w.tasks) {
 		w.pools = append(w.pools, NewPool(1))
+	}
+	// The tasks' pools compute as the backend's: row-stable or not.
+	s := b.pool.lock()
+	stable := s.rowStable
+	s.mu.Unlock()
+	for _, p := range w.pools[:len(w.tasks)] {
+		p.s.rowStable = stable
 	}
 	if w.taskFn == nil {
 		w.taskFn = w.runTask

@@ -1,6 +1,10 @@
 package cpu
 
-import "lem/compute"
+import (
+	"fmt"
+
+	"lem/compute"
+)
 
 // pagedJob is one AttendPaged call, split over the pool by units of (row,
 // kv head, width of its query heads) as attnJob's.
@@ -10,7 +14,14 @@ type pagedJob struct {
 	bs, maxBlocks   int
 	L               int      // largest position of the call, plus one
 	spans           [][]span // per chunk slot
+	kvPer, kvUnits  int      // kv heads per unit; units per row and pass
 }
+
+// pagedUnitsPerThread is how many units an AttendPaged call gives each
+// thread at least, where it has rows enough: a unit takes kvPer kv heads
+// of a row, block by block, so that it reads each block's rows as one run
+// of memory (the hardware prefetchers lose a stream where a block ends).
+var pagedUnitsPerThread = 4
 
 // AttendPaged implements compute.Pager: the new keys and values go into
 // the pool first, then every row attends over its sequence's blocks, in
@@ -18,6 +29,7 @@ type pagedJob struct {
 // call.
 func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
 	b.note("AttendPaged", dst, q, k)
+	checkPaged(dst, q, k, v, pool, pg, pos, a)
 	if b.stopped() {
 		return
 	}
@@ -47,28 +59,74 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		j.width = min(group, attnGroup)
 	}
 	j.passes = (group + j.width - 1) / j.width
-	units, need := j.n*a.KVHeads*j.passes, j.width*j.L
+	// As many kv heads per unit as leave every thread units enough.
+	j.kvPer = max(1, min(a.KVHeads, j.n*a.KVHeads*j.passes/(pagedUnitsPerThread*b.threads)))
+	j.kvUnits = (a.KVHeads + j.kvPer - 1) / j.kvPer
+	units, need := j.n*j.kvUnits*j.passes, j.kvPer*j.width*j.L
 	if len(j.scores) < attnChunks {
 		j.scores = make([][]float32, attnChunks)
 		j.spans = make([][]span, attnChunks)
 	}
-	for c := range j.scores {
+	j.chunks = min(attnChunks, units)
+	for c := range j.scores[:j.chunks] {
 		if cap(j.scores[c]) < need {
 			j.scores[c] = make([]float32, need, 2*need)
 		}
 	}
-	j.chunks = min(attnChunks, units)
 	b.pool.Run(j.chunks, b.pagedFunc)
 	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans}
 }
 
-// slot returns the pool row of sequence s's position p.
-func (j *pagedJob) slot(s, p int) int {
-	blk := j.table[s*j.maxBlocks+p/j.bs]
-	if blk < 0 {
-		panic("cpu: AttendPaged: a row's position lies in no block of its sequence")
+// checkPaged panics, on the calling goroutine, unless the operands of an
+// AttendPaged call fit together and every block a row stores to or reads
+// lies in the pool: a table that points elsewhere would otherwise read
+// and write another sequence's rows, or memory past the pool.
+func checkPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
+	fail := func(format string, args ...any) {
+		panic(fmt.Sprintf("cpu: AttendPaged: "+format, args...))
 	}
-	return int(blk)*j.bs + p%j.bs
+	n := q.Rows()
+	qc, kc := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
+	switch {
+	case a.KVHeads <= 0 || a.HeadDim <= 0 || a.Heads%a.KVHeads != 0:
+		fail("%d heads over %d kv heads of %d", a.Heads, a.KVHeads, a.HeadDim)
+	case q.Cols() != qc || dst.Cols() != qc || dst.Rows() != n:
+		fail("q %v and dst %v for %d heads of %d", q.Shape, dst.Shape, a.Heads, a.HeadDim)
+	case k.Cols() != kc || v.Cols() != kc || k.Rows() != n || v.Rows() != n:
+		fail("k %v and v %v for %d rows of %d kv heads of %d", k.Shape, v.Shape, n, a.KVHeads, a.HeadDim)
+	case pool.K.Cols() != kc || pool.V.Cols() != kc || pool.V.Rows() != pool.K.Rows():
+		fail("pool k %v and v %v for %d kv heads of %d", pool.K.Shape, pool.V.Shape, a.KVHeads, a.HeadDim)
+	case pg.BlockSize <= 0 || pg.MaxBlocks <= 0 || pg.Table.Len()%pg.MaxBlocks != 0:
+		fail("block table of %d entries, %d per sequence, blocks of %d", pg.Table.Len(), pg.MaxBlocks, pg.BlockSize)
+	case pg.Seq.Len() < n || pos.Len() < n:
+		fail("%d rows with %d sequence ids and %d positions", n, pg.Seq.Len(), pos.Len())
+	}
+	table, seq, ps := pg.Table.Buf.([]int32), pg.Seq.Buf.([]int32), pos.Buf.([]int32)
+	seqs, blocks, bs := len(table)/pg.MaxBlocks, pool.K.Rows()/pg.BlockSize, pg.BlockSize
+	for i := range n {
+		s, p := int(seq[i]), int(ps[i])
+		switch {
+		case s < 0 || s >= seqs:
+			fail("row %d: sequence %d of %d", i, s, seqs)
+		case p < 0 || p/bs >= pg.MaxBlocks:
+			fail("row %d: position %d outside the %d blocks of %d of sequence %d", i, p, pg.MaxBlocks, bs, s)
+		}
+		first := 0
+		if a.Window > 0 {
+			first = max(0, p-a.Window+1)
+		}
+		for j := first / bs; j <= p/bs; j++ {
+			if blk := table[s*pg.MaxBlocks+j]; blk < 0 || int(blk) >= blocks {
+				fail("row %d: position %d of sequence %d: block %d (table entry %d) is not one of the pool's %d", i, p, s, blk, j, blocks)
+			}
+		}
+	}
+}
+
+// slot returns the pool row of sequence s's position p (checkPaged has
+// checked its block).
+func (j *pagedJob) slot(s, p int) int {
+	return int(j.table[s*j.maxBlocks+p/j.bs])*j.bs + p%j.bs
 }
 
 // blockSpans returns the runs of sequence s's positions first..last, one
@@ -86,50 +144,68 @@ func (j *pagedJob) blockSpans(out []span, s, first, last int) []span {
 }
 
 // chunk computes the units of piece c, as attnJob.chunk does over a
-// contiguous cache.
+// contiguous cache, for kv heads kv0…kv1−1 of a row at once: block by
+// block, each head's products (and so its numbers) as a unit of one head
+// computes them.
 func (j *pagedJob) chunk(c int) {
 	a := j.a
 	group := a.Heads / a.KVHeads
-	total := j.n * a.KVHeads * j.passes
+	total := j.n * j.kvUnits * j.passes
 	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
 	hd := a.HeadDim
 	qc, kc := a.Heads*hd, a.KVHeads*hd
 	L := j.L
 	for t := lo; t < hi; t++ {
-		i, u := t/(a.KVHeads*j.passes), t%(a.KVHeads*j.passes)
-		kv, pass := u/j.passes, u%j.passes
-		h0 := kv*group + pass*j.width
+		i, u := t/(j.kvUnits*j.passes), t%(j.kvUnits*j.passes)
+		kb, pass := u/j.passes, u%j.passes
+		kv0 := kb * j.kvPer
+		kv1 := min(kv0+j.kvPer, a.KVHeads)
 		g := min(j.width, group-pass*j.width)
 		p := int(j.pos[i])
 		first := 0
 		if a.Window > 0 {
 			first = max(0, p-a.Window+1)
 		}
-		scores := j.scores[c][:g*L]
-		q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
-		ko := kv * hd
 		sp := j.blockSpans(j.spans[c], int(j.seq[i]), first, p)
 		j.spans[c] = sp
+		// Kv head kv's scores at (kv−kv0)·width·L of the slot.
+		sc := j.scores[c][:j.kvPer*j.width*L]
 		for _, s := range sp {
-			dotsGroup(scores[s.p0:], L, q, g, s.k[ko:], kc, s.n)
+			for kv := kv0; kv < kv1; kv++ {
+				h0 := kv*group + pass*j.width
+				q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
+				dotsGroup(sc[(kv-kv0)*j.width*L+s.p0:], L, q, g, s.k[kv*hd:], kc, s.n)
+			}
 		}
-		for h := range g {
-			j.weights(scores[h*L+first:h*L+p+1], h0+h)
+		for kv := kv0; kv < kv1; kv++ {
+			h0 := kv*group + pass*j.width
+			scores := sc[(kv-kv0)*j.width*L:]
+			for h := range g {
+				j.weights(scores[h*L+first:h*L+p+1], h0+h)
+			}
+			clear(j.out[i*qc+h0*hd : i*qc+(h0+g)*hd])
 		}
-		o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
-		clear(o)
 		for _, s := range sp {
-			axpysGroup(o, scores[s.p0:], L, g, s.v[ko:], kc, s.n)
+			for kv := kv0; kv < kv1; kv++ {
+				h0 := kv*group + pass*j.width
+				o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
+				axpysGroup(o, sc[(kv-kv0)*j.width*L+s.p0:], L, g, s.v[kv*hd:], kc, s.n)
+			}
 		}
 	}
 }
 
 // SetRowStable implements compute.RowStable. The many-row products of
 // every weight type compute each row alike whatever the number of rows;
-// the one-row products of float weights and of the quantized types that
-// are not packed (see packable) sum in another order, so with it on they
-// take the many-row kernels: 15–35% slower for float weights, a few
-// percent for the others. Packed types are unaffected.
+// the one-row products of float weights, of the quantized types that are
+// not packed (see packable) and of those dequantized to float32 sum in
+// another order, so with it on they take the many-row kernels: 15–35%
+// slower for float weights, a few percent for the others. Packed types
+// are unaffected at one row; at 32 rows and more their products stay on
+// the VNNI kernels instead of AMX (amx.go), whose bf16 operands would
+// give those rows other numbers than fewer rows get. The experts of one
+// token (ApplyExperts of one row) sum their outputs in the order of many
+// rows' (by expert), so that routed layers are row-stable too.
 func (b *Backend) SetRowStable(on bool) {
 	s := b.pool.lock()
 	s.rowStable = on

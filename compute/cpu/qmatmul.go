@@ -797,6 +797,7 @@ type qmatmulTask struct {
 	// packed weights.
 	dt  compute.DType
 	f32 matmulTask
+	one bool // the one-row kernel
 
 	// Packed weights (see qpack.go): w is the packed copy; ps the
 	// assembly kernels, nil for the pure-Go ones.
@@ -909,12 +910,12 @@ func matMulDequant(s *poolState, dst, x []float32, n int, w Weights) {
 	rb, _ := w.DType.RowBytes(k)
 	t := &s.qm
 	*t = qmatmulTask{dst: dst, x: x, w: w.Data, n: n, m: m, k: k, rb: rb}
-	C := ks.gemvC
-	if n > 1 {
-		C = ks.gemmC
-	}
+	// One row takes the one-row kernel unless row-stable products are on.
+	one := n == 1 && !s.rowStable
+	C := ks.gemmC
 	rows := max(qdeqFloats/k/C, 1) * C
-	if n == 1 {
+	if one {
+		C = ks.gemvC
 		rows = max(gemvChunkRows/C, 1) * C
 	}
 	t.rowsPerChunk = rows
@@ -928,6 +929,7 @@ func matMulDequant(s *poolState, dst, x []float32, n int, w Weights) {
 	t.f32.tileM = rows
 	t.f32.tilesM = 1
 	t.dt = w.DType
+	t.one = one
 	s.run(taskQDequant, (m+rows-1)/rows)
 	*t = qmatmulTask{}
 	s.mm = matmulTask{}
@@ -952,7 +954,7 @@ func (t *qmatmulTask) dequant(wk *worker, c int) {
 	sub.dst = t.dst[j0:]
 	sub.w = unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
 	sub.m = rows
-	if t.n == 1 {
+	if t.one {
 		sub.rowsPerChunk = rows
 		sub.gemv(&wk.args, 0)
 		return

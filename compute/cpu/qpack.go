@@ -59,6 +59,11 @@ import (
 // time in a one-row product.
 var packChunkBytes = 256 << 10
 
+// packLongTiles gives many-row products of packed weights whose rows
+// make one tile the long runs of groups of one-row products (the
+// benchmarks compare both).
+var packLongTiles = true
+
 // q6kOffset is the offset of Q6_K's codes (32), which the packed Q6_K
 // kernels read from memory (qpack_amd64.s).
 var q6kOffset float32 = 32
@@ -549,7 +554,9 @@ func packGEMVGo(a *qpargs, dt compute.DType) {
 // matMulPacked is matMulQuant for packed weights.
 func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 	m, k := w.Rows, w.Cols
-	if n >= amxMinRows && m%packRows == 0 && amxDtype(w.DType) && amxOn() {
+	// AMX rounds the operands to bf16, another arithmetic than the VNNI
+	// kernels' of fewer rows: row-stable products keep to the latter.
+	if n >= amxMinRows && !s.rowStable && m%packRows == 0 && amxDtype(w.DType) && amxOn() {
 		matMulAMX(s, dst, x, n, w, amxKernel)
 		return
 	}
@@ -581,6 +588,12 @@ func matMulPacked(s *poolState, dst, x []float32, n int, w Weights) {
 		}
 		t.tileN = min(max(qgemmXBytes/xrb/R, 1)*R, (n+R-1)/R*R)
 		t.tileM = max(qgemmTileM/packRows, 1) // groups per tile
+		if packLongTiles && t.tileN >= n {
+			// One tile of rows (a few decode rows): long runs of groups,
+			// as the one-row product takes, so that each thread streams
+			// its weights instead of hopping between short tiles.
+			t.tileM = max(t.tileM, min(packChunkBytes/(packRows*rb), groups/(4*s.threads)))
+		}
 		t.tilesM = (groups+t.tileM-1)/t.tileM + min(m%packRows, 1)
 		s.run(taskQGEMM, (n+t.tileN-1)/t.tileN*t.tilesM)
 	}
