@@ -31,9 +31,8 @@ func launched(t *testing.T, g *Backend, fn func()) []string {
 }
 
 // TestMatMulBatch checks float products of decode batches (n = 2…64 rows)
-// against the CPU, and that up to gemvBatch rows they take the batched
-// kernels, which read each weight row once per 8 rows, rather than the
-// tensor cores.
+// against the CPU: the gemv kernels up to gemvRows rows, the tensor cores
+// beyond.
 func TestMatMulBatch(t *testing.T) {
 	h := newHarness(t)
 	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
@@ -44,20 +43,19 @@ func TestMatMulBatch(t *testing.T) {
 				x := h.act(1, n, s.k)
 				dst := h.zeros(n, s.m)
 				h.c.MatMul(dst.c, x.c, w.c)
-				ops := launched(t, h.g, func() { h.g.MatMul(dst.g, x.g, w.g) })
+				h.g.MatMul(dst.g, x.g, w.g)
 				h.compare(name, dst, 2e-5*math.Sqrt(float64(s.k)))
-				if n > 4 && n <= gemvBatch && (len(ops) != 1 || ops[0] != "gemv8") {
-					t.Errorf("%s: launched %v, want one gemv8", name, ops)
-				}
 			}
 		}
 	}
 }
 
 // TestQuantMatMulBatch checks that quantized products of decode batches
-// up to qgemvBatch rows read the packed weight (qgemv_*_8) instead of
-// widening it to f16 for the tensor cores; TestQuantMatMul checks their
-// results at the same row counts.
+// up to qgemvBatch rows read the packed weight (qgemv_*_8 from 5 rows)
+// instead of widening it to f16 for the tensor cores, and that the
+// batched kernels match the CPU at every row count up to 64 (forced onto
+// them), also where a block stages fewer than 8 rows; TestQuantMatMul
+// checks the default paths' results.
 func TestQuantMatMulBatch(t *testing.T) {
 	h := newHarness(t)
 	r := rand.New(rand.NewPCG(11, 12))
@@ -71,17 +69,50 @@ func TestQuantMatMulBatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		wc, err := h.c.Weight(dt, []int{m, k}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, n := range batchRows {
-			if n <= 4 {
-				continue
+			x := h.act(2, n, k)
+			dst := h.zeros(n, m)
+			if n > 4 {
+				ops := launched(t, h.g, func() { h.g.MatMul(dst.g, x.g, w) })
+				joined := strings.Join(ops, " ")
+				batched := strings.Contains(joined, "qgemv8_") && !strings.Contains(joined, "qdequant")
+				if want := n <= qgemvBatch; batched != want {
+					t.Errorf("%s n=%d: launched %v (weight read packed: %v, want %v)", dt, n, ops, batched, want)
+				}
 			}
-			x := h.g.Alloc(compute.F32, n, k)
-			dst := h.g.Alloc(compute.F32, n, m)
-			ops := launched(t, h.g, func() { h.g.MatMul(dst, x, w) })
-			joined := strings.Join(ops, " ")
-			batched := strings.Contains(joined, "qgemv8_") && !strings.Contains(joined, "qdequant")
-			if want := n <= qgemvBatch; batched != want {
-				t.Errorf("%s n=%d: launched %v (weight read packed: %v, want %v)", dt, n, ops, batched, want)
+			h.c.MatMul(dst.c, x.c, wc)
+			// The rows four at a time on the per-row-count kernels: the
+			// same quantized activations and sums.
+			ref := h.g.Alloc(compute.F32, n, m)
+			for i := 0; i < n; i += 4 {
+				e := min(n, i+4)
+				h.g.MatMul(h.g.View(ref, i, e), h.g.View(x.g, i, e), w)
+			}
+			want := readGPU(t, h.g, ref)
+			for _, stage := range []int{0, qstageBytes(3, k)} {
+				name := fmt.Sprintf("%s/n%d/batched", dt, n)
+				func() {
+					defer func(q quantState) { h.g.quant = q }(h.g.quant)
+					h.g.quant.rows, h.g.quant.batch = 1, 64
+					if stage > 0 {
+						h.g.quant.stage = stage // 3 rows a block
+						name += "/3-rows"
+					}
+					h.g.MatMul(dst.g, x.g, w)
+				}()
+				got, cpu := h.readBoth(dst)
+				if e := relErr(got, want); e > 1e-6 {
+					t.Errorf("%s: differs from the per-row-count kernels by %.3g", name, e)
+				}
+				// The GPU and the CPU quantize the activations per 32 and
+				// per 256 elements (k-quants).
+				if e := relErr(got, cpu); e > 1e-2 {
+					t.Errorf("%s: differs from the CPU by %.3g", name, e)
+				}
 			}
 		}
 	}
@@ -106,9 +137,9 @@ func weightCopies(b *testing.B, g *Backend, dt compute.DType, m, k int, data []b
 
 // BenchmarkMatMulBatch measures products of decode batches on llama-3.1-8b
 // shapes (gate/up 14336×4096, down 4096×14336), bf16 and Q4_K, at n = 1
-// (the fused one-row kernels), 8, 16, 32 and 64 rows, by the path the
-// backend picks ("auto") and, above 4 rows, forced onto the batched
-// kernels ("rows8") and onto the tensor cores ("tc"). GB/s counts the
+// (the fused one-row kernels), 2, 4, 8, 16, 32 and 64 rows, by the path
+// the backend picks ("auto") and forced onto the tensor cores ("tc") and,
+// for Q4_K, onto the batched kernels ("rows8"). GB/s counts the
 // weight bytes read once per product; x-n1 is the time against n = 1;
 // of-4.8TB is the fraction of the H200's nominal bandwidth.
 func BenchmarkMatMulBatch(b *testing.B) {
@@ -125,19 +156,22 @@ func BenchmarkMatMulBatch(b *testing.B) {
 			}
 			ws := weightCopies(b, g, dt, s.m, s.k, data)
 			shape := fmt.Sprintf("%s/%dx%d", dt, s.m, s.k)
-			for _, n := range []int{1, 8, 16, 32, 64} {
+			for _, n := range []int{1, 2, 4, 8, 16, 32, 64} {
 				paths := []string{"auto"}
-				if n > 4 {
-					paths = append(paths, "rows8", "tc")
+				if n > 1 {
+					paths = append(paths, "tc")
+					if dt.Quantized() {
+						paths = append(paths, "rows8")
+					}
 				}
 				for _, path := range paths {
 					b.Run(fmt.Sprintf("%s/n%d/%s", shape, n, path), func(b *testing.B) {
-						defer func(f, q int) { g.gemvBatch, g.quant.batch = f, q }(g.gemvBatch, g.quant.batch)
+						defer func(f int, q quantState) { g.gemvRows, g.quant = f, q }(g.gemvRows, g.quant)
 						switch path {
 						case "rows8":
-							g.gemvBatch, g.quant.batch = 64, 64
+							g.quant.rows, g.quant.batch = 1, 64
 						case "tc":
-							g.gemvBatch, g.quant.batch = 4, 4
+							g.gemvRows, g.quant.rows, g.quant.batch = 1, 1, 1
 						}
 						// Two inputs in turn, so that every quantized
 						// product quantizes its input as in a model.

@@ -43,7 +43,6 @@ type kernels struct {
 	rmsnorm, layernorm, rope, kvstore, attendCombine        uintptr
 	attend                                                  [4]uintptr // 2, 4, 8, 16 elements per lane
 	gemv                                                    [3][4]uintptr
-	gemv8                                                   [3]uintptr // by dtype: n rows in groups of 8 (gemvBatch)
 	paged                                                   pagedKernels
 	gemm                                                    [3]uintptr // by dtype: f32, f16, bf16
 
@@ -77,7 +76,6 @@ func (k *kernels) table() map[string]*uintptr {
 	k.chunked.add(t)
 	k.paged.add(t)
 	for d, dn := range []string{"f32", "f16", "bf16"} {
-		t["gemv_"+dn+"_8"] = &k.gemv8[d]
 		for r := range 4 {
 			t["gemv_"+dn+"_"+string(rune('1'+r))] = &k.gemv[d][r]
 		}

@@ -55,16 +55,9 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	if w.DType == compute.F32 {
 		vec = 4
 	}
-	if n <= max(4, b.gemvBatch) && k%vec == 0 && dptr(x)%16 == 0 && dptr(w)%16 == 0 {
-		if n <= 4 {
-			b.launch(b.k.gemv[dt][n-1], "gemv", (m+3)/4, 128).
-				ptr(dptr(dst)).ptr(dptr(x)).ptr(dptr(w)).i(m).i(k)
-			return
-		}
-		// A few rows (a decode batch): each weight row read once per 8.
-		groups := (n + 7) / 8
-		b.launch(b.k.gemv8[dt], "gemv8", (m+3)/4*groups, 128).
-			ptr(dptr(dst)).ptr(dptr(x)).ptr(dptr(w)).i(m).i(k).i(n)
+	if n <= min(4, b.gemvRows) && k%vec == 0 && dptr(x)%16 == 0 && dptr(w)%16 == 0 {
+		b.launch(b.k.gemv[dt][n-1], "gemv", (m+3)/4, 128).
+			ptr(dptr(dst)).ptr(dptr(x)).ptr(dptr(w)).i(m).i(k)
 		return
 	}
 	if b.matmulTC(dst, x, w) {

@@ -347,7 +347,9 @@ type quantState struct {
 	lastN, lastK int
 
 	oneRow bool // one weight row per warp also for n = 1 (benchmarks)
-	batch  int  // most rows whose product reads the packed weight (qgemv8) rather than widening it (qgemvBatch)
+	rows   int  // most rows on the per-row-count kernels (qgemv_T_n; batch.go)
+	batch  int  // most rows on the batched kernels (qgemv_T_8) rather than widening the weight (batch.go)
+	stage  int  // bytes of shared memory a batched block may have (batch.go)
 	chunk  int  // elements of a prefill chunk, when not the default (tests)
 }
 
@@ -360,16 +362,16 @@ func (b *Backend) qxScratch(n, k int) uintptr {
 // qMatMul computes dst = x · wᵀ for a quantized weight.
 func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 	n, k, m := x.Rows(), x.Cols(), w.Rows()
-	if n <= max(4, b.quant.batch) {
+	if per := b.qbatchRows(k); n <= min(4, b.quant.rows) || n <= b.quant.batch && per > 0 {
 		qs := &b.quant
 		qx := b.qxScratch(n, k)
 		if b.recorded != qs.lastSeq || qs.lastX != dptr(x) || qs.qxAt != qx || qs.lastN != n || qs.lastK != k {
 			b.launch(b.k.q.quantize, "quantize_q8", (n*k/32+7)/8, 256).ptr(qx).ptr(dptr(x)).i(n).i(k)
 		}
-		if n > 4 {
-			b.qgemv8(dst, qx, w, n)
-		} else {
+		if n <= min(4, b.quant.rows) {
 			b.qgemv(dst, qx, w, n, qs.rowsPerWarp(n, buf(w).q.qt))
+		} else {
+			b.qgemv8(dst, qx, w, n, per)
 		}
 		qs.lastSeq, qs.lastX, qs.qxAt, qs.lastN, qs.lastK = b.recorded, dptr(x), qx, n, k
 		return
@@ -416,16 +418,6 @@ func (b *Backend) qgemv(dst *compute.Tensor, qx uintptr, w *compute.Tensor, n, r
 	}
 	b.launch(fn, "qgemv_"+qtNames[q.qt], (m+4*rpw-1)/(4*rpw), 128).
 		ptr(dptr(dst)).ptr(qx).ptr(q.codes).ptr(q.sc).ptr(q.d).i(m).i(k).i(q.group).i(q.sdt)
-}
-
-// qgemv8 launches the product of n > 4 rows of quantized activations at
-// qx with a quantized weight, each weight row read once per 8 rows.
-func (b *Backend) qgemv8(dst *compute.Tensor, qx uintptr, w *compute.Tensor, n int) {
-	m, k := w.Rows(), w.Cols()
-	q := buf(w).q
-	groups := (n + 7) / 8
-	b.launch(b.k.q.gemv8[q.qt], "qgemv8_"+qtNames[q.qt], (m+3)/4*groups, 128).
-		ptr(dptr(dst)).ptr(qx).ptr(q.codes).ptr(q.sc).ptr(q.d).i(m).i(k).i(q.group).i(q.sdt).i(n)
 }
 
 // rowsPerWarp returns the weight rows per warp of a product with n

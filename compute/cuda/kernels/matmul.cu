@@ -12,13 +12,11 @@
 #define GEMV_WARPS 4
 #define GEMV_UNROLL 8
 
-// gemv_t: block blk takes weight rows from blk·GEMV_WARPS, for the first
-// nr ≤ NR rows of x.
 template <int DT, int NR>
-__device__ __forceinline__ void gemv_t(int blk, float* dst, const float* x, const void* w, int m, int k, int nr) {
+__device__ __forceinline__ void gemv_t(float* dst, const float* x, const void* w, int m, int k) {
     const int V = DT == DT_F32 ? 4 : 8;
     const int ES = DT == DT_F32 ? 4 : 2;
-    int row = blk * GEMV_WARPS + (threadIdx.x >> 5);
+    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= m) return;
     const char* wr = (const char*)w + (i64)row * k * ES;
@@ -43,7 +41,6 @@ __device__ __forceinline__ void gemv_t(int blk, float* dst, const float* x, cons
             unpack16<DT>(u[j], f);
 #pragma unroll
             for (int r = 0; r < NR; r++) {
-                if (r >= nr) break;
                 const F4* xr = (const F4*)(x + (i64)r * k + (i64)t * V);
 #pragma unroll
                 for (int q = 0; q < V / 4; q++) {
@@ -56,26 +53,13 @@ __device__ __forceinline__ void gemv_t(int blk, float* dst, const float* x, cons
 #pragma unroll
     for (int r = 0; r < NR; r++) {
         float s = warp_sum(acc[r]);
-        if (lane == 0 && r < nr) dst[(i64)r * m + row] = s;
+        if (lane == 0) dst[(i64)r * m + row] = s;
     }
 }
 
 #define GEMV(name, DT, NR)                                                                       \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                \
-        name(float* dst, const float* x, const void* w, int m, int k) { gemv_t<DT, NR>(blockIdx.x, dst, x, w, m, k, NR); }
-// GEMV8 is the batched form: n rows of x (any n) in groups of GEMV_BATCH,
-// each weight row read once per group; the groups of one range of weight
-// rows are neighbouring blocks, so that all but the first read it from L2.
-#define GEMV_BATCH 8
-#define GEMV8(name, DT)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                                \
-        name(float* dst, const float* x, const void* w, int m, int k, int n) {                                   \
-        int groups = (n + GEMV_BATCH - 1) / GEMV_BATCH, g = blockIdx.x % groups, r0 = g * GEMV_BATCH;           \
-        gemv_t<DT, GEMV_BATCH>(blockIdx.x / groups, dst + (i64)r0 * m, x + (i64)r0 * k, w, m, k, min(GEMV_BATCH, n - r0)); \
-    }
-GEMV8(gemv_f32_8, DT_F32)
-GEMV8(gemv_f16_8, DT_F16)
-GEMV8(gemv_bf16_8, DT_BF16)
+        name(float* dst, const float* x, const void* w, int m, int k) { gemv_t<DT, NR>(dst, x, w, m, k); }
 GEMV(gemv_f32_1, DT_F32, 1)
 GEMV(gemv_f32_2, DT_F32, 2)
 GEMV(gemv_f32_3, DT_F32, 3)
