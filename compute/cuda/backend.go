@@ -168,9 +168,6 @@ func Open(ordinal int) (*Backend, error) {
 	if err == nil {
 		err = b.openDecode()
 	}
-	if err == nil {
-		err = b.openBatch()
-	}
 	if err != nil {
 		close(b.reqs)
 		return nil, err

@@ -31,8 +31,8 @@ func launched(t *testing.T, g *Backend, fn func()) []string {
 }
 
 // TestMatMulBatch checks float products of decode batches (n = 2…64 rows)
-// against the CPU: the gemv kernels up to gemvRows rows, the tensor cores
-// beyond.
+// against the CPU: f32 weights on the gemv kernels up to 4 rows, f16 and
+// bf16 on the tensor cores from gemvRows+1 rows.
 func TestMatMulBatch(t *testing.T) {
 	h := newHarness(t)
 	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
@@ -54,7 +54,7 @@ func TestMatMulBatch(t *testing.T) {
 // up to qgemvBatch rows read the packed weight (qgemv_*_8 from 5 rows)
 // instead of widening it to f16 for the tensor cores, and that the
 // batched kernels match the CPU at every row count up to 64 (forced onto
-// them), also where a block stages fewer than 8 rows; TestQuantMatMul
+// them); TestQuantMatMul
 // checks the default paths' results.
 func TestQuantMatMulBatch(t *testing.T) {
 	h := newHarness(t)
@@ -93,15 +93,11 @@ func TestQuantMatMulBatch(t *testing.T) {
 				h.g.MatMul(h.g.View(ref, i, e), h.g.View(x.g, i, e), w)
 			}
 			want := readGPU(t, h.g, ref)
-			for _, stage := range []int{0, qstageBytes(3, k)} {
+			{
 				name := fmt.Sprintf("%s/n%d/batched", dt, n)
 				func() {
 					defer func(q quantState) { h.g.quant = q }(h.g.quant)
 					h.g.quant.rows, h.g.quant.batch = 1, 64
-					if stage > 0 {
-						h.g.quant.stage = stage // 3 rows a block
-						name += "/3-rows"
-					}
 					h.g.MatMul(dst.g, x.g, w)
 				}()
 				got, cpu := h.readBoth(dst)
@@ -139,7 +135,8 @@ func weightCopies(b *testing.B, g *Backend, dt compute.DType, m, k int, data []b
 // shapes (gate/up 14336×4096, down 4096×14336), bf16 and Q4_K, at n = 1
 // (the fused one-row kernels), 2, 4, 8, 16, 32 and 64 rows, by the path
 // the backend picks ("auto") and forced onto the tensor cores ("tc") and,
-// for Q4_K, onto the batched kernels ("rows8"). GB/s counts the
+// for Q4_K, onto the batched kernels ("rows8"), for bf16 up to 4 rows onto
+// the gemv kernels ("gemv"). GB/s counts the
 // weight bytes read once per product; x-n1 is the time against n = 1;
 // of-4.8TB is the fraction of the H200's nominal bandwidth.
 func BenchmarkMatMulBatch(b *testing.B) {
@@ -162,6 +159,8 @@ func BenchmarkMatMulBatch(b *testing.B) {
 					paths = append(paths, "tc")
 					if dt.Quantized() {
 						paths = append(paths, "rows8")
+					} else if n <= 4 {
+						paths = append(paths, "gemv")
 					}
 				}
 				for _, path := range paths {
@@ -170,6 +169,8 @@ func BenchmarkMatMulBatch(b *testing.B) {
 						switch path {
 						case "rows8":
 							g.quant.rows, g.quant.batch = 1, 64
+						case "gemv":
+							g.gemvRows = 4
 						case "tc":
 							g.gemvRows, g.quant.rows, g.quant.batch = 1, 1, 1
 						}

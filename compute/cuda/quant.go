@@ -349,7 +349,6 @@ type quantState struct {
 	oneRow bool // one weight row per warp also for n = 1 (benchmarks)
 	rows   int  // most rows on the per-row-count kernels (qgemv_T_n; batch.go)
 	batch  int  // most rows on the batched kernels (qgemv_T_8) rather than widening the weight (batch.go)
-	stage  int  // bytes of shared memory a batched block may have (batch.go)
 	chunk  int  // elements of a prefill chunk, when not the default (tests)
 }
 
@@ -362,7 +361,7 @@ func (b *Backend) qxScratch(n, k int) uintptr {
 // qMatMul computes dst = x · wᵀ for a quantized weight.
 func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 	n, k, m := x.Rows(), x.Cols(), w.Rows()
-	if per := b.qbatchRows(k); n <= min(4, b.quant.rows) || n <= b.quant.batch && per > 0 {
+	if n <= min(4, b.quant.rows) || n <= b.quant.batch {
 		qs := &b.quant
 		qx := b.qxScratch(n, k)
 		if b.recorded != qs.lastSeq || qs.lastX != dptr(x) || qs.qxAt != qx || qs.lastN != n || qs.lastK != k {
@@ -371,7 +370,7 @@ func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 		if n <= min(4, b.quant.rows) {
 			b.qgemv(dst, qx, w, n, qs.rowsPerWarp(n, buf(w).q.qt))
 		} else {
-			b.qgemv8(dst, qx, w, n, per)
+			b.qgemv8(dst, qx, w, n)
 		}
 		qs.lastSeq, qs.lastX, qs.qxAt, qs.lastN, qs.lastK = b.recorded, dptr(x), qx, n, k
 		return

@@ -446,11 +446,12 @@ struct QUnit<QT_Q6_K> {
 // activations; each warp takes RPW weight rows, whose loads it issues
 // together.
 //
-// The warp takes the weight rows from row0; meta is the activations'
-// metadata and nr ≤ NR the activation rows present.
+// Block blk takes the weight rows from blk·QGEMV_WARPS·RPW; meta is the
+// activations' metadata and nr ≤ NR the activation rows present.
 template <int T, int NR, int RPW>
-__device__ __forceinline__ void qgemv_t(int row0, float* dst, const char* qx, const QMeta* meta, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt, int nr) {
+__device__ __forceinline__ void qgemv_t(int blk, float* dst, const char* qx, const QMeta* meta, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt, int nr) {
     typedef QUnit<T> Q;
+    int row0 = (blk * QGEMV_WARPS + (threadIdx.x >> 5)) * RPW;
     int lane = threadIdx.x & 31;
     if (row0 >= m) return;
     const int nu = k / Q::EL;
@@ -492,37 +493,20 @@ __device__ __forceinline__ void qgemv_t(int row0, float* dst, const char* qx, co
 #define QGEMV(name, T, NR, RPW)                                                                                  \
     extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)                                               \
         name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) { \
-        qgemv_t<T, NR, RPW>((blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5)) * RPW, dst, qx,                         \
-                            (const QMeta*)(qx + (i64)NR * k), codes, sc, dd, m, k, group, sdt, NR);                 \
+        qgemv_t<T, NR, RPW>(blockIdx.x, dst, qx, (const QMeta*)(qx + (i64)NR * k), codes, sc, dd, m, k, group, sdt, NR); \
     }
-
-// qgemv_stage_t is the batched product (n activation rows, any n): the
-// rows go in groups of per ≤ QGEMV_BATCH (blockIdx.y), whose codes and
-// metadata each block first stages in shared memory, so that the
-// activations are read from there rather than through L1 beside the
-// weights. The blocks stay resident and walk the weight rows with a
-// stride, a warp per row, reading each weight row once per group.
+// QGEMV8 is the batched form: n activation rows (any n) in groups of
+// QGEMV_BATCH, each weight row read once per group. The groups of one
+// range of weight rows are neighbouring blocks (blockIdx.x % groups), so
+// that the weight bytes a group reads after the first come from L2.
 #define QGEMV_BATCH 8
-template <int T>
-__device__ __forceinline__ void qgemv_stage_t(float* dst, const char* qx, const char* codes, const char* sc, const char* dd,
-                                              int m, int k, int group, int sdt, int n, int per) {
-    extern __shared__ U4 qb_smem[];
-    char* sx = (char*)qb_smem;
-    int r0 = blockIdx.y * per, nr = min(per, n - r0), nb = k >> 5;
-    const U4* src = (const U4*)(qx + (i64)r0 * k);
-    for (int i = threadIdx.x; i < nr * k / 16; i += blockDim.x) qb_smem[i] = src[i];
-    QMeta* sm = (QMeta*)(sx + (i64)nr * k);
-    const QMeta* msrc = (const QMeta*)(qx + (i64)n * k) + (i64)r0 * nb;
-    for (int i = threadIdx.x; i < nr * nb; i += blockDim.x) sm[i] = msrc[i];
-    __syncthreads();
-    int warps = blockDim.x >> 5;
-    for (int row = blockIdx.x * warps + (threadIdx.x >> 5); row < m; row += gridDim.x * warps)
-        qgemv_t<T, QGEMV_BATCH, 1>(row, dst + (i64)r0 * m, sx, sm, codes, sc, dd, m, k, group, sdt, nr);
-}
 #define QGEMV8(name, T)                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(256)                                                                   \
-        name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt, int n, int per) { \
-        qgemv_stage_t<T>(dst, qx, codes, sc, dd, m, k, group, sdt, n, per);                                            \
+    extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)                                                      \
+        name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt, int n) { \
+        int groups = (n + QGEMV_BATCH - 1) / QGEMV_BATCH, g = blockIdx.x % groups, r0 = g * QGEMV_BATCH;               \
+        const QMeta* meta = (const QMeta*)(qx + (i64)n * k) + (i64)r0 * (k >> 5);                                     \
+        qgemv_t<T, QGEMV_BATCH, 1>(blockIdx.x / groups, dst + (i64)r0 * m, qx + (i64)r0 * k, meta, codes, sc, dd, m, k, \
+                                   group, sdt, min(QGEMV_BATCH, n - r0));                                              \
     }
 QGEMV8(qgemv_q8_0_8, QT_Q8_0)
 QGEMV8(qgemv_q4_0_8, QT_Q4_0)
