@@ -64,6 +64,8 @@ type Backend struct {
 	fgemvBlocks    int       // most blocks of an fgemv launch (0: no limit)
 	stageK         int       // longest input row fgemv stages in shared memory
 	attendChunk    int32     // fewest keys per split of attend_dec (attend.go)
+	gemvRows       int       // most rows of a float product on the gemv kernels rather than the tensor cores (batch.go)
+	pagedPart      int64     // most bytes of partial results of a split attend_paged (paged.go)
 	argmaxOneBlock bool      // TopK(…, 1) never splits a row (decode.go)
 	pdl            bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
 	fz             fuseState // the last recorded op, while it can absorb the next
@@ -114,6 +116,7 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	d, _ := loadDriver()
 	b := &Backend{
+		quant:       quantState{rows: qgemvRows, batch: qgemvBatch},
 		info:        info,
 		nvrtc:       fmt.Sprintf("%d.%d", nv.major, nv.minor),
 		reqs:        make(chan batch, 64),
@@ -123,6 +126,8 @@ func Open(ordinal int) (*Backend, error) {
 		fuse:        fusionEnabled(),
 		fgemvBlocks: fgemvGrid(info.SMs),
 		attendChunk: attendChunk(),
+		gemvRows:    gemvRows,
+		pagedPart:   pagedPartMax,
 		// LEM_CUDA_ARGMAX=block keeps a greedy pick in one block (argmax_rows).
 		argmaxOneBlock: os.Getenv("LEM_CUDA_ARGMAX") == "block",
 		pdl:            pdlEnabled() && info.Major >= 9 && d.cuLaunchKernelEx != 0,

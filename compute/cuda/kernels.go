@@ -43,6 +43,7 @@ type kernels struct {
 	rmsnorm, layernorm, rope, kvstore, attendCombine        uintptr
 	attend                                                  [4]uintptr // 2, 4, 8, 16 elements per lane
 	gemv                                                    [3][4]uintptr
+	paged                                                   pagedKernels
 	gemm                                                    [3]uintptr // by dtype: f32, f16, bf16
 
 	convOut, convState, ssmScan, deltaRule uintptr
@@ -73,6 +74,7 @@ func (k *kernels) table() map[string]*uintptr {
 	k.dec.add(t)
 	k.q.add(t)
 	k.chunked.add(t)
+	k.paged.add(t)
 	for d, dn := range []string{"f32", "f16", "bf16"} {
 		for r := range 4 {
 			t["gemv_"+dn+"_"+string(rune('1'+r))] = &k.gemv[d][r]

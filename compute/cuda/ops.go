@@ -55,6 +55,11 @@ func (b *Backend) MatMul(dst, x, w *compute.Tensor) {
 	if w.DType == compute.F32 {
 		vec = 4
 	}
+	// f16 and bf16 batches of more than gemvRows rows: the tensor cores
+	// (batch.go).
+	if n > b.gemvRows && b.matmulTC(dst, x, w) {
+		return
+	}
 	if n <= 4 && k%vec == 0 && dptr(x)%16 == 0 && dptr(w)%16 == 0 {
 		b.launch(b.k.gemv[dt][n-1], "gemv", (m+3)/4, 128).
 			ptr(dptr(dst)).ptr(dptr(x)).ptr(dptr(w)).i(m).i(k)

@@ -72,6 +72,7 @@ type quantKernels struct {
 	quantize, dequant, columns uintptr
 	gemv                       [numQT][4]uintptr
 	gemv2                      [numQT]uintptr // two weight rows per warp, n = 1
+	gemv8                      [numQT]uintptr // any n, in groups of 8 rows (qgemvBatch)
 }
 
 // add lists the kernels in a kernel table.
@@ -84,6 +85,7 @@ func (k *quantKernels) add(t map[string]*uintptr) {
 			t[fmt.Sprintf("qgemv_%s_%d", name, r+1)] = &k.gemv[q][r]
 		}
 		t["qgemv2_"+name+"_1"] = &k.gemv2[q]
+		t["qgemv_"+name+"_8"] = &k.gemv8[q]
 	}
 }
 
@@ -345,6 +347,8 @@ type quantState struct {
 	lastN, lastK int
 
 	oneRow bool // one weight row per warp also for n = 1 (benchmarks)
+	rows   int  // most rows on the per-row-count kernels (qgemv_T_n; batch.go)
+	batch  int  // most rows on the batched kernels (qgemv_T_8) rather than widening the weight (batch.go)
 	chunk  int  // elements of a prefill chunk, when not the default (tests)
 }
 
@@ -357,13 +361,17 @@ func (b *Backend) qxScratch(n, k int) uintptr {
 // qMatMul computes dst = x · wᵀ for a quantized weight.
 func (b *Backend) qMatMul(dst, x, w *compute.Tensor) {
 	n, k, m := x.Rows(), x.Cols(), w.Rows()
-	if n <= 4 {
+	if n <= min(4, b.quant.rows) || n <= b.quant.batch {
 		qs := &b.quant
 		qx := b.qxScratch(n, k)
 		if b.recorded != qs.lastSeq || qs.lastX != dptr(x) || qs.qxAt != qx || qs.lastN != n || qs.lastK != k {
 			b.launch(b.k.q.quantize, "quantize_q8", (n*k/32+7)/8, 256).ptr(qx).ptr(dptr(x)).i(n).i(k)
 		}
-		b.qgemv(dst, qx, w, n, qs.rowsPerWarp(n, buf(w).q.qt))
+		if n <= min(4, b.quant.rows) {
+			b.qgemv(dst, qx, w, n, qs.rowsPerWarp(n, buf(w).q.qt))
+		} else {
+			b.qgemv8(dst, qx, w, n)
+		}
 		qs.lastSeq, qs.lastX, qs.qxAt, qs.lastN, qs.lastK = b.recorded, dptr(x), qx, n, k
 		return
 	}

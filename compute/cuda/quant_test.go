@@ -98,8 +98,8 @@ func quantTypes(tb testing.TB) []compute.DType {
 	}
 }
 
-// TestQuantMatMul checks quantized products on the GPU, n = 1…4 (quantized
-// activations, dp4a) and longer (dequantized to bf16, dense product), against
+// TestQuantMatMul checks quantized products on the GPU, n = 1…qgemvBatch
+// (quantized activations, dp4a) and longer (dequantized to f16, dense product), against
 // a float64 product of the dequantized weights and against the CPU backend.
 // The bound on each output is what the two approximations can cost: codes
 // of activations rounded to multiples of max|x_block|/127 (at most half a
@@ -130,7 +130,8 @@ func TestQuantMatMul(t *testing.T) {
 				n              int
 				oneRow, chunks bool
 			}{{1, false, false}, {1, true, false}, {2, false, false}, {3, false, false}, {4, false, false},
-				{5, false, false}, {37, false, false}, {37, false, true}} {
+				{5, false, false}, {8, false, false}, {9, false, false}, {17, false, false}, {32, false, false},
+				{33, false, false}, {37, false, false}, {37, false, true}, {64, false, false}} {
 				n := c.n
 				h.g.quant.oneRow = c.oneRow
 				h.g.quant.chunk = 0

@@ -445,14 +445,16 @@ struct QUnit<QT_Q6_K> {
 // qgemv_t computes dst[r, row] = x[r]·w[row] for NR rows of quantized
 // activations; each warp takes RPW weight rows, whose loads it issues
 // together.
+//
+// Block blk takes the weight rows from blk·QGEMV_WARPS·RPW; meta is the
+// activations' metadata and nr ≤ NR the activation rows present.
 template <int T, int NR, int RPW>
-__device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) {
+__device__ __forceinline__ void qgemv_t(int blk, float* dst, const char* qx, const QMeta* meta, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt, int nr) {
     typedef QUnit<T> Q;
-    int row0 = (blockIdx.x * QGEMV_WARPS + (threadIdx.x >> 5)) * RPW;
+    int row0 = (blk * QGEMV_WARPS + (threadIdx.x >> 5)) * RPW;
     int lane = threadIdx.x & 31;
     if (row0 >= m) return;
     const int nu = k / Q::EL;
-    const QMeta* meta = (const QMeta*)(qx + (i64)NR * k);
     const int nb = k >> 5;
     float acc[RPW][NR];
 #pragma unroll
@@ -475,7 +477,8 @@ __device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* 
 #pragma unroll
             for (int w = 0; w < RPW; w++)
 #pragma unroll
-                for (int r = 0; r < NR; r++) acc[w][r] += q[w][j].dot(qx + (i64)r * k, meta + (i64)r * nb, u, group);
+                for (int r = 0; r < NR; r++)
+                    if (r < nr) acc[w][r] += q[w][j].dot(qx + (i64)r * k, meta + (i64)r * nb, u, group);
         }
     }
 #pragma unroll
@@ -483,15 +486,36 @@ __device__ __forceinline__ void qgemv_t(float* dst, const char* qx, const char* 
 #pragma unroll
         for (int r = 0; r < NR; r++) {
             float s = warp_sum(acc[w][r]);
-            if (lane == 0 && row0 + w < m) dst[(i64)r * m + row0 + w] = s;
+            if (lane == 0 && row0 + w < m && r < nr) dst[(i64)r * m + row0 + w] = s;
         }
 }
 
 #define QGEMV(name, T, NR, RPW)                                                                                  \
     extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)                                               \
         name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt) { \
-        qgemv_t<T, NR, RPW>(dst, qx, codes, sc, dd, m, k, group, sdt);                                           \
+        qgemv_t<T, NR, RPW>(blockIdx.x, dst, qx, (const QMeta*)(qx + (i64)NR * k), codes, sc, dd, m, k, group, sdt, NR); \
     }
+// QGEMV8 is the batched form: n activation rows (any n) in groups of
+// QGEMV_BATCH, each weight row read once per group. The groups of one
+// range of weight rows are neighbouring blocks (blockIdx.x % groups), so
+// that the weight bytes a group reads after the first come from L2.
+#define QGEMV_BATCH 8
+#define QGEMV8(name, T)                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(QGEMV_WARPS * 32)                                                      \
+        name(float* dst, const char* qx, const char* codes, const char* sc, const char* dd, int m, int k, int group, int sdt, int n) { \
+        int groups = (n + QGEMV_BATCH - 1) / QGEMV_BATCH, g = blockIdx.x % groups, r0 = g * QGEMV_BATCH;               \
+        const QMeta* meta = (const QMeta*)(qx + (i64)n * k) + (i64)r0 * (k >> 5);                                     \
+        qgemv_t<T, QGEMV_BATCH, 1>(blockIdx.x / groups, dst + (i64)r0 * m, qx + (i64)r0 * k, meta, codes, sc, dd, m, k, \
+                                   group, sdt, min(QGEMV_BATCH, n - r0));                                              \
+    }
+QGEMV8(qgemv_q8_0_8, QT_Q8_0)
+QGEMV8(qgemv_q4_0_8, QT_Q4_0)
+QGEMV8(qgemv_q4_k_8, QT_Q4_K)
+QGEMV8(qgemv_q6_k_8, QT_Q6_K)
+QGEMV8(qgemv_mlx4_8, QT_MLX4)
+QGEMV8(qgemv_q5_0_8, QT_Q5_0)
+QGEMV8(qgemv_q5_k_8, QT_Q5_K)
+QGEMV8(qgemv_mlx8_8, QT_MLX8)
 // Per type: one weight row per warp for 1-4 activation rows (qgemv_T_N),
 // and two weight rows per warp for one activation row (qgemv2_T_1).
 QGEMV(qgemv_q8_0_1, QT_Q8_0, 1, 1)
