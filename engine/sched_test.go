@@ -255,31 +255,89 @@ func TestSchedMatchesSessionTiny(t *testing.T) {
 
 // blockBytes returns the bytes of one block of every group of m.
 func blockBytes(m *Model, bs int) int64 {
-	var n int64
+	return poolBytes(m, bs, 1, 1, 0)
+}
+
+// poolBytes returns the memory of a pool of full blocks in each
+// full-attention group, window blocks in each sliding window's, and the
+// state slots of parallel sequences with a checkpoint each.
+func poolBytes(m *Model, bs, full, window, parallel int) int64 {
 	net, _ := batched(m.Net)
 	if net == nil {
 		return 1
 	}
-	for _, g := range net.KVLayout().Groups {
-		n += int64(bs) * g.PositionBytes
+	l := net.KVLayout()
+	n := int64(2*parallel) * l.StateBytes
+	for _, g := range l.Groups {
+		k := full
+		if g.Window > 0 {
+			k = window
+		}
+		n += int64(k*bs) * g.PositionBytes
 	}
 	return n
 }
 
-// TestSchedPreemption runs the requests together in a pool of a few
-// blocks: sequences are preempted, recompute and give the same outputs
-// as with an ample pool.
+// TestSchedPreemption runs sequences that together outgrow a pool of a
+// few blocks: the newest are preempted, recompute, and give the outputs
+// they give alone in an ample pool.
 func TestSchedPreemption(t *testing.T) {
-	for _, name := range []string{"llama", "gemma2", "qwen3_moe"} {
+	for _, name := range []string{"llama", "gemma2", "gemma4_text-kvshared", "qwen3_next"} {
 		t.Run(name, func(t *testing.T) {
 			m := openFixture(t, name)
-			reqs := schedRequests(m.Net.Config().VocabSize)
-			opts := SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 4, Chunk: 8, BatchTokens: 12}
+			vocab := m.Net.Config().VocabSize
+			var reqs []Request
+			for i := range 4 {
+				r := Request{Prompt: testPrompt(10+i, i, vocab), MaxTokens: 30, IgnoreModelStops: true, Logprobs: true}
+				if i%2 == 1 {
+					r.Sample = SampleParams{Temperature: 0.9, Seed: uint64(i), HasSeed: true, PresencePenalty: 0.5}
+				}
+				reqs = append(reqs, r)
+			}
+			opts := SchedulerOptions{Parallel: 4, Context: 128, BlockSize: 4, Chunk: 8}
 			want := alone(t, newSched(t, m, opts), reqs)
-			// The longest request needs 40+21 positions: 16 blocks.
-			opts.KVBytes = 18 * blockBytes(m, 4)
+			// Each sequence grows to 10 or 11 blocks; the four fit at
+			// admission (3 blocks each) and not at their ends. Sliding
+			// windows take 5 blocks per sequence (7 positions before a
+			// chunk of 8).
+			opts.KVBytes = poolBytes(m, 4, 20, 4*5, 4)
 			s := newSched(t, m, opts)
-			got := together(t, s, reqs)
+			got := make([]schedCase, len(reqs))
+			errs := make([]error, len(reqs))
+			// Every sequence waits in its first token's callback until
+			// all four have one (or a generous while has passed): all
+			// run at once from then on.
+			var first sync.WaitGroup
+			first.Add(len(reqs))
+			all := make(chan struct{})
+			go func() {
+				first.Wait()
+				close(all)
+			}()
+			var wg sync.WaitGroup
+			for i, r := range reqs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					n := 0
+					got[i], errs[i] = runCase(context.Background(), s, r, func(Token) error {
+						if n++; n == 1 {
+							first.Done()
+							select {
+							case <-all:
+							case <-time.After(30 * time.Second):
+							}
+						}
+						return nil
+					})
+				}()
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+			}
 			sameCases(t, "under a tiny pool", got, want)
 			st := waitIdle(t, s)
 			t.Logf("%+v", st)
@@ -300,7 +358,7 @@ func TestSchedPrefixCache(t *testing.T) {
 			vocab := m.Net.Config().VocabSize
 			opts := SchedulerOptions{Parallel: 2, Context: 128, BlockSize: 4, Chunk: 8}
 			first := testPrompt(50, 1, vocab)
-			second := append(slices.Clone(first[:37]), testPrompt(6, 2, vocab)...)
+			second := append(slices.Clone(first[:45]), testPrompt(6, 2, vocab)...)
 			req := Request{Prompt: second, MaxTokens: 8, IgnoreModelStops: true, Logprobs: true}
 
 			cold := newSched(t, m, opts)
@@ -319,17 +377,12 @@ func TestSchedPrefixCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := runCase(context.Background(), newSched(t, m, opts), req, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = got
 			rows := s.rows - before
-			// Full-attention models reuse 36 positions (9 blocks);
-			// recurrent ones the last checkpoint at a chunk's end, 32.
-			wantCached := 36
+			// Attention-only models reuse 44 positions (11 blocks);
+			// recurrent ones the last checkpoint at a chunk's end, 40.
+			wantCached := 44
 			if net, _ := batched(m.Net); net.KVLayout().StateBytes > 0 {
-				wantCached = 32
+				wantCached = 40
 			}
 			if res.CachedTokens != wantCached {
 				t.Errorf("CachedTokens %d, want %d", res.CachedTokens, wantCached)
@@ -386,7 +439,7 @@ func TestSchedEviction(t *testing.T) {
 func TestSchedCancel(t *testing.T) {
 	m := openFixture(t, "llama")
 	vocab := m.Net.Config().VocabSize
-	s := newSched(t, m, SchedulerOptions{Parallel: 3, Context: 256, BlockSize: 4, Chunk: 4, BatchTokens: 6})
+	s := newSched(t, m, SchedulerOptions{Parallel: 3, Context: 512, BlockSize: 4, Chunk: 2, BatchTokens: 3})
 	other := Request{Prompt: testPrompt(10, 3, vocab), MaxTokens: 60, IgnoreModelStops: true}
 	want, err := runCase(context.Background(), s, other, nil)
 	if err != nil {
@@ -425,19 +478,23 @@ func TestSchedCancel(t *testing.T) {
 		t.Errorf("mid-decode: err %v, want context.Canceled", err)
 	}
 
-	// Mid-prefill: a prompt of 200 takes 50 chunks of 4; cancel once it
-	// runs.
+	// Mid-prefill: a prompt of 500 takes 250 chunks of 2; cancel once it
+	// holds 10 blocks.
 	done := make(chan error, 1)
+	tokens := 0
 	go func() {
-		_, err := s.Generate(ctx, Request{Prompt: testPrompt(200, 5, vocab), MaxTokens: 4}, nil)
+		_, err := s.Generate(ctx, Request{Prompt: testPrompt(500, 5, vocab), MaxTokens: 4}, func(Token) error {
+			tokens++
+			return nil
+		})
 		done <- err
 	}()
-	for s.Stats().PromptTokens < int64(2*len(other.Prompt)+7+200) || s.Stats().BlocksUsed < 10 {
+	for s.Stats().PromptTokens < int64(2*len(other.Prompt)+7+500) || s.Stats().BlocksUsed < 10 {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("mid-prefill: err %v, want context.Canceled", err)
+	if err := <-done; !errors.Is(err, context.Canceled) || tokens > 0 {
+		t.Errorf("mid-prefill: err %v after %d tokens, want context.Canceled before any", err, tokens)
 	}
 	wg.Wait()
 	if otherErr != nil {

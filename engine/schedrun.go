@@ -32,6 +32,7 @@ type group struct {
 // changes the others, also under mu.
 type sequence struct {
 	tokens []int32 // prompt, then the generated tokens handed in
+	prompt int     // the prompt's length
 	score  bool    // PromptLogprobs: every row's logits
 
 	// The scheduler's.
@@ -124,14 +125,11 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	// A sequence's blocks at full context in each group.
 	need := make([]int, len(s.layout.Groups))
 	var perSeq int64
-	full := false
 	for i, g := range s.layout.Groups {
 		n := (s.context + s.bs - 1) / s.bs
 		if g.Window > 0 {
 			// The window before a chunk's first row, and the chunk.
 			n = min(n, (g.Window-1+s.chunk+s.bs-1)/s.bs+1)
-		} else {
-			full = true
 		}
 		need[i] = n
 		perSeq += int64(n) * int64(s.bs) * g.PositionBytes
@@ -151,36 +149,67 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 		budget = min(budget, 2*int64(s.parallel)*perSeq)
 	}
 	if s.recurrent {
-		s.states = 2 * s.parallel // running slots and checkpoints
+		// A running slot per sequence, and checkpoints: one per
+		// sequence, up to four per sequence while they take at most
+		// a quarter of the memory.
+		ckpts := s.parallel
+		if s.layout.StateBytes > 0 {
+			ckpts = max(ckpts, min(4*s.parallel, int(budget/4/s.layout.StateBytes)))
+		}
+		s.states = s.parallel + ckpts
 		budget -= int64(s.states) * s.layout.StateBytes
-		if budget < 0 || (len(need) == 0 && budget < 0) {
+		if budget < 0 {
 			return fmt.Errorf("scheduler: %d bytes of paged cache cannot hold %d recurrent states of %d bytes", opts.KVBytes, s.states, s.layout.StateBytes)
 		}
 	}
+	// Sliding windows take what a step needs at the least and their
+	// share of the rest; full-attention groups share what is left.
+	blocks := make([]int, len(need))
 	var unit int64 // the bytes of need blocks in every group
 	for i, g := range s.layout.Groups {
 		unit += int64(need[i]) * int64(s.bs) * g.PositionBytes
 	}
+	// Sliding windows get what every running sequence's windows take at
+	// once, when that leaves full-attention groups two blocks per
+	// sequence at least.
+	var windows, twoEach int64
+	for i, g := range s.layout.Groups {
+		if g.Window > 0 {
+			windows += int64(s.parallel*need[i]) * int64(s.bs) * g.PositionBytes
+		} else {
+			twoEach += int64(2*s.parallel) * int64(s.bs) * g.PositionBytes
+		}
+	}
+	left := budget
+	for i, g := range s.layout.Groups {
+		if g.Window == 0 {
+			continue
+		}
+		if windows+twoEach <= budget {
+			blocks[i] = s.parallel * need[i]
+		} else {
+			blocks[i] = max(need[i], int(float64(need[i])*float64(budget)/float64(max(unit, 1))))
+		}
+		left -= int64(blocks[i]) * int64(s.bs) * g.PositionBytes
+		unit -= int64(need[i]) * int64(s.bs) * g.PositionBytes
+	}
 	s.seqCap = s.context
 	for i, g := range s.layout.Groups {
-		n := need[i]
-		if unit > 0 {
-			n = int(float64(need[i]) * float64(budget) / float64(unit))
-		}
 		if g.Window > 0 {
-			min1 := (g.Window-1+s.chunk+s.bs-1)/s.bs + 1
-			if n < min1 {
-				return fmt.Errorf("scheduler: %d bytes of paged cache leave %d blocks of %d positions to a sliding window of %d, which needs %d", budget, n, s.bs, g.Window, min1)
-			}
-		} else {
-			if n < 1 {
-				return fmt.Errorf("scheduler: %d bytes of paged cache hold no block of %d positions (%d bytes each)", budget, s.bs, int64(s.bs)*g.PositionBytes)
-			}
-			s.seqCap = min(s.seqCap, n*s.bs)
+			continue
 		}
-		s.groups = append(s.groups, group{window: g.Window, pool: newBlockPool(n)})
+		blocks[i] = int(float64(need[i]) * float64(left) / float64(max(unit, 1)))
+		if blocks[i] < 1 {
+			return fmt.Errorf("scheduler: %d bytes of paged cache hold no block of %d positions (%d bytes each)", budget, s.bs, int64(s.bs)*g.PositionBytes)
+		}
+		s.seqCap = min(s.seqCap, blocks[i]*s.bs)
 	}
-	_ = full
+	if left < 0 {
+		return fmt.Errorf("scheduler: %d bytes of paged cache cannot hold the sliding windows' blocks of one step", budget)
+	}
+	for i, g := range s.layout.Groups {
+		s.groups = append(s.groups, group{window: g.Window, pool: newBlockPool(blocks[i])})
+	}
 	s.maxBlocks = (s.context + s.bs - 1) / s.bs
 	s.batchTokens = opts.BatchTokens
 	if s.batchTokens == 0 {
@@ -430,18 +459,35 @@ func (s *Scheduler) admit() {
 }
 
 // fits reports whether the pool has room for q's tokens past its cached
-// prefix of p positions without preempting.
+// prefix of p positions without preempting; in a sliding window's group,
+// also for what the running sequences' windows may still take.
 func (s *Scheduler) fits(q *sequence, p int) bool {
-	for _, g := range s.groups {
+	for g, gr := range s.groups {
 		n := (len(q.tokens)+1+s.bs-1)/s.bs - p/s.bs
-		if g.window > 0 {
-			n = min(n, (g.window-1+s.chunk+s.bs-1)/s.bs+1)
+		if gr.window > 0 {
+			least := s.windowBlocks(gr.window)
+			n = min(n, least)
+			for _, r := range s.running {
+				held := 0
+				for _, b := range r.tables[g] {
+					if b >= 0 {
+						held++
+					}
+				}
+				n += max(least-held, 0)
+			}
 		}
-		if g.pool.available() < n {
+		if gr.pool.available() < n {
 			return false
 		}
 	}
 	return true
+}
+
+// windowBlocks returns the most blocks a sequence holds in a group of
+// sliding window w: the window before a chunk's first row, and the chunk.
+func (s *Scheduler) windowBlocks(w int) int {
+	return (w-1+s.chunk+s.bs-1)/s.bs + 1
 }
 
 // prefix returns the longest prefix of q's tokens (a whole number of
@@ -655,6 +701,17 @@ func (s *Scheduler) plan() []stepPart {
 		}
 		lo := q.done
 		hi := min(len(q.tokens), (lo/s.chunk+1)*s.chunk)
+		if s.recurrent {
+			// A recurrent state folds positions in with arithmetic
+			// that depends on how they are grouped: a preempted
+			// sequence recomputes its prompt in the same chunks and
+			// its generated tokens one at a time, as it first ran.
+			if lo < q.prompt {
+				hi = min(hi, q.prompt)
+			} else {
+				hi = lo + 1
+			}
+		}
 		if hi-lo > budget {
 			if s.recurrent {
 				// A recurrent sequence's chunks stay whole, so that
@@ -893,7 +950,7 @@ func (t *schedSteps) cached() int      { return t.q.cached }
 func (t *schedSteps) vocab() int       { return t.s.vocab }
 
 func newSequence(tokens []int32, score bool) *sequence {
-	return &sequence{tokens: tokens, score: score, need: !score, acked: true, slot: -1, ready: make(chan struct{}, 1)}
+	return &sequence{tokens: tokens, prompt: len(tokens), score: score, need: !score, acked: true, slot: -1, ready: make(chan struct{}, 1)}
 }
 
 func (s *Scheduler) generate(ctx context.Context, req Request, onToken func(Token) error) (*Result, error) {
