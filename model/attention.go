@@ -101,10 +101,12 @@ func loadHybridAttention(l *loader, cfg *Config, i int, prefix string, names att
 // values.
 func (a *attention) ownsCache() bool { return a.source == a.layer }
 
-// forward computes the block for the rows h at positions pos into out,
-// over the layer's cache in st. withShared says whether the layers reading
-// this one's keys and values run in this forward pass.
-func (a *attention) forward(b compute.Backend, st *kvState, ar *arena, out, h, pos *compute.Tensor, withShared bool) {
+// forward computes the block for the rows h of pass p into out, over the
+// layer's keys and values (one sequence's cache, or a batch's paged pool).
+// withShared says whether the layers reading this one's keys and values
+// run in this forward pass.
+func (a *attention) forward(p *pass, out, h *compute.Tensor, withShared bool) {
+	b, ar, pos := p.b, p.ar, p.pos
 	hd := a.attn.HeadDim
 	qd, kd := a.attn.Heads*hd, a.attn.KVHeads*hd
 	q, att := ar.get("attn.q", qd), ar.get("attn.a", qd)
@@ -147,16 +149,22 @@ func (a *attention) forward(b compute.Backend, st *kvState, ar *arena, out, h, p
 	if own && a.vNorm != nil {
 		b.RMSNorm(v, v, a.vNorm, a.eps, 0)
 	}
-	cache := st.caches[a.source]
-	if own {
-		if snap := st.snaps[a.layer]; a.shared && withShared && snap != nil && h.Rows() > 1 {
-			// A chunk overwrites ring slots that its own first rows still
-			// see; the readers attend over the ring as it was before.
-			b.Columns(snap.K, cache.K, 0)
-			b.Columns(snap.V, cache.V, 0)
+	// One sequence's cache: a ring that a chunk overwrites needs a
+	// snapshot for its readers. A batch's pools are never overwritten.
+	var cache *compute.KVCache
+	if st := p.kv; st != nil {
+		cache = st.caches[a.source]
+		if own {
+			if snap := st.snaps[a.layer]; a.shared && withShared && snap != nil && h.Rows() > 1 {
+				// A chunk overwrites ring slots that its own first rows
+				// still see; the readers attend over the ring as it was
+				// before.
+				b.Columns(snap.K, cache.K, 0)
+				b.Columns(snap.V, cache.V, 0)
+			}
+		} else if snap := st.snaps[a.source]; snap != nil && h.Rows() > 1 {
+			cache = snap
 		}
-	} else if snap := st.snaps[a.source]; snap != nil && h.Rows() > 1 {
-		cache = snap
 	}
 	// The rotation of q and k, right before the attention. A reader passes
 	// its source's new keys and values again: Attend stores them in the
@@ -167,7 +175,7 @@ func (a *attention) forward(b compute.Backend, st *kvState, ar *arena, out, h, p
 			b.RoPE(k, pos, a.attn.KVHeads, a.rope)
 		}
 	}
-	b.Attend(att, q, k, v, cache, pos, &a.attn)
+	p.attend(a, att, q, k, v, cache)
 	if gate != nil {
 		b.GLU(att, gate, att, compute.Sigmoid)
 	}

@@ -1,6 +1,10 @@
 package model
 
-import "lem/compute"
+import (
+	"fmt"
+
+	"lem/compute"
+)
 
 // Batched passes: one forward pass over the rows of many sequences, their
 // keys and values in paged pools (compute.Pages) shared by all sequences,
@@ -19,6 +23,18 @@ type Batched interface {
 	// ForwardBatch runs one batched pass (see Batch).
 	ForwardBatch(c *Cache, bt *Batch)
 }
+
+// Every family's model runs batched passes.
+var (
+	_ Batched = (*dense)(nil)
+	_ Batched = (*gemma4)(nil)
+	_ Batched = (*gemma3n)(nil)
+	_ Batched = (*mamba2)(nil)
+	_ Batched = (*lfm2)(nil)
+	_ Batched = (*falconH1)(nil)
+	_ Batched = (*hybrid)(nil)
+	_ Batched = (*olmoHybrid)(nil)
+)
 
 // KVLayout is what a model keeps per position and per sequence.
 type KVLayout struct {
@@ -86,8 +102,234 @@ type BatchSeq struct {
 // group), the recurrent state slots, and the activation buffers of the
 // passes. It is used by one goroutine at a time.
 type Cache struct {
-	spec CacheSpec
+	spec   CacheSpec
+	layout KVLayout
+	b      compute.Backend
+	pager  compute.Pager
+
+	pools []*compute.KVCache // per layer; nil where the layer owns no cache
+	group []int              // per layer: the group of the keys and values it reads; -1 where it attends to none
+
+	states [][]*compute.Tensor // per slot: the model's recurrent tensors
+	zero   []*compute.Tensor   // zeros shaped like a slot, made by the first ResetState
+
+	ar   *arena          // activations, grown to the longest pass
+	pick *compute.Tensor // I32: the rows whose logits a pass writes, grown as needed
+	seqs []passSeq
 }
 
 // Spec returns the sizes the cache was made with.
 func (c *Cache) Spec() CacheSpec { return c.spec }
+
+// Memory returns the bytes the cache holds on its backend: pools, state
+// slots and activation buffers.
+func (c *Cache) Memory() int64 {
+	n := cacheBytes(c.pools...) + tensorBytes(c.zero...) + tensorBytes(c.pick)
+	for _, s := range c.states {
+		n += tensorBytes(s...)
+	}
+	if c.ar != nil {
+		n += c.ar.bytes()
+	}
+	return n
+}
+
+// ResetState zeroes state slot i: a sequence starting from nothing.
+func (c *Cache) ResetState(i int) {
+	c.checkSlot(i)
+	if c.zero == nil {
+		for _, t := range c.states[i] {
+			c.zero = append(c.zero, c.b.Alloc(compute.F32, t.Shape...))
+		}
+	}
+	for j, t := range c.states[i] {
+		c.b.Columns(t, c.zero[j], 0)
+	}
+}
+
+// CopyState copies state slot src into slot dst (a checkpoint saved or
+// restored).
+func (c *Cache) CopyState(dst, src int) {
+	c.checkSlot(dst)
+	c.checkSlot(src)
+	if dst == src {
+		return
+	}
+	for j, t := range c.states[src] {
+		c.b.Columns(c.states[dst][j], t, 0)
+	}
+}
+
+func (c *Cache) checkSlot(i int) {
+	if i < 0 || i >= len(c.states) {
+		panic(fmt.Sprintf("model: state slot %d of %d", i, len(c.states)))
+	}
+}
+
+// stack is what a family tells the shared Cache code about its layers:
+// the attention block of each layer (nil where it has none) and the shapes
+// of one sequence's recurrent tensors, in the order its layers index them.
+type stack struct {
+	attns []*attention
+	rec   [][]int
+}
+
+// layout returns the KVLayout of the stack: full-attention layers in one
+// group, first; each distinct window in a group of its own, in order of
+// first appearance.
+func (s stack) layout() (KVLayout, []int) {
+	var l KVLayout
+	group := make([]int, len(s.attns))
+	byWindow := map[int]int{}
+	for i, a := range s.attns {
+		group[i] = -1
+		if a == nil || !a.ownsCache() {
+			continue
+		}
+		w := a.attn.Window
+		g, ok := byWindow[w]
+		if !ok {
+			g = len(l.Groups)
+			byWindow[w] = g
+			l.Groups = append(l.Groups, KVGroup{Window: w})
+		}
+		kvDim := a.attn.KVHeads * a.attn.HeadDim
+		l.Groups[g].Layers = append(l.Groups[g].Layers, i)
+		// Two F32 rows (a key and a value) per position, as NewKVCache
+		// allocates them on every backend.
+		l.Groups[g].PositionBytes += int64(2 * kvDim * 4)
+		group[i] = g
+	}
+	// Full attention first.
+	if g, ok := byWindow[0]; ok && g != 0 {
+		l.Groups[0], l.Groups[g] = l.Groups[g], l.Groups[0]
+		for i, gi := range group {
+			switch gi {
+			case 0:
+				group[i] = g
+			case g:
+				group[i] = 0
+			}
+		}
+	}
+	for i, a := range s.attns {
+		if a != nil && !a.ownsCache() {
+			group[i] = group[a.source]
+		}
+	}
+	for _, shape := range s.rec {
+		l.StateBytes += 4 * int64(shapeLen(shape))
+	}
+	return l, group
+}
+
+// newCache allocates the memory of batched passes of the stack.
+func (s stack) newCache(b compute.Backend, spec CacheSpec) (*Cache, error) {
+	layout, group := s.layout()
+	c := &Cache{spec: spec, layout: layout, b: b, group: group, pools: make([]*compute.KVCache, len(s.attns))}
+	if len(layout.Groups) > 0 {
+		pg, ok := b.(compute.Pager)
+		if !ok {
+			return nil, fmt.Errorf("backend %s cannot attend over paged caches (compute.Pager), which batched passes need", b.Name())
+		}
+		c.pager = pg
+		if spec.BlockSize <= 0 {
+			return nil, fmt.Errorf("cache block size %d: want a positive number of positions", spec.BlockSize)
+		}
+	}
+	if len(spec.Blocks) != len(layout.Groups) {
+		return nil, fmt.Errorf("cache spec has block counts for %d groups; the model has %d", len(spec.Blocks), len(layout.Groups))
+	}
+	for g, n := range spec.Blocks {
+		if n <= 0 {
+			return nil, fmt.Errorf("cache group %d: %d blocks, want at least one", g, n)
+		}
+	}
+	switch {
+	case spec.States < 0:
+		return nil, fmt.Errorf("cache spec: %d state slots", spec.States)
+	case len(s.rec) > 0 && spec.States == 0:
+		return nil, fmt.Errorf("cache spec: no state slots for a model with recurrent layers")
+	}
+	for g, grp := range layout.Groups {
+		for _, i := range grp.Layers {
+			a := s.attns[i]
+			c.pools[i] = b.NewKVCache(spec.Blocks[g]*spec.BlockSize, a.attn.KVHeads*a.attn.HeadDim, false)
+		}
+	}
+	if len(s.rec) > 0 {
+		c.states = make([][]*compute.Tensor, spec.States)
+		for i := range c.states {
+			for _, shape := range s.rec {
+				c.states[i] = append(c.states[i], b.Alloc(compute.F32, shape...))
+			}
+		}
+	}
+	return c, nil
+}
+
+// batchPass prepares cache c for the batched pass bt and returns it.
+// Inconsistent batches are the caller's bug and panic with what is wrong.
+func (c *Cache) batchPass(bt *Batch) *pass {
+	n := bt.IDs.Len()
+	if bt.Pos.Len() != n {
+		panic(fmt.Sprintf("model: batch of %d ids with %d positions", n, bt.Pos.Len()))
+	}
+	if len(bt.Pages) != len(c.layout.Groups) {
+		panic(fmt.Sprintf("model: batch with pages for %d groups; the model has %d", len(bt.Pages), len(c.layout.Groups)))
+	}
+	if c.ar == nil || c.ar.capacity < n {
+		if c.ar != nil {
+			c.ar.free()
+		}
+		c.ar = newBatchArena(c.b, (n+31)/32*32)
+	}
+	c.ar.resize(n)
+	c.seqs = c.seqs[:0]
+	var pick []int32
+	r, all := 0, true
+	for i, s := range bt.Seqs {
+		if s.Rows <= 0 {
+			panic(fmt.Sprintf("model: batch sequence %d has %d rows", i, s.Rows))
+		}
+		ps := passSeq{from: r, to: r + s.Rows}
+		if c.states != nil {
+			c.checkSlot(s.State)
+			ps.rec = c.states[s.State]
+		}
+		c.seqs = append(c.seqs, ps)
+		switch {
+		case s.AllLogits:
+			for j := ps.from; j < ps.to; j++ {
+				pick = append(pick, int32(j))
+			}
+		case s.Logits:
+			pick = append(pick, int32(ps.to-1))
+			all = all && s.Rows == 1
+		default:
+			all = false
+		}
+		r += s.Rows
+	}
+	if r != n {
+		panic(fmt.Sprintf("model: batch sequences hold %d rows; the batch has %d", r, n))
+	}
+	p := &pass{b: c.b, ar: c.ar, ids: bt.IDs, pos: bt.Pos, logits: bt.Logits, cache: c, bt: bt, seqs: c.seqs}
+	if bt.Logits == nil {
+		return p
+	}
+	if bt.Logits.Rows() != len(pick) {
+		panic(fmt.Sprintf("model: batch logits have %d rows for the %d rows asked for", bt.Logits.Rows(), len(pick)))
+	}
+	if !all {
+		if c.pick == nil || c.pick.Len() < len(pick) {
+			if c.pick != nil {
+				c.b.Free(c.pick)
+			}
+			c.pick = c.b.Alloc(compute.I32, max(len(pick), c.ar.capacity), 1)
+		}
+		p.pick = c.b.View(c.pick, 0, len(pick))
+		c.b.UploadInts(p.pick, pick)
+	}
+	return p
+}

@@ -26,6 +26,9 @@ type deltaNet struct {
 	kernel            int // K, the convolution's width
 	convolver         compute.Convolver
 	ruler             compute.DeltaRuler
+	// rec is the index of the layer's recurrent tensors in a sequence's
+	// list: the convolution window, then the delta-rule state.
+	rec int
 }
 
 // checkDeltaNet reports an error when backend b lacks an operation that
@@ -63,17 +66,18 @@ func newDeltaNet(cfg *Config, b compute.Backend, eps float32) *deltaNet {
 // convDim is the number of channels the convolution mixes: q, k and v.
 func (d *deltaNet) convDim() int { return d.rule.Width() }
 
-// newState allocates the layer's recurrent state in st: the convolution's
-// last K-1 inputs and a delta-rule state per value head.
-func (d *deltaNet) newState(st *recurrentState) (conv, delta *compute.Tensor) {
-	conv = st.recurrent(d.kernel-1, d.convDim())
-	delta = st.recurrent(d.rule.ValueHeads, d.rule.ValueDim, d.rule.KeyDim)
-	return conv, delta
+// addState appends the shapes of the layer's recurrent tensors, the
+// convolution's last K-1 inputs and a delta-rule state per value head, to
+// shapes, and records where they are.
+func (d *deltaNet) addState(shapes [][]int) [][]int {
+	d.rec = len(shapes)
+	return append(shapes, []int{d.kernel - 1, d.convDim()}, []int{d.rule.ValueHeads, d.rule.ValueDim, d.rule.KeyDim})
 }
 
 // forward runs the layer on h and writes its output to out, updating the
 // layer's convolution and delta-rule states.
-func (d *deltaNet) forward(b compute.Backend, ar *arena, out, h, convState, deltaState *compute.Tensor) {
+func (d *deltaNet) forward(p *pass, out, h *compute.Tensor) {
+	b, ar := p.b, p.ar
 	r := &d.rule
 	vdim := r.ValueHeads * r.ValueDim
 	qkv, mixed := ar.get("delta.qkv", d.convDim()), ar.get("delta.mixed", d.convDim())
@@ -83,8 +87,12 @@ func (d *deltaNet) forward(b compute.Backend, ar *arena, out, h, convState, delt
 	b.MatMul(z, h, d.z)
 	b.MatMul(beta, h, d.b)
 	b.MatMul(alpha, h, d.a)
-	d.convolver.CausalConv(mixed, qkv, d.conv, d.convBias, convState, true)
-	d.ruler.DeltaRule(core, mixed, alpha, beta, deltaState, r)
+	for _, s := range p.seqs {
+		d.convolver.CausalConv(p.part(mixed, s), p.part(qkv, s), d.conv, d.convBias, s.rec[d.rec], true)
+	}
+	for _, s := range p.seqs {
+		d.ruler.DeltaRule(p.part(core, s), p.part(mixed, s), p.part(alpha, s), p.part(beta, s), s.rec[d.rec+1], r)
+	}
 	b.RMSNorm(core, core, d.norm, d.eps, 0)
 	b.GLU(core, z, core, compute.SiLU)
 	b.MatMul(out, core, d.out)

@@ -40,22 +40,48 @@ func (m *dense) Config() *Config { return m.cfg }
 // NewState allocates KV caches: full-attention layers hold ctx positions,
 // sliding-window layers a ring of exactly their window.
 func (m *dense) NewState(ctx int) State {
+	return newKVState(m.b, m.stack().attns, ctx)
+}
+
+// stack lists the attention blocks.
+func (m *dense) stack() stack {
 	attns := make([]*attention, len(m.layers))
 	for i := range m.layers {
 		attns[i] = &m.layers[i].attention
 	}
-	return newKVState(m.b, attns, ctx)
+	return stack{attns: attns}
+}
+
+// KVLayout implements Batched.
+func (m *dense) KVLayout() KVLayout {
+	l, _ := m.stack().layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *dense) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := m.stack().newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
+	}
+	return c, nil
 }
 
 // Forward implements Model.
 func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
-	st := state.(*kvState)
-	b := m.b
-	n := ids.Len()
-	ar := st.arenaFor(n)
+	m.forward(onePass(m.b, state.(*kvState), nil, ids, pos, logits))
+}
+
+// ForwardBatch implements Batched.
+func (m *dense) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *dense) forward(p *pass) {
+	b, ar := m.b, p.ar
+	n := p.rows()
 	hid := m.cfg.HiddenSize
 	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	if m.embedScale != 1 {
 		b.Scale(x, x, m.embedScale)
 	}
@@ -63,7 +89,7 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 		l := &m.layers[i]
 		// x += PostNorm(Attn(InNorm(x)))
 		m.norm(h, x, l.inNorm)
-		l.attention.forward(b, st, ar, o, m.in(h, x, l.inNorm), pos, true)
+		l.attention.forward(p, o, m.in(h, x, l.inNorm), true)
 		m.residual(x, o, l.postAttnNorm)
 		// x += PostNorm(MLP(PreNorm(x)))
 		m.norm(h, x, l.preFFNorm)
@@ -75,15 +101,13 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 		}
 		m.residual(x, o, l.postFFNorm)
 	}
+	logits := p.logits
 	if logits == nil {
 		return
 	}
-	out := x
-	if logits.Rows() == 1 && n > 1 {
-		out = b.View(x, n-1, n)
-	}
+	out := p.out(x)
 	if out.Rows() != n {
-		h = ar.row("last", hid)
+		h = ar.rows("last", out.Rows(), hid)
 	}
 	b.RMSNorm(h, out, m.final, m.eps, m.normOffset)
 	b.MatMul(logits, h, m.output)

@@ -27,8 +27,17 @@
 //     deltanet.go (gated delta rule), lfm2.go's shortConv and mamba2.go's
 //     ssmMixer are the other blocks. A block holds what it needs, set at
 //     load (weights, the optional backend operations it calls, its norm
-//     eps), and its forward takes the backend, the arena, its output, its
-//     input and its slice of the state.
+//     eps), and its forward takes the pass (pass.go), its output and its
+//     input.
+//   - pass.go and batch.go: a pass is one forward pass, over one
+//     sequence's State (Forward) or over the rows of many sequences and a
+//     Cache (ForwardBatch, Batched): the backend, the arena, the rows'
+//     tokens and positions, and how attention reaches its keys and values
+//     (a sequence's caches, or paged pools through compute.Pager) and
+//     recurrent layers their state (each sequence's rows and tensors). A
+//     family writes its stack once, as forward(p *pass), and its Forward
+//     and ForwardBatch both call it. Row-wise work runs once over all rows;
+//     recurrent layers run per sequence over views of its rows.
 //   - kv.go and recurrent.go: per-sequence state, the KV caches and the
 //     recurrent (convolution, SSM, delta-rule) state with its checkpoints;
 //     arena.go: the activation buffers of a forward pass, owned by the
@@ -62,11 +71,15 @@
 //     defines and reads through registerParams, embedded in Config),
 //     checks that the backend has the operations it needs, and builds the
 //     layers from the blocks: newAttention + attention.load, loadMLP, the
-//     MoE spec, a deltaNet. Forward is the residual stream: the family's
-//     norms and adds around block.forward calls, with buffers from the
-//     state's arena (st.arenaFor(n)). NewState comes from the state type
-//     the family needs (kvState, or recurrentState for layers that carry a
-//     recurrent state).
+//     MoE spec, a deltaNet. forward(p *pass) is the residual stream: the
+//     family's norms and adds around block.forward calls, with buffers
+//     from the pass's arena (p.ar), ending in the output head over the
+//     rows p.out picks. Forward wraps it in onePass, ForwardBatch in
+//     Cache.batchPass. NewState comes from the state type the family
+//     needs (kvState, or recurrentState for layers that carry a recurrent
+//     state); a stack value (the attention blocks and the shapes of the
+//     recurrent tensors, whose index each recurrent block records) gives
+//     KVLayout and NewCache.
 //  3. Register it in init: Register(Arch{ModelTypes, Load, GGUF, Tensors,
 //     Keys, Meta}). Tensors maps checkpoint tensor names to GGUF names and
 //     shapes (a layer table and the shared rules); Keys lists the config

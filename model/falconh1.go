@@ -44,6 +44,7 @@ type falconH1 struct {
 	attnIn, attnOut     float32
 	ssmOut              float32
 	eps                 float32
+	rec                 [][]int // shapes of a sequence's recurrent tensors
 }
 
 type falconH1Layer struct {
@@ -128,6 +129,7 @@ func loadFalconH1(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		ly.mlp.gateScale = float32(cfg.MLPMultipliers[0])
 		ly.mlp.downScale = float32(cfg.MLPMultipliers[1])
 		ly.mixer.convolver, ly.mixer.scanner = conv, scan
+		m.rec = ly.mixer.addState(m.rec, cfg.ConvKernel)
 		m.layers = append(m.layers, ly)
 	}
 	if l.err != nil {
@@ -140,28 +142,55 @@ func (m *falconH1) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *falconH1) NewState(ctx int) State {
+	st := &falconH1State{recurrentState: newRecurrentState(m.b, m.stack().attns, ctx)}
+	st.allocate(m.rec)
+	for _, l := range m.layers {
+		st.conv = append(st.conv, st.rec[l.mixer.rec])
+		st.ssm = append(st.ssm, st.rec[l.mixer.rec+1])
+	}
+	return st
+}
+
+// stack lists the attention blocks and the recurrent tensors.
+func (m *falconH1) stack() stack {
 	attns := make([]*attention, len(m.layers))
 	for i, l := range m.layers {
 		attns[i] = l.attn
 	}
-	st := &falconH1State{recurrentState: newRecurrentState(m.b, attns, ctx)}
-	for _, l := range m.layers {
-		p := l.mixer.ssm
-		st.conv = append(st.conv, st.recurrent(m.cfg.ConvKernel-1, l.mixer.convDim))
-		st.ssm = append(st.ssm, st.recurrent(p.Heads, p.HeadDim*p.StateSize))
+	return stack{attns: attns, rec: m.rec}
+}
+
+// KVLayout implements Batched.
+func (m *falconH1) KVLayout() KVLayout {
+	l, _ := m.stack().layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *falconH1) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := m.stack().newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
 	}
-	return st
+	return c, nil
 }
 
 // Forward implements Model.
 func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*falconH1State)
-	b := m.b
-	n := ids.Len()
-	ar := st.arenaFor(n)
+	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
+	st.advance(ids.Len())
+}
+
+// ForwardBatch implements Batched.
+func (m *falconH1) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *falconH1) forward(p *pass) {
+	b, ar := m.b, p.ar
 	hid := m.cfg.HiddenSize
 	x, h, o, mo := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid), ar.get("m", hid)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	if m.embedScale != 1 {
 		b.Scale(x, x, m.embedScale)
 	}
@@ -169,7 +198,7 @@ func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 		l := &m.layers[i]
 		b.RMSNorm(h, x, l.inNorm, m.eps, 0)
 		// The SSM branch (ssm_in_multiplier is part of the mixer's µP vector).
-		l.mixer.forward(b, ar, mo, h, st.conv[i], st.ssm[i])
+		l.mixer.forward(p, mo, h)
 		scaledAdd(b, x, mo, m.ssmOut)
 		// The attention branch.
 		ha := h
@@ -177,17 +206,16 @@ func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 			ha = ar.get("ha", hid)
 			b.Scale(ha, h, m.attnIn)
 		}
-		l.attn.forward(b, st.kvState, ar, o, ha, pos, true)
+		l.attn.forward(p, o, ha, true)
 		scaledAdd(b, x, o, m.attnOut)
 		// The MLP.
 		b.RMSNorm(h, x, l.ffNorm, m.eps, 0)
 		l.mlp.forward(b, ar, o, h)
 		b.Add(x, x, o)
 	}
-	st.advance(n)
-	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
-	if m.logitScale != 1 {
-		b.Scale(logits, logits, m.logitScale)
+	outputLogits(p, x, h, m.norm, m.output, m.eps, 0)
+	if p.logits != nil && m.logitScale != 1 {
+		b.Scale(p.logits, p.logits, m.logitScale)
 	}
 }
 

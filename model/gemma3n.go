@@ -184,43 +184,69 @@ func (m *gemma3n) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *gemma3n) NewState(ctx int) State {
+	return newKVState(m.b, m.stack().attns, ctx)
+}
+
+// stack lists the attention blocks.
+func (m *gemma3n) stack() stack {
 	attns := make([]*attention, len(m.layers))
 	for i := range m.layers {
 		attns[i] = &m.layers[i].attn
 	}
-	return newKVState(m.b, attns, ctx)
+	return stack{attns: attns}
+}
+
+// KVLayout implements Batched.
+func (m *gemma3n) KVLayout() KVLayout {
+	l, _ := m.stack().layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *gemma3n) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := m.stack().newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
+	}
+	return c, nil
 }
 
 // Forward implements Model. Without logits (a prefill chunk that is not the
 // last) the KV-shared layers are skipped, as in Gemma 4.
 func (m *gemma3n) Forward(state State, ids, pos, logits *compute.Tensor) {
-	st := state.(*kvState)
-	b := m.b
+	m.forward(onePass(m.b, state.(*kvState), nil, ids, pos, logits))
+}
+
+// ForwardBatch implements Batched.
+func (m *gemma3n) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *gemma3n) forward(p *pass) {
+	b, s := m.b, p.ar
 	hid := m.cfg.HiddenSize
-	s := st.arenaFor(ids.Len())
 	// xs are the streams; ps receive each layer's predictions, corrected
 	// in place, and become the next layer's streams.
 	xs, ps := s.set("streams", m.k, hid), s.set("predictions", m.k, hid)
 	x0 := xs[0]
-	b.Embed(x0, m.embed, ids)
+	b.Embed(x0, m.embed, p.ids)
 	b.Scale(x0, x0, m.embedScale)
 	width := len(m.layers) * m.ple.d
 	ple := s.get("ple", width)
-	m.ple.compute(b, ple, s.get("ple tokens", width), x0, ids)
+	m.ple.compute(b, ple, s.get("ple tokens", width), x0, p.ids)
 	t := s.get("t", hid)
 	for j := 1; j < m.k; j++ {
 		b.MatMul(t, x0, m.project[j-1])
 		m.rows.MatchRMS(xs[j], t, x0, magnitudeFloor)
 	}
 	run := len(m.layers)
-	if logits == nil {
+	if p.logits == nil {
 		run = m.owners
 	}
 	for i := range run {
-		m.layer(i, st, s, xs, ps, ple, pos, run == len(m.layers))
+		m.layer(i, p, xs, ps, ple, run == len(m.layers))
 		xs, ps = ps, xs
 	}
-	if logits == nil {
+	if p.logits == nil {
 		return
 	}
 	// Back to one stream: the mean of stream 0 and the others projected
@@ -233,7 +259,7 @@ func (m *gemma3n) Forward(state State, ids, pos, logits *compute.Tensor) {
 		b.Add(out, out, t)
 	}
 	b.Scale(out, out, 1/float32(m.k))
-	gemmaHead(b, s, out, m.norm, m.output, logits, m.eps, m.softCap)
+	gemmaHead(p, out, m.norm, m.output, m.eps, m.softCap)
 }
 
 // route computes the router's per-token coefficients tanh(R·RMSNorm(x)/hidden)
@@ -248,8 +274,8 @@ func (m *gemma3n) route(l *gemma3nLayer, s *arena, mod, x *compute.Tensor) {
 }
 
 // layer runs layer i from the streams xs into ps.
-func (m *gemma3n) layer(i int, st *kvState, s *arena, xs, ps []*compute.Tensor, ple, pos *compute.Tensor, full bool) {
-	b, l, eps, k := m.b, &m.layers[i], m.eps, m.k
+func (m *gemma3n) layer(i int, p *pass, xs, ps []*compute.Tensor, ple *compute.Tensor, full bool) {
+	b, l, eps, k, s := m.b, &m.layers[i], m.eps, m.k, p.ar
 	hid := xs[0].Cols()
 	mod := s.get("modalities", k)
 
@@ -274,7 +300,7 @@ func (m *gemma3n) layer(i int, st *kvState, s *arena, xs, ps []*compute.Tensor, 
 	b.RMSNorm(lr, lr, l.laurelNorm, eps, 0)
 	b.Add(lr, lr, a)
 	// Attention, joined with the LAuReL branch.
-	l.attn.forward(b, st, s, o, a, pos, full)
+	l.attn.forward(p, o, a, full)
 	b.RMSNorm(o, o, l.postAttnNorm, eps, 0)
 	b.Add(o, o, active)
 	b.Add(o, o, lr)

@@ -233,49 +233,75 @@ func (m *gemma4) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *gemma4) NewState(ctx int) State {
+	return newKVState(m.b, m.stack().attns, ctx)
+}
+
+// stack lists the attention blocks.
+func (m *gemma4) stack() stack {
 	attns := make([]*attention, len(m.layers))
 	for i := range m.layers {
 		attns[i] = &m.layers[i].attn
 	}
-	return newKVState(m.b, attns, ctx)
+	return stack{attns: attns}
+}
+
+// KVLayout implements Batched.
+func (m *gemma4) KVLayout() KVLayout {
+	l, _ := m.stack().layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *gemma4) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := m.stack().newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
+	}
+	return c, nil
 }
 
 // Forward implements Model. Without logits (a prefill chunk that is not the
 // last) the KV-shared layers are skipped: they own no cache, so their only
 // product would be this chunk's output, which nobody reads.
 func (m *gemma4) Forward(state State, ids, pos, logits *compute.Tensor) {
-	st := state.(*kvState)
-	b := m.b
-	s := st.arenaFor(ids.Len())
+	m.forward(onePass(m.b, state.(*kvState), nil, ids, pos, logits))
+}
+
+// ForwardBatch implements Batched.
+func (m *gemma4) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *gemma4) forward(p *pass) {
+	b, s := m.b, p.ar
 	x := s.get("x", m.cfg.HiddenSize)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	b.Scale(x, x, m.embedScale)
 	var ple *compute.Tensor
 	if m.ple != nil {
 		width := len(m.layers) * m.ple.d
 		ple = s.get("ple", width)
-		m.ple.compute(b, ple, s.get("ple tokens", width), x, ids)
+		m.ple.compute(b, ple, s.get("ple tokens", width), x, p.ids)
 	}
 	run := len(m.layers)
-	if logits == nil {
+	if p.logits == nil {
 		run = m.owners
 	}
 	for i := range run {
-		m.layer(i, st, s, x, ple, pos, run == len(m.layers))
+		m.layer(i, p, x, ple, run == len(m.layers))
 	}
-	if logits != nil {
-		gemmaHead(b, s, x, m.norm, m.output, logits, m.eps, m.softCap)
+	if p.logits != nil {
+		gemmaHead(p, x, m.norm, m.output, m.eps, m.softCap)
 	}
 }
 
 // layer runs layer i on the rows x in place.
-func (m *gemma4) layer(i int, st *kvState, s *arena, x, ple, pos *compute.Tensor, full bool) {
-	b, l, eps := m.b, &m.layers[i], m.eps
+func (m *gemma4) layer(i int, p *pass, x, ple *compute.Tensor, full bool) {
+	b, l, eps, s := m.b, &m.layers[i], m.eps, p.ar
 	hid := x.Cols()
 	h, o := s.get("h", hid), s.get("o", hid)
 
 	b.RMSNorm(h, x, l.inNorm, eps, 0)
-	l.attn.forward(b, st, s, o, h, pos, full)
+	l.attn.forward(p, o, h, full)
 	b.RMSNorm(o, o, l.postAttnNorm, eps, 0)
 	b.Add(x, x, o)
 
@@ -417,15 +443,15 @@ func (p *perLayerEmbedding) compute(b compute.Backend, dst, tok, e, ids *compute
 // sqrt1_2 is 1/√2 rounded to float32.
 const sqrt1_2 = float32(0.70710678118654752440)
 
-// gemmaHead computes the logits of the rows x: the final RMSNorm, the output
-// projection and the soft cap (cap 0: none). With logits of one row and x
-// of several, only the last row is computed.
-func gemmaHead(b compute.Backend, s *arena, x, norm, output, logits *compute.Tensor, eps, softCap float32) {
-	n := x.Rows()
+// gemmaHead computes the logits of the rows of x that pass p asks for
+// (see pass.out): the final RMSNorm, the output projection and the soft cap
+// (cap 0: none).
+func gemmaHead(p *pass, x, norm, output *compute.Tensor, eps, softCap float32) {
+	b, s, logits := p.b, p.ar, p.logits
 	h := s.get("head", x.Cols())
-	if logits.Rows() == 1 && n > 1 {
-		x = b.View(x, n-1, n)
-		h = s.row("head", x.Cols())
+	if out := p.out(x); out != x {
+		x = out
+		h = s.rows("head", x.Rows(), x.Cols())
 	}
 	b.RMSNorm(h, x, norm, eps, 0)
 	b.MatMul(logits, h, output)

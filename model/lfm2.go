@@ -37,6 +37,7 @@ type lfm2 struct {
 	layers              []lfm2Layer
 	ff                  int
 	eps                 float32
+	rec                 [][]int // shapes of a sequence's recurrent tensors
 }
 
 type lfm2Layer struct {
@@ -51,6 +52,7 @@ type shortConv struct {
 	inProj, inBias, outProj, outBias *compute.Tensor
 	w, bias                          *compute.Tensor // F32 [hidden, K]
 	convolver                        compute.Convolver
+	rec                              int // index of its window among a sequence's recurrent tensors
 }
 
 // lfm2State holds a KV cache per attention layer and a convolution window
@@ -109,7 +111,9 @@ func loadLFM2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 				w:         l.reshaped(c+"conv.weight", []int{hid, 1, cfg.ConvKernel}, hid, cfg.ConvKernel),
 				bias:      l.optionalVector(c+"conv.bias", hid),
 				convolver: conv,
+				rec:       len(m.rec),
 			}
+			m.rec = append(m.rec, []int{cfg.ConvKernel - 1, hid})
 		}
 		m.layers = append(m.layers, ly)
 	}
@@ -123,50 +127,78 @@ func (m *lfm2) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *lfm2) NewState(ctx int) State {
-	attns := make([]*attention, len(m.layers))
-	for i, l := range m.layers {
-		attns[i] = l.attn
-	}
-	st := &lfm2State{recurrentState: newRecurrentState(m.b, attns, ctx)}
+	st := &lfm2State{recurrentState: newRecurrentState(m.b, m.stack().attns, ctx)}
+	st.allocate(m.rec)
 	for _, l := range m.layers {
 		var conv *compute.Tensor
-		if l.attn == nil {
-			conv = st.recurrent(m.cfg.ConvKernel-1, m.cfg.HiddenSize)
+		if l.conv != nil {
+			conv = st.rec[l.conv.rec]
 		}
 		st.conv = append(st.conv, conv)
 	}
 	return st
 }
 
+// stack lists the attention blocks and the recurrent tensors.
+func (m *lfm2) stack() stack {
+	attns := make([]*attention, len(m.layers))
+	for i, l := range m.layers {
+		attns[i] = l.attn
+	}
+	return stack{attns: attns, rec: m.rec}
+}
+
+// KVLayout implements Batched.
+func (m *lfm2) KVLayout() KVLayout {
+	l, _ := m.stack().layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *lfm2) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := m.stack().newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
+	}
+	return c, nil
+}
+
 // Forward implements Model.
 func (m *lfm2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*lfm2State)
-	b := m.b
-	n := ids.Len()
-	ar := st.arenaFor(n)
+	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
+	st.advance(ids.Len())
+}
+
+// ForwardBatch implements Batched.
+func (m *lfm2) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *lfm2) forward(p *pass) {
+	b, ar := m.b, p.ar
 	hid := m.cfg.HiddenSize
 	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	for i := range m.layers {
 		l := &m.layers[i]
 		b.RMSNorm(h, x, l.opNorm, m.eps, 0)
 		if l.attn != nil {
-			l.attn.forward(b, st.kvState, ar, o, h, pos, true)
+			l.attn.forward(p, o, h, true)
 		} else {
-			l.conv.forward(b, ar, o, h, st.conv[i])
+			l.conv.forward(p, o, h)
 		}
 		b.Add(x, x, o)
 		b.RMSNorm(h, x, l.ffnNorm, m.eps, 0)
 		l.mlp.forward(b, ar, o, h)
 		b.Add(x, x, o)
 	}
-	st.advance(n)
-	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
+	outputLogits(p, x, h, m.norm, m.output, m.eps, 0)
 }
 
 // forward computes out_proj(C ⊙ conv(B ⊙ x)) for h, continuing from the
 // layer's convolution window.
-func (c *shortConv) forward(b compute.Backend, ar *arena, out, h, window *compute.Tensor) {
+func (c *shortConv) forward(p *pass, out, h *compute.Tensor) {
+	b, ar := p.b, p.ar
 	hid := h.Cols()
 	bcx := ar.get("conv.bcx", 3*hid)
 	cb, cc, cx, cy := ar.get("conv.b", hid), ar.get("conv.c", hid), ar.get("conv.x", hid), ar.get("conv.y", hid)
@@ -175,7 +207,9 @@ func (c *shortConv) forward(b compute.Backend, ar *arena, out, h, window *comput
 	b.Columns(cc, bcx, hid)
 	b.Columns(cx, bcx, 2*hid)
 	b.Mul(cb, cb, cx)
-	c.convolver.CausalConv(cy, cb, c.w, c.bias, window, false)
+	for _, s := range p.seqs {
+		c.convolver.CausalConv(p.part(cy, s), p.part(cb, s), c.w, c.bias, s.rec[c.rec], false)
+	}
 	b.Mul(cy, cc, cy)
 	project(b, out, cy, c.outProj, c.outBias)
 }

@@ -60,6 +60,17 @@ type ssmMixer struct {
 	inner, convDim int
 	convolver      compute.Convolver
 	scanner        compute.SSMScanner
+	// rec is the index of the mixer's recurrent tensors in a sequence's
+	// list: the convolution window, then the SSM state.
+	rec int
+}
+
+// addState appends the shapes of the mixer's recurrent tensors, a window
+// of the convolution's kernel-1 inputs and the SSM state, to shapes, and
+// records where they are.
+func (m *ssmMixer) addState(shapes [][]int, kernel int) [][]int {
+	m.rec = len(shapes)
+	return append(shapes, []int{kernel - 1, m.convDim}, []int{m.ssm.Heads, m.ssm.HeadDim * m.ssm.StateSize})
 }
 
 // ssmSpec is what a family's config says about its mixers.
@@ -158,7 +169,8 @@ func loadSSMMixer(l *loader, s ssmSpec) ssmMixer {
 
 // forward runs the mixer on h [n, hidden], continuing from the layer's
 // convolution window and SSM state, and writes its output to out.
-func (m *ssmMixer) forward(b compute.Backend, ar *arena, out, h, convState, ssmState *compute.Tensor) {
+func (m *ssmMixer) forward(p *pass, out, h *compute.Tensor) {
+	b, ar := p.b, p.ar
 	gn := m.ssm.Groups * m.ssm.StateSize
 	proj := ar.get("ssm.proj", m.inner+m.convDim+m.ssm.Heads)
 	z, xbc, conv := ar.get("ssm.z", m.inner), ar.get("ssm.xbc", m.convDim), ar.get("ssm.conv", m.convDim)
@@ -172,12 +184,16 @@ func (m *ssmMixer) forward(b compute.Backend, ar *arena, out, h, convState, ssmS
 	b.Columns(xbc, proj, m.inner)
 	b.Columns(dt, proj, m.inner+m.convDim)
 
-	m.convolver.CausalConv(conv, xbc, m.conv, m.convBias, convState, true)
+	for _, s := range p.seqs {
+		m.convolver.CausalConv(p.part(conv, s), p.part(xbc, s), m.conv, m.convBias, s.rec[m.rec], true)
+	}
 	b.Columns(x, conv, 0)
 	b.Columns(bb, conv, m.inner)
 	b.Columns(c, conv, m.inner+gn)
 
-	m.scanner.SSMScan(y, x, dt, bb, c, ssmState, &m.ssm)
+	for _, s := range p.seqs {
+		m.scanner.SSMScan(p.part(y, s), p.part(x, s), p.part(dt, s), p.part(bb, s), p.part(c, s), s.rec[m.rec+1], &m.ssm)
+	}
 
 	switch {
 	case m.norm == nil:
@@ -210,6 +226,7 @@ type mamba2 struct {
 	embed, norm, output *compute.Tensor
 	layers              []mamba2Layer
 	eps                 float32
+	rec                 [][]int // shapes of a sequence's recurrent tensors
 }
 
 type mamba2Layer struct {
@@ -251,6 +268,7 @@ func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 			eps: eps, norm: true, normGroups: 1,
 		})
 		ly.mixer.convolver, ly.mixer.scanner = conv, scan
+		m.rec = ly.mixer.addState(m.rec, cfg.ConvKernel)
 		m.layers = append(m.layers, ly)
 	}
 	if l.err != nil {
@@ -261,13 +279,31 @@ func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 
 func (m *mamba2) Config() *Config { return m.cfg }
 
+// KVLayout implements Batched: no attention, one state slot per sequence.
+func (m *mamba2) KVLayout() KVLayout {
+	l, _ := stack{rec: m.rec}.layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *mamba2) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := stack{rec: m.rec}.newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
+	}
+	return c, nil
+}
+
+// ForwardBatch implements Batched.
+func (m *mamba2) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
 // NewState implements Model.
 func (m *mamba2) NewState(ctx int) State {
 	st := &mamba2State{recurrentState: newRecurrentState(m.b, nil, ctx)}
+	st.allocate(m.rec)
 	for _, l := range m.layers {
-		p := l.mixer.ssm
-		st.conv = append(st.conv, st.recurrent(m.cfg.ConvKernel-1, l.mixer.convDim))
-		st.ssm = append(st.ssm, st.recurrent(p.Heads, p.HeadDim*p.StateSize))
+		st.conv = append(st.conv, st.rec[l.mixer.rec])
+		st.ssm = append(st.ssm, st.rec[l.mixer.rec+1])
 	}
 	return st
 }
@@ -275,35 +311,38 @@ func (m *mamba2) NewState(ctx int) State {
 // Forward implements Model.
 func (m *mamba2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*mamba2State)
-	b := m.b
-	n := ids.Len()
-	ar := st.arenaFor(n)
+	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
+	st.advance(ids.Len())
+}
+
+// forward runs the stack over the rows of pass p.
+func (m *mamba2) forward(p *pass) {
+	b, ar := m.b, p.ar
 	hid := m.cfg.HiddenSize
 	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	for i := range m.layers {
 		l := &m.layers[i]
 		b.RMSNorm(h, x, l.norm, m.eps, 0)
-		l.mixer.forward(b, ar, o, h, st.conv[i], st.ssm[i])
+		l.mixer.forward(p, o, h)
 		b.Add(x, x, o)
 	}
-	st.advance(n)
-	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
+	outputLogits(p, x, h, m.norm, m.output, m.eps, 0)
 }
 
 // outputLogits applies the final norm and the output projection to the
-// last row of x, or to every row when logits has a row for each. h and
-// last are scratch of x's shape and of one row.
-func outputLogits(b compute.Backend, logits, x, h, last, norm, output *compute.Tensor, eps, normOffset float32) {
-	if logits == nil {
+// rows of x whose logits pass p writes (see pass.out). h is scratch of x's
+// shape.
+func outputLogits(p *pass, x, h, norm, output *compute.Tensor, eps, normOffset float32) {
+	if p.logits == nil {
 		return // a prefill chunk before the last: no logits wanted
 	}
-	n := x.Rows()
-	if logits.Rows() == 1 && n > 1 {
-		x, h = b.View(x, n-1, n), last
+	b := p.b
+	if out := p.out(x); out != x {
+		x, h = out, p.ar.rows("last", out.Rows(), x.Cols())
 	}
 	b.RMSNorm(h, x, norm, eps, normOffset)
-	b.MatMul(logits, h, output)
+	b.MatMul(p.logits, h, output)
 }
 
 // GGUF layouts of the state-space families, as llama.cpp's

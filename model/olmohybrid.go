@@ -60,32 +60,38 @@ type olmoHybrid struct {
 // Forward implements Model.
 func (m *olmoHybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*hybridState)
-	b := m.b
-	n := ids.Len()
-	ar := st.arenaFor(n)
+	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
+	st.advance(ids.Len())
+}
+
+// ForwardBatch implements Batched.
+func (m *olmoHybrid) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *olmoHybrid) forward(p *pass) {
+	b, ar := m.b, p.ar
 	hid := m.cfg.HiddenSize
 	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	for i := range m.layers {
 		l := &m.layers[i]
 		if l.linear != nil {
 			b.RMSNorm(h, x, l.inNorm, m.eps, 0)
-			l.linear.forward(b, ar, o, h, st.conv[i], st.delta[i])
+			l.linear.forward(p, o, h)
 			b.Add(x, x, o)
 			b.RMSNorm(h, x, l.postNorm, m.eps, 0)
 			l.mlp.forward(b, ar, o, h)
 			b.Add(x, x, o)
 			continue
 		}
-		l.attn.forward(b, st.kvState, ar, o, x, pos, true)
+		l.attn.forward(p, o, x, true)
 		b.RMSNorm(h, o, l.postNorm, m.eps, 0)
 		b.Add(x, x, h)
 		l.mlp.forward(b, ar, o, x)
 		b.RMSNorm(h, o, m.postFFNorm[i], m.eps, 0)
 		b.Add(x, x, h)
 	}
-	st.advance(n)
-	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 0)
+	outputLogits(p, x, h, m.norm, m.output, m.eps, 0)
 }
 
 // olmoHybridRope reports whether the config asks for rope: not when
@@ -154,6 +160,7 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	if l.err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
 	}
+	m.addStates()
 	return m, nil
 }
 

@@ -56,6 +56,7 @@ type hybrid struct {
 	layers              []hybridLayer
 	eps                 float32
 	act                 compute.Activation
+	rec                 [][]int // shapes of a sequence's recurrent tensors
 }
 
 // hybridLayer holds one block; exactly one of linear and attn is set, and
@@ -81,39 +82,76 @@ func (m *hybrid) Config() *Config { return m.cfg }
 
 // NewState implements Model.
 func (m *hybrid) NewState(ctx int) State {
-	attns := make([]*attention, len(m.layers))
-	for i, l := range m.layers {
-		attns[i] = l.attn
-	}
 	st := &hybridState{
-		recurrentState: newRecurrentState(m.b, attns, ctx),
+		recurrentState: newRecurrentState(m.b, m.stack().attns, ctx),
 		conv:           make([]*compute.Tensor, len(m.layers)),
 		delta:          make([]*compute.Tensor, len(m.layers)),
 	}
+	st.allocate(m.rec)
 	for i, l := range m.layers {
 		if l.linear != nil {
-			st.conv[i], st.delta[i] = l.linear.newState(st.recurrentState)
+			st.conv[i], st.delta[i] = st.rec[l.linear.rec], st.rec[l.linear.rec+1]
 		}
 	}
 	return st
 }
 
+// addStates places the linear-attention layers' recurrent tensors.
+func (m *hybrid) addStates() {
+	for _, l := range m.layers {
+		if l.linear != nil {
+			m.rec = l.linear.addState(m.rec)
+		}
+	}
+}
+
+// stack lists the attention blocks and the recurrent tensors.
+func (m *hybrid) stack() stack {
+	attns := make([]*attention, len(m.layers))
+	for i, l := range m.layers {
+		attns[i] = l.attn
+	}
+	return stack{attns: attns, rec: m.rec}
+}
+
+// KVLayout implements Batched.
+func (m *hybrid) KVLayout() KVLayout {
+	l, _ := m.stack().layout()
+	return l
+}
+
+// NewCache implements Batched.
+func (m *hybrid) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := m.stack().newCache(m.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
+	}
+	return c, nil
+}
+
 // Forward implements Model.
 func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*hybridState)
-	b := m.b
-	n := ids.Len()
-	ar := st.arenaFor(n)
+	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
+	st.advance(ids.Len())
+}
+
+// ForwardBatch implements Batched.
+func (m *hybrid) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
+
+// forward runs the stack over the rows of pass p.
+func (m *hybrid) forward(p *pass) {
+	b, ar := m.b, p.ar
 	hid := m.cfg.HiddenSize
 	x, h, o := ar.get("x", hid), ar.get("h", hid), ar.get("o", hid)
-	b.Embed(x, m.embed, ids)
+	b.Embed(x, m.embed, p.ids)
 	for i := range m.layers {
 		l := &m.layers[i]
 		b.RMSNorm(h, x, l.inNorm, m.eps, 1)
 		if l.linear != nil {
-			l.linear.forward(b, ar, o, h, st.conv[i], st.delta[i])
+			l.linear.forward(p, o, h)
 		} else {
-			l.attn.forward(b, st.kvState, ar, o, h, pos, true)
+			l.attn.forward(p, o, h, true)
 		}
 		b.Add(x, x, o)
 		b.RMSNorm(h, x, l.postNorm, m.eps, 1)
@@ -124,8 +162,7 @@ func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 		}
 		b.Add(x, x, o)
 	}
-	st.advance(n)
-	outputLogits(b, logits, x, h, ar.row("last", hid), m.norm, m.output, m.eps, 1)
+	outputLogits(p, x, h, m.norm, m.output, m.eps, 1)
 }
 
 // loadQwen35 loads Qwen3.5's text model: every layer has the SwiGLU MLP.
@@ -240,6 +277,7 @@ func loadHybrid(cfg *Config, src Source, b compute.Backend, moe *moeSpec, sparse
 	if l.err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, l.err)
 	}
+	m.addStates()
 	return m, nil
 }
 

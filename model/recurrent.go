@@ -51,6 +51,13 @@ func (s *recurrentState) recurrent(shape ...int) *compute.Tensor {
 	return t
 }
 
+// allocate allocates zeroed recurrent tensors of the given shapes.
+func (s *recurrentState) allocate(shapes [][]int) {
+	for _, shape := range shapes {
+		s.recurrent(shape...)
+	}
+}
+
 // Memory implements State.
 func (s *recurrentState) Memory() StateMemory {
 	m := StateMemory{KV: cacheBytes(s.caches...), Recurrent: tensorBytes(s.rec...)}

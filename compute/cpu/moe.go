@@ -196,7 +196,10 @@ func (b *Backend) ApplyExperts(dst, x, ids, weights *compute.Tensor, f *compute.
 			panic(fmt.Sprintf("cpu: ApplyExperts: expert %d of %d", e, ne))
 		}
 	}
-	if n == 1 {
+	if n == 1 && !b.rowStable() {
+		// Row-stable products take the many-row path below for one row
+		// too: tokenExperts sums the experts in slot order, the many-row
+		// path in expert order.
 		b.tokenExperts(d[:hid], xs[:hid], is[:slots], ws[:slots], f)
 		return
 	}

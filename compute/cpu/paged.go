@@ -135,3 +135,10 @@ func (b *Backend) SetRowStable(on bool) {
 	s.rowStable = on
 	s.mu.Unlock()
 }
+
+// rowStable reports whether SetRowStable turned row-stable products on.
+func (b *Backend) rowStable() bool {
+	s := b.pool.lock()
+	defer s.mu.Unlock()
+	return s.rowStable
+}
