@@ -532,13 +532,6 @@ func (s *Scheduler) holds(j int, k blockKey, _ int) bool {
 	return true
 }
 
-// stateCopier and stateResetter are what the scheduler asks of a
-// model.Cache with recurrent state slots.
-type (
-	stateCopier   interface{ CopyState(dst, src int) }
-	stateResetter interface{ ResetState(slot int) }
-)
-
 // start makes q a running sequence from its cached prefix of p positions.
 func (s *Scheduler) start(q *sequence, p int) {
 	s.order++
@@ -561,13 +554,12 @@ func (s *Scheduler) start(q *sequence, p int) {
 	if s.recurrent {
 		q.slot = s.slots[len(s.slots)-1]
 		s.slots = s.slots[:len(s.slots)-1]
-		var any any = s.cache
 		if p > 0 {
 			c := s.ckpt[q.keys[p/s.bs-1]]
 			s.touchCheckpoint(c)
-			any.(stateCopier).CopyState(q.slot, c)
-		} else if r, ok := any.(stateResetter); ok {
-			r.ResetState(q.slot)
+			s.cache.CopyState(q.slot, c)
+		} else {
+			s.cache.ResetState(q.slot)
 		}
 	}
 	q.done = p
@@ -588,8 +580,7 @@ func (s *Scheduler) touchCheckpoint(c int) {
 // checkpoint copies q's state, after the block named k, into the least
 // recently used checkpoint slot.
 func (s *Scheduler) checkpoint(q *sequence, k blockKey) {
-	cp, ok := any(s.cache).(stateCopier)
-	if !ok || len(s.ckptSlot) == 0 {
+	if len(s.ckptSlot) == 0 {
 		return
 	}
 	if c, ok := s.ckpt[k]; ok {
@@ -601,7 +592,7 @@ func (s *Scheduler) checkpoint(q *sequence, k blockKey) {
 	if old := s.ckptKey[i]; old != (blockKey{}) {
 		delete(s.ckpt, old)
 	}
-	cp.CopyState(c, q.slot)
+	s.cache.CopyState(c, q.slot)
 	s.ckptKey[i] = k
 	s.ckpt[k] = c
 	s.touchCheckpoint(c)
