@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"lem/compute"
 	"lem/model"
@@ -94,7 +93,6 @@ type Scheduler struct {
 	ckpt                                    map[blockKey]int // checkpoint slot of a block's end
 	ckptSlot                                []int            // checkpoint slots, least recently used first
 	ckptKey                                 []blockKey       // key held by each checkpoint slot
-	delivered                               time.Time        // when the last step handed logits over
 	rows                                    int64            // rows run
 	promptTokens, cachedTokens, preemptions int64
 }

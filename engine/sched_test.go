@@ -613,3 +613,44 @@ func TestSchedClose(t *testing.T) {
 		t.Errorf("after Close: err %v", err)
 	}
 }
+
+// TestSchedSlowConsumer holds one stream's callback until another stream
+// has finished: the slow stream only misses steps, the other runs on.
+func TestSchedSlowConsumer(t *testing.T) {
+	m := openFixture(t, "llama")
+	vocab := m.Net.Config().VocabSize
+	s := newSched(t, m, SchedulerOptions{Parallel: 2, Context: 256})
+	fast := Request{Prompt: testPrompt(6, 1, vocab), MaxTokens: 100, IgnoreModelStops: true}
+	want, err := runCase(context.Background(), s, fast, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastDone := make(chan struct{})
+	slowHeld := make(chan struct{})
+	slow := make(chan error, 1)
+	go func() {
+		n := 0
+		_, err := s.Generate(context.Background(), Request{Prompt: testPrompt(9, 2, vocab), MaxTokens: 5, IgnoreModelStops: true}, func(Token) error {
+			if n++; n == 2 {
+				close(slowHeld)
+				<-fastDone
+			}
+			return nil
+		})
+		slow <- err
+	}()
+	<-slowHeld
+	start := time.Now()
+	got, err := runCase(context.Background(), s, fast, nil)
+	close(fastDone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	sameCases(t, "beside a slow consumer", []schedCase{got}, []schedCase{want})
+	// Waiting out the hold-off every step would take 100 × 20 ms.
+	t.Logf("100 tokens beside a stalled stream in %v", time.Since(start))
+	waitIdle(t, s)
+}

@@ -53,7 +53,9 @@ type sequence struct {
 	err    error     // ends the sequence
 	host   []float32 // the logits handed over: one row, or rows for scoring
 	nrows  int       // scoring: rows in host
-	ready  chan struct{}
+	// delivered is when the scheduler last handed logits over.
+	delivered time.Time
+	ready     chan struct{}
 }
 
 // signal wakes the sequence's caller.
@@ -362,11 +364,7 @@ func (s *Scheduler) loop() {
 		}
 		s.reap()
 		s.admit()
-		ready, hot := s.survey()
-		var wait time.Duration
-		if hot {
-			wait = holdoff - time.Since(s.delivered)
-		}
+		ready, wait := s.survey()
 		s.mu.Unlock()
 		switch {
 		case wait > 0:
@@ -399,19 +397,20 @@ func (q *sequence) runnable() bool {
 	return !q.gone && q.err == nil && q.done < len(q.tokens) && (!q.score || q.acked)
 }
 
-// survey reports whether any running sequence has rows to run, and whether
-// any holds logits from the last step and is about to hand in its next
-// token.
-func (s *Scheduler) survey() (ready, hot bool) {
+// survey reports whether any running sequence has rows to run, and how
+// long to wait for those that the last step handed logits to and that are
+// about to hand in their next token (none once holdoff has passed since).
+func (s *Scheduler) survey() (ready bool, wait time.Duration) {
+	now := time.Now()
 	for _, q := range s.running {
 		switch {
 		case q.runnable():
 			ready = true
 		case !q.gone && q.err == nil && (q.score && !q.acked || !q.score && !q.need && q.done == len(q.tokens)):
-			hot = true
+			wait = max(wait, holdoff-now.Sub(q.delivered))
 		}
 	}
-	return ready, hot
+	return ready, wait
 }
 
 // reap frees the sequences whose callers left.
@@ -848,13 +847,13 @@ func (s *Scheduler) step() {
 			q.nrows = p.all - p.from
 			q.scored = p.hi
 			q.acked = false
-			s.delivered = time.Now()
+			q.delivered = time.Now()
 			q.signal()
 		case p.logits:
 			q.host = append(q.host[:0], s.logitsHost[row*s.vocab:(row+1)*s.vocab]...)
 			row++
 			q.need = false
-			s.delivered = time.Now()
+			q.delivered = time.Now()
 			q.signal()
 		}
 	}
