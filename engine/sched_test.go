@@ -654,3 +654,29 @@ func TestSchedSlowConsumer(t *testing.T) {
 	t.Logf("100 tokens beside a stalled stream in %v", time.Since(start))
 	waitIdle(t, s)
 }
+
+// TestSchedSlidingWindow generates far past the window with a sliding
+// group of only the blocks one step needs: the blocks that leave the
+// window go back as the sequence advances, and the output is that of an
+// ample pool.
+func TestSchedSlidingWindow(t *testing.T) {
+	for _, name := range []string{"gemma2", "gemma4_text-kvshared", "qwen3_moe"} {
+		t.Run(name, func(t *testing.T) {
+			m := openFixture(t, name)
+			vocab := m.Net.Config().VocabSize
+			req := []Request{{Prompt: testPrompt(30, 1, vocab), MaxTokens: 80, IgnoreModelStops: true, Logprobs: true}}
+			opts := SchedulerOptions{Parallel: 1, Context: 128, BlockSize: 4, Chunk: 8}
+			want := alone(t, newSched(t, m, opts), req)
+			// 5 blocks hold a window of 8 before a chunk of 8; the
+			// sequence reaches 110 positions (28 blocks).
+			opts.KVBytes = poolBytes(m, 4, 30, 5, 1)
+			s := newSched(t, m, opts)
+			got := alone(t, s, req)
+			sameCases(t, "in a window's worth of blocks", got, want)
+			st := waitIdle(t, s)
+			if st.Preemptions != 0 {
+				t.Errorf("%d preemptions of a lone sequence", st.Preemptions)
+			}
+		})
+	}
+}

@@ -264,7 +264,7 @@ func memAvailable() int64 {
 // submit queues a sequence; it fails when its tokens cannot run.
 func (s *Scheduler) submit(q *sequence) error {
 	if len(q.tokens) > s.seqCap {
-		return fmt.Errorf("context length exceeded: %d positions held + %d new > %d", 0, len(q.tokens), s.seqCap)
+		return fmt.Errorf("context length exceeded: a prompt of %d tokens > the %d positions a sequence may hold (the context, or the paged cache's blocks)", len(q.tokens), s.seqCap)
 	}
 	for _, t := range q.tokens {
 		if t < 0 || int(t) >= s.vocab {
@@ -502,7 +502,11 @@ func (s *Scheduler) prefix(q *sequence) int {
 	}
 	for j := jf; j > 0; j-- {
 		p := j * s.bs
-		ok := !s.recurrent || p%s.chunk == 0 && s.ckpt[q.keys[j-1]] > 0
+		ok := true
+		if s.recurrent {
+			_, held := s.ckpt[q.keys[j-1]]
+			ok = p%s.chunk == 0 && held
+		}
 		for _, g := range s.groups {
 			if !ok || g.window == 0 {
 				continue
