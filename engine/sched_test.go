@@ -680,3 +680,45 @@ func TestSchedSlidingWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestSchedOptions checks the sizes chosen for zero options and the
+// errors of impossible ones.
+func TestSchedOptions(t *testing.T) {
+	m, err := OpenTiny(Options{Backend: cpu.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSched(t, m, SchedulerOptions{})
+	st := s.Stats()
+	ctx := min(m.ContextLength(), DefaultContext)
+	if st.Parallel < 1 || st.Parallel > maxDefaultParallel || s.seqCap != ctx || st.BlocksTotal*DefaultBlockSize < st.Parallel*ctx {
+		t.Errorf("defaults: parallel %d, %d positions per sequence, %d blocks of %d; want 1 to %d sequences of %d positions, all held at once",
+			st.Parallel, s.seqCap, st.BlocksTotal, DefaultBlockSize, maxDefaultParallel, ctx)
+	}
+	if s.chunk%s.bs != 0 || s.batchTokens != s.chunk+s.parallel {
+		t.Errorf("defaults: chunk %d, block %d, batch %d", s.chunk, s.bs, s.batchTokens)
+	}
+	for _, tt := range []struct {
+		name string
+		opts SchedulerOptions
+		want string
+	}{
+		{"negative", SchedulerOptions{Parallel: -1}, "negative option"},
+		{"no block", SchedulerOptions{KVBytes: 100}, "no block"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := m.NewScheduler(tt.opts)
+			if err == nil {
+				s.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	// A recurrent model needs room for its state slots.
+	r := openFixture(t, "mamba2")
+	if _, err := r.NewScheduler(SchedulerOptions{Parallel: 2, KVBytes: 100}); err == nil || !strings.Contains(err.Error(), "recurrent states") {
+		t.Errorf("mamba2 in 100 bytes: err %v", err)
+	}
+}

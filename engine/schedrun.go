@@ -159,10 +159,10 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 			ckpts = max(ckpts, min(4*s.parallel, int(budget/4/s.layout.StateBytes)))
 		}
 		s.states = s.parallel + ckpts
-		budget -= int64(s.states) * s.layout.StateBytes
-		if budget < 0 {
-			return fmt.Errorf("scheduler: %d bytes of paged cache cannot hold %d recurrent states of %d bytes", opts.KVBytes, s.states, s.layout.StateBytes)
+		if need := int64(s.states) * s.layout.StateBytes; need > budget {
+			return fmt.Errorf("scheduler: %d bytes of paged cache cannot hold %d recurrent states of %d bytes", budget, s.states, s.layout.StateBytes)
 		}
+		budget -= int64(s.states) * s.layout.StateBytes
 	}
 	// Sliding windows take what a step needs at the least and their
 	// share of the rest; full-attention groups share what is left.
