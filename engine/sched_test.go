@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -213,6 +214,25 @@ func TestSchedMatchesSession(t *testing.T) {
 				}
 				if !slices.Equal(got.IDs, want.IDs) || got.StopReason != want.StopReason || got.PromptTokens != want.PromptTokens {
 					t.Errorf("prompt of %d: scheduler %v (%s), session %v (%s)", n, got.IDs, got.StopReason, want.IDs, want.StopReason)
+				}
+			}
+			// A constraint and stop ids end generation alike.
+			req := Request{Prompt: testPrompt(8, 3, m.Net.Config().VocabSize), MaxTokens: 30, Constraint: &everyThird{left: 6}}
+			want, err := ref.Generate(context.Background(), ref.NewSession(128), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Constraint = &everyThird{left: 6}
+			got, err := s.Generate(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.IDs, want.IDs) || got.StopReason != want.StopReason || got.StopID != want.StopID || len(got.IDs) > 6 {
+				t.Errorf("constrained: scheduler %v (%s %d), session %v (%s %d)", got.IDs, got.StopReason, got.StopID, want.IDs, want.StopReason, want.StopID)
+			}
+			for _, id := range got.IDs {
+				if id%3 != 0 {
+					t.Errorf("constrained: token %d is not a multiple of 3", id)
 				}
 			}
 		})
@@ -722,3 +742,17 @@ func TestSchedOptions(t *testing.T) {
 		t.Errorf("mamba2 in 100 bytes: err %v", err)
 	}
 }
+
+// everyThird is a Constraint that allows only token ids divisible by 3,
+// and is done after left tokens.
+type everyThird struct{ left int }
+
+func (c *everyThird) Mask(logits []float32) {
+	for i := range logits {
+		if i%3 != 0 {
+			logits[i] = float32(math.Inf(-1))
+		}
+	}
+}
+func (c *everyThird) Accept(int32) { c.left-- }
+func (c *everyThird) Done() bool   { return c.left <= 0 }
