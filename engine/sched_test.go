@@ -756,3 +756,55 @@ func (c *everyThird) Mask(logits []float32) {
 }
 func (c *everyThird) Accept(int32) { c.left-- }
 func (c *everyThird) Done() bool   { return c.left <= 0 }
+
+// TestSchedLongPrompt prefills a long prompt beside a decoding stream:
+// the stream goes on producing tokens while the prompt runs in chunks.
+func TestSchedLongPrompt(t *testing.T) {
+	m := openFixture(t, "llama")
+	vocab := m.Net.Config().VocabSize
+	s := newSched(t, m, SchedulerOptions{Parallel: 2, Context: 4096, BlockSize: 4, Chunk: 8})
+	var mu sync.Mutex
+	streamed := 0
+	started := make(chan struct{})
+	stream := make(chan error, 1)
+	// The stream runs until the test cancels it (or reaches 4,096
+	// positions, far later).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, err := s.Generate(ctx, Request{Prompt: testPrompt(5, 1, vocab), IgnoreModelStops: true}, func(Token) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if streamed++; streamed == 1 {
+				close(started)
+			}
+			return nil
+		})
+		stream <- err
+	}()
+	<-started
+	mu.Lock()
+	before := streamed
+	mu.Unlock()
+	// 480 tokens: 60 chunks of 8, one per step beside the stream's token.
+	var during int
+	_, err := s.Generate(context.Background(), Request{Prompt: testPrompt(480, 2, vocab), MaxTokens: 1}, func(t Token) error {
+		if t.ID >= 0 {
+			mu.Lock()
+			during = streamed - before
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-stream; !errors.Is(err, context.Canceled) {
+		t.Fatalf("stream: err %v, want context.Canceled", err)
+	}
+	t.Logf("the stream produced %d tokens during a prefill of 60 steps", during)
+	if during < 10 {
+		t.Errorf("the stream produced %d tokens during a prefill of 60 steps", during)
+	}
+}
