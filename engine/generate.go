@@ -75,6 +75,9 @@ type Result struct {
 	StopReason   string
 	StopID       int32 // the stop token when StopReason is StopToken, else -1
 	PromptTokens int
+	// CachedTokens is the prompt tokens reused from a Scheduler's prefix
+	// cache rather than computed.
+	CachedTokens int
 	Prefill      time.Duration
 	Decode       time.Duration
 }
@@ -104,49 +107,56 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	if len(req.Prompt) == 0 && s.Len() == 0 {
 		return nil, fmt.Errorf("generate: empty prompt")
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pick := pickK(s.b, &req, s.vocab)
+	st := &sessionSteps{s: s, npick: pick, ahead: s.runsAhead(pick)}
+	defer s.settle()
+	return m.generate(ctx, st, req, onToken)
+}
+
+// steps runs the forward passes of one generation: a Session's, or a
+// sequence's in a Scheduler's batches. Both return the logits of the last
+// position run or, when pick() > 0, the backend's top candidates.
+type steps interface {
+	// prompt runs the request's prompt.
+	prompt(ctx context.Context, prompt []int32) ([]float32, []candidate, error)
+	// next runs a generated token; more says whether the step after it
+	// will run unless the token it picks ends the generation.
+	next(ctx context.Context, id int32, more bool) ([]float32, []candidate, error)
+	// held returns the positions held, capacity the most there can be.
+	held() int
+	capacity() int
+	// history returns the tokens held, for penalties.
+	history() []int32
+	// pick returns how many candidates the backend picks (pickK).
+	pick() int
+	// cached returns the prompt tokens the prompt step reused.
+	cached() int
+	// vocab returns the vocabulary size.
+	vocab() int
+}
+
+// generate is Generate's loop over any steps.
+func (m *Model) generate(ctx context.Context, st steps, req Request, onToken func(Token) error) (*Result, error) {
 	stops := req.StopIDs
 	if !req.IgnoreModelStops {
 		stops = append(append([]int32(nil), m.StopIDs...), stops...)
 	}
 	res := &Result{PromptTokens: len(req.Prompt), StopID: -1, StopReason: StopLength}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	t0 := time.Now()
-	var logits []float32
-	var cands []candidate // with pick > 0: the backend's top candidates
-	var err error
-	pick := pickK(s.b, &req, s.vocab)
-	ahead := s.runsAhead(pick)
-	defer s.settle()
+	pick := st.pick()
 	// full reports whether generation ends by length with ids tokens out
 	// and held positions in the session.
 	full := func(ids, held int) bool {
-		return req.MaxTokens > 0 && ids >= req.MaxTokens || held >= s.Capacity()
+		return req.MaxTokens > 0 && ids >= req.MaxTokens || held >= st.capacity()
 	}
-	// next runs tokens; more says whether the step after them will run
-	// unless the token they pick ends the generation.
-	next := func(tokens []int32, more bool) {
-		switch {
-		case ahead && len(tokens) == 1:
-			cands, err = s.appendGreedy(tokens[0], more)
-		case pick > 0:
-			cands, err = s.appendTop(ctx, tokens, pick)
-		default:
-			logits, err = s.AppendContext(ctx, tokens)
-		}
-	}
-	if len(req.Prompt) > 0 {
-		next(req.Prompt, false)
-	} else {
-		// Continue from the session's last token.
-		last := s.tokens[len(s.tokens)-1]
-		s.tokens = s.tokens[:len(s.tokens)-1]
-		next([]int32{last}, false)
-	}
+	logits, cands, err := st.prompt(ctx, req.Prompt)
 	if err != nil {
 		return nil, err
 	}
+	res.CachedTokens = st.cached()
 	res.Prefill = time.Since(t0)
 	t1 := time.Now()
 	sampler := NewSampler(req.Sample)
@@ -167,7 +177,7 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	}
 	var lp *logprobs
 	if req.Logprobs {
-		lp = newLogprobs(s.vocab, req.TopLogprobs)
+		lp = newLogprobs(st.vocab(), req.TopLogprobs)
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -187,7 +197,7 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 		if pick > 0 {
 			id = sampler.sampleTop(cands)
 		} else {
-			id = sampler.Sample(logits, s.tokens)
+			id = sampler.Sample(logits, st.history())
 		}
 		if contains(stops, id) {
 			res.StopReason, res.StopID = StopToken, id
@@ -204,11 +214,11 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 		if err := emit(tok); err != nil {
 			return res, err
 		}
-		if full(len(res.IDs), s.Len()) {
+		if full(len(res.IDs), st.held()) {
 			break
 		}
 		// The step after this one runs unless its token ends generation.
-		if next([]int32{id}, !full(len(res.IDs)+1, s.Len()+1)); err != nil {
+		if logits, cands, err = st.next(ctx, id, !full(len(res.IDs)+1, st.held()+1)); err != nil {
 			return res, err
 		}
 	}
@@ -219,6 +229,49 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 	res.Text = string(text)
 	return res, nil
 }
+
+// sessionSteps runs a generation's steps on a Session.
+type sessionSteps struct {
+	s     *Session
+	npick int
+	ahead bool
+}
+
+func (t *sessionSteps) run(ctx context.Context, tokens []int32, more bool) ([]float32, []candidate, error) {
+	s := t.s
+	switch {
+	case t.ahead && len(tokens) == 1:
+		cands, err := s.appendGreedy(tokens[0], more)
+		return nil, cands, err
+	case t.npick > 0:
+		cands, err := s.appendTop(ctx, tokens, t.npick)
+		return nil, cands, err
+	}
+	logits, err := s.AppendContext(ctx, tokens)
+	return logits, nil, err
+}
+
+func (t *sessionSteps) prompt(ctx context.Context, prompt []int32) ([]float32, []candidate, error) {
+	if len(prompt) > 0 {
+		return t.run(ctx, prompt, false)
+	}
+	// Continue from the session's last token.
+	s := t.s
+	last := s.tokens[len(s.tokens)-1]
+	s.tokens = s.tokens[:len(s.tokens)-1]
+	return t.run(ctx, []int32{last}, false)
+}
+
+func (t *sessionSteps) next(ctx context.Context, id int32, more bool) ([]float32, []candidate, error) {
+	return t.run(ctx, []int32{id}, more)
+}
+
+func (t *sessionSteps) held() int        { return t.s.Len() }
+func (t *sessionSteps) capacity() int    { return t.s.Capacity() }
+func (t *sessionSteps) history() []int32 { return t.s.tokens }
+func (t *sessionSteps) pick() int        { return t.npick }
+func (t *sessionSteps) cached() int      { return 0 }
+func (t *sessionSteps) vocab() int       { return t.s.vocab }
 
 // noText stands in for the streaming detokenizer of a model without a
 // tokenizer.

@@ -1,5 +1,6 @@
 // Package engine runs models: sessions that own a sequence's KV cache,
-// chunked prefill, decoding, sampling and generation.
+// chunked prefill, decoding, sampling and generation, and a scheduler that
+// runs many sequences in one batch over a paged cache (sched.go).
 package engine
 
 import (
