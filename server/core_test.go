@@ -33,6 +33,7 @@ func newTestModel(t testing.TB, cfg Config) (*Server, *Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	return s, m
 }
 

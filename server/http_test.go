@@ -149,15 +149,13 @@ func TestCORS(t *testing.T) {
 func TestQueueFullAndShutdown(t *testing.T) {
 	s, ts := newTestServer(t, Config{MaxQueue: -1})
 	m := s.models[0]
-	// Hold the model as a running request would.
-	if err := m.q.acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	// Hold the model as running requests would.
+	release := holdModel(t, m)
 	code, v, raw := post(t, ts.URL+"/v1/chat/completions", `{"model":"chat",`+japan+`,"stream":true}`)
 	if code != 429 || v["error"].(map[string]any)["code"] != CodeQueueFull {
 		t.Errorf("full queue: %d %s", code, raw)
 	}
-	m.q.release()
+	release()
 	s.stopAdmitting()
 	if code, _, raw := post(t, ts.URL+"/v1/chat/completions", `{"model":"chat",`+japan+`}`); code != 503 {
 		t.Errorf("shutting down: %d %s", code, raw)
