@@ -82,6 +82,9 @@ accepted until one closes.`,
   curl localhost:36911/v1/chat/completions -d '{"model":"chat-model","messages":[{"role":"user","content":"Hi"}]}'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if parallel < 0 {
+				return fmt.Errorf("--parallel: want 0 (chosen from memory) or a positive number of sequences, got %d", parallel)
+			}
 			if apiKey == "" {
 				apiKey = os.Getenv("LEM_API_KEY")
 			}
@@ -109,9 +112,6 @@ accepted until one closes.`,
 			id := alias
 			if id == "" {
 				id = filepath.Base(filepath.Clean(em.Name))
-			}
-			if parallel < 0 {
-				return fmt.Errorf("--parallel: want 0 (chosen from memory) or a positive number of sequences, got %d", parallel)
 			}
 			m, err := server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)})
 			if err != nil {
