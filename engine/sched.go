@@ -102,7 +102,7 @@ type Scheduler struct {
 // NewScheduler starts a scheduler for the model. The model's network must
 // support batched passes (model.Batched).
 func (m *Model) NewScheduler(opts SchedulerOptions) (*Scheduler, error) {
-	net, ok := m.Net.(model.Batched)
+	net, ok := batched(m.Net)
 	if !ok {
 		return nil, fmt.Errorf("scheduler: %s (%s) does not run batched passes", m.Name, m.Net.Config().ModelType)
 	}
@@ -127,3 +127,15 @@ func (s *Scheduler) Stats() SchedulerStats { return s.stats() }
 // Close stops the scheduler: running and waiting generations end with
 // ErrSchedulerClosed, and the paged cache is released.
 func (s *Scheduler) Close() error { return s.close() }
+
+// batched returns the model's batched passes, looking through a
+// model.Loaded to the architecture's model.
+func batched(net model.Model) (model.Batched, bool) {
+	if l, ok := net.(*model.Loaded); ok {
+		if b, ok := l.Model.(model.Batched); ok {
+			return b, true
+		}
+	}
+	b, ok := net.(model.Batched)
+	return b, ok
+}
