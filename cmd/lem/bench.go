@@ -678,9 +678,13 @@ func printBench(w io.Writer, r *benchReport) error {
 }
 
 // writeTable writes rows (the first the header) as a Markdown table, the
-// columns whose right is set aligned right.
+// columns whose right is set aligned right. Columns are at least 3 wide,
+// room for an alignment marker.
 func writeTable(b *strings.Builder, rows [][]string, right []bool) {
 	width := make([]int, len(rows[0]))
+	for i := range width {
+		width[i] = 3
+	}
 	for _, row := range rows {
 		for i, c := range row {
 			width[i] = max(width[i], len([]rune(c)))

@@ -120,7 +120,7 @@ func TestBenchParallel(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	for _, want := range []string{"|  PP |", "| S_PP t/s |", "| S_TG t/s |", "| N_KV |", "qwen3 3.28M BF16", "|   8 |  4 | 2 |   24 |"} {
+	for _, want := range []string{"|  PP |  TG |   B | N_KV |", "| S_PP t/s |", "| S_TG t/s |", "| --: | --: | --: | ---: |", "qwen3 3.28M BF16", "|   8 |   4 |   2 |   24 |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
