@@ -159,8 +159,10 @@ sequence), B, N_KV = B × (PP + TG), the time until every prompt was
 prefilled (T_PP) and the aggregate prefill rate over it (S_PP), the time
 from then to the last token (T_TG) and the aggregate decode rate over it
 (S_TG), and the whole run (T, S = N_KV / T). Sequences whose prompts are
-done decode while others still prefill, as when serving. --kv-memory sizes
-the paged cache; sequences preempted for want of it are counted.`,
+done decode while others still prefill, as when serving. Each count runs
+once, on a fresh scheduler, after a warm-up of one sequence (-r does not
+apply). --kv-memory sizes the paged cache; sequences preempted for want of
+it are counted.`,
 		Example: `  lem bench /tmp/qwen05b -p 512 -n 128 -r 3
   lem bench /tmp/qwen05b -p 0 -n 64 -d 4096
   lem bench model-dir --threads 8 --json
