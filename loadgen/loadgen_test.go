@@ -28,14 +28,14 @@ var (
 )
 
 // serveTiny serves lem-tiny as "lem-tiny" on a loopback port, as lem
-// serve does.
-func serveTiny(t *testing.T, cfg server.Config) string {
+// serve does, running parallel sequences at once.
+func serveTiny(t *testing.T, cfg server.Config, parallel int) string {
 	t.Helper()
 	tinyOnce.Do(func() { tinyEng, tinyErr = engine.OpenTiny(engine.Options{Backend: cpu.New(0)}) })
 	if tinyErr != nil {
 		t.Fatal(tinyErr)
 	}
-	m, err := server.NewModel("lem-tiny", tinyEng, server.ModelOptions{})
+	m, err := server.NewModel("lem-tiny", tinyEng, server.ModelOptions{Parallel: parallel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func ordered(t *testing.T, name string, s Stats, n int) {
 func TestRunAgainstLem(t *testing.T) {
 	for _, endpoint := range []string{Chat, Completions} {
 		t.Run(endpoint, func(t *testing.T) {
-			base := serveTiny(t, server.Config{})
+			base := serveTiny(t, server.Config{}, 4)
 			rep, err := Run(t.Context(), Config{URL: base, Endpoint: endpoint, Concurrency: 4, Requests: 8,
 				PromptTokens: 24, OutputTokens: 12, SharedPrefix: 0.5, Seed: 1})
 			if err != nil {
@@ -163,7 +163,7 @@ func TestGaps(t *testing.T) {
 }
 
 func TestRateBoundsStarts(t *testing.T) {
-	base := serveTiny(t, server.Config{})
+	base := serveTiny(t, server.Config{}, 0)
 	// 6 requests at a fixed 10/s cannot be over before 5 gaps of 100 ms.
 	rep, err := Run(t.Context(), Config{URL: base, Model: "lem-tiny", Concurrency: 6, Requests: 6, Rate: 10,
 		Arrival: Fixed, PromptTokens: 8, OutputTokens: 2})
@@ -200,7 +200,7 @@ func TestSharedPrefix(t *testing.T) {
 
 	// The server sees the shared prefix: one client in turn, so lem reuses
 	// the previous prompt's cache for the common part.
-	base := serveTiny(t, server.Config{})
+	base := serveTiny(t, server.Config{}, 0)
 	rep, err := Run(t.Context(), Config{URL: base, Model: "lem-tiny", Concurrency: 1, Requests: 4,
 		PromptTokens: 64, OutputTokens: 2, SharedPrefix: 0.75, Seed: 2})
 	if err != nil {
@@ -231,7 +231,7 @@ func hold(t *testing.T, base string) func() {
 }
 
 func TestTooMany(t *testing.T) {
-	base := serveTiny(t, server.Config{MaxQueue: -1})
+	base := serveTiny(t, server.Config{MaxQueue: -1}, 1)
 	release := hold(t, base)
 	rep, err := Run(t.Context(), Config{URL: base, Model: "lem-tiny", Concurrency: 4, Requests: 4,
 		PromptTokens: 8, OutputTokens: 4})
@@ -245,7 +245,7 @@ func TestTooMany(t *testing.T) {
 }
 
 func TestInterrupt(t *testing.T) {
-	base := serveTiny(t, server.Config{})
+	base := serveTiny(t, server.Config{}, 1)
 	release := hold(t, base)
 	defer release()
 	ctx, stop := context.WithCancel(t.Context())

@@ -235,8 +235,8 @@ type Choice struct {
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
-	// CachedTokens are prompt tokens reused from the previous request's
-	// KV cache rather than computed.
+	// CachedTokens are prompt tokens reused from the model's prefix cache
+	// rather than computed (those of the first choice).
 	CachedTokens int
 }
 
@@ -255,16 +255,25 @@ type Result struct {
 
 // ModelOptions configure a served model.
 type ModelOptions struct {
-	// Context is the session's context length in tokens (0: the model's,
-	// at most engine.DefaultContext).
+	// Context is the context length of each sequence in tokens (0: the
+	// model's, at most engine.DefaultContext).
 	Context int
+	// Parallel is how many sequences run at once (0: chosen by the
+	// scheduler from the memory of its cache). The model's queue admits
+	// as many requests at once; the choices of a request with n > 1 are
+	// sequences of their own.
+	Parallel int
+	// KVBytes is the memory of the model's paged KV cache (0: a default
+	// from the free memory).
+	KVBytes int64
 	// Created is reported as the model's creation time (zero: now).
 	Created time.Time
 }
 
-// Model is a model as the server serves it: the engine model, its one
-// resident session (kept between requests for prefix reuse) and the queue
-// that runs its requests one at a time.
+// Model is a model as the server serves it: the engine model, the
+// scheduler that runs its sequences together over one paged cache (whose
+// full blocks are kept for any later request with the same prefix), and
+// the queue that admits its requests up to the scheduler's parallelism.
 type Model struct {
 	id      string
 	created time.Time
@@ -273,8 +282,11 @@ type Model struct {
 	format  outputFormat
 	quoter  *tokenizer.Quoter // quotes a request's text for the template (quote.go)
 
-	q    *queue
-	sess *engine.Session // used only by the request holding q
+	q     *queue
+	sched *engine.Scheduler
+	// promptHook, when set (by tests), is called with the prompt of each
+	// generation as it goes to the scheduler.
+	promptHook func([]int32)
 
 	srv *Server // set by New
 
@@ -293,8 +305,10 @@ type Model struct {
 	obs modelMetrics
 }
 
-// NewModel wraps an engine model for serving under id. The model must have
-// a tokenizer.
+// NewModel wraps an engine model for serving under id, starting its
+// scheduler. The model must have a tokenizer. A Server closes the
+// models it serves when it shuts down; a model never given to New must
+// be closed by its owner.
 func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	if m.Tokenizer == nil {
 		return nil, fmt.Errorf("serve %s: the model has no tokenizer", m.Name)
@@ -306,11 +320,21 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	if ctxLen <= 0 {
 		ctxLen = min(m.ContextLength(), engine.DefaultContext)
 	}
+	switch {
+	case opts.Parallel < 0:
+		return nil, fmt.Errorf("serve %s: parallel sequences must not be negative (got %d)", id, opts.Parallel)
+	case opts.KVBytes < 0:
+		return nil, fmt.Errorf("serve %s: KV cache memory must not be negative (got %d)", id, opts.KVBytes)
+	}
 	created := opts.Created
 	if created.IsZero() {
 		created = time.Now()
 	}
-	sm := &Model{id: id, created: created, eng: m, ctxLen: ctxLen}
+	sched, err := m.NewScheduler(engine.SchedulerOptions{Parallel: opts.Parallel, Context: ctxLen, KVBytes: opts.KVBytes})
+	if err != nil {
+		return nil, fmt.Errorf("serve %s: %w", id, err)
+	}
+	sm := &Model{id: id, created: created, eng: m, ctxLen: ctxLen, sched: sched}
 	if m.Templates != nil {
 		if t := m.Templates.Default(); t != nil {
 			sm.format = detectOutputFormat(t)
@@ -319,6 +343,16 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	sm.quoter = newQuoter(m.Tokenizer, m.Templates, sm.format)
 	return sm, nil
 }
+
+// Close stops the model's scheduler: generations still running end with
+// an error, and its cache is freed. The server closes its models when it
+// shuts down.
+func (m *Model) Close() error {
+	return m.sched.Close()
+}
+
+// Parallel returns how many sequences of the model run at once.
+func (m *Model) Parallel() int { return m.sched.Stats().Parallel }
 
 // ID returns the id clients use for the model.
 func (m *Model) ID() string { return m.id }
@@ -654,29 +688,21 @@ var errStopSequence = errors.New("stop sequence")
 // *Error when the queue is full, or 503 when the server is shutting down),
 // then generates every choice of p, calling emit, when not nil, with each
 // event: EventQueued and EventKeepAlive while it waits (only when it has
-// to), EventStart once admitted, then the choices one after the other,
-// each ended by EventEnd. An error from emit, or ctx ending, stops
-// generation within one token (the prefill within one backend operation)
-// and is returned. On success it returns the result;
-// after a failure in the middle of a choice it returns what was generated
-// with the error.
+// to), EventStart once admitted, then the events of the choices, which
+// run at once in the model's batch (their events interleave; each
+// choice's come in order and end with its EventEnd). emit is never called
+// from two goroutines at once. An error from emit, or ctx ending, stops
+// generation within one token (the prefill within one step of the
+// scheduler) and is returned. On success it returns the result; after a
+// failure in the middle of a choice it returns what was generated with
+// the error.
 func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {
 	if err := m.wait(ctx, emit); err != nil {
 		return nil, err
 	}
 	defer m.q.release()
-	defer func() {
-		if v := recover(); v != nil {
-			// A bug below: start the next request on a fresh session.
-			m.sess = nil
-			panic(v)
-		}
-	}()
 	if emit == nil {
 		emit = func(Event) error { return nil }
-	}
-	if m.sess == nil {
-		m.sess = m.eng.NewSession(m.ctxLen)
 	}
 	res := &Result{Choices: make([]Choice, p.n), Usage: Usage{PromptTokens: len(p.ids)}}
 	if p.req.PromptLogprobs {
@@ -690,19 +716,74 @@ func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) erro
 		return nil, err
 	}
 	m.obs.promptTokens.Add(float64(len(p.ids)))
-	for i := range p.n {
-		cached, err := m.runChoice(ctx, p, i, &res.Choices[i], emit)
-		if i == 0 {
-			res.Usage.CachedTokens = cached
+	if m.promptHook != nil {
+		m.promptHook(p.ids)
+	}
+	cached, err := m.runChoices(ctx, p, res.Choices, emit)
+	res.Usage.CachedTokens = cached
+	for _, c := range res.Choices {
+		res.Usage.CompletionTokens += c.Tokens
+	}
+	m.logGeneration(ctx, p, res, err)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// runChoices generates the choices at once, each a sequence of the
+// scheduler's batch, their events passed to emit one at a time. The first
+// error (from emit, the scheduler or ctx) cancels the other choices and
+// is returned. It returns the prompt tokens the first choice reused from
+// the prefix cache.
+func (m *Model) runChoices(ctx context.Context, p *Prepared, choices []Choice, emit func(Event) error) (int, error) {
+	if len(choices) == 1 {
+		return m.runChoice(ctx, p, 0, &choices[0], emit)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	serial := func(ev Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return emit(ev)
+	}
+	type outcome struct {
+		cached int
+		err    error
+		panic  any
+	}
+	out := make([]outcome, len(choices))
+	var wg sync.WaitGroup
+	for i := range choices {
+		wg.Go(func() {
+			// A panic below is re-raised on the request's goroutine,
+			// where the handler recovers it.
+			defer func() {
+				if v := recover(); v != nil {
+					out[i].panic = v
+					cancel()
+				}
+			}()
+			out[i].cached, out[i].err = m.runChoice(ctx, p, i, &choices[i], serial)
+			if out[i].err != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	var first error
+	for _, o := range out {
+		if o.panic != nil {
+			panic(o.panic)
 		}
-		res.Usage.CompletionTokens += res.Choices[i].Tokens
-		if err != nil {
-			m.logGeneration(ctx, p, res, err)
-			return res, err
+		// The choice that failed first is the one whose error is not
+		// the cancellation it caused in the others.
+		if o.err != nil && (first == nil || errors.Is(first, context.Canceled) && !errors.Is(o.err, context.Canceled)) {
+			first = o.err
 		}
 	}
-	m.logGeneration(ctx, p, res, nil)
-	return res, nil
+	return out[0].cached, first
 }
 
 // logGeneration logs a finished request, without its text unless the
@@ -756,7 +837,7 @@ func (r *choiceRun) finish() {
 }
 
 // runChoice generates choice i into c and returns the prompt tokens reused
-// from the session.
+// from the prefix cache.
 func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, emit func(Event) error) (int, error) {
 	req := p.req
 	if p.maxTokens == 0 {
@@ -764,8 +845,6 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		c.Finish = FinishLength
 		return 0, emit(Event{Kind: EventEnd, Choice: i, Finish: FinishLength})
 	}
-	kept := m.sess.Reuse(p.ids)
-	m.obs.cacheHits.Add(float64(kept))
 	sample := req.Sample
 	if i > 0 && sample.HasSeed {
 		sample.Seed += uint64(i)
@@ -777,7 +856,7 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 	} else {
 		r.parser = plainText{}
 	}
-	ereq := engine.Request{Prompt: p.ids[kept:], Sample: sample, MaxTokens: p.maxTokens,
+	ereq := engine.Request{Prompt: p.ids, Sample: sample, MaxTokens: p.maxTokens,
 		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs, IgnoreModelStops: req.IgnoreEOS}
 	switch {
 	case p.grammar != nil:
@@ -785,20 +864,17 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 	case p.json != nil:
 		ereq.Constraint = p.json(m.eng.StopIDs)
 	}
-	res, err := m.eng.Generate(ctx, m.sess, ereq, r.onToken)
+	res, err := m.sched.Generate(ctx, ereq, r.onToken)
+	kept := 0
 	if res != nil {
 		c.Tokens = len(res.IDs)
+		kept = res.CachedTokens
 	}
 	switch {
 	case errors.Is(err, errStopSequence):
 		c.Finish = FinishStop
 	case err != nil:
 		r.finish()
-		if ctx.Err() == nil {
-			// The session may hold a partial step: start the next
-			// request afresh.
-			m.sess.Reset()
-		}
 		return kept, err
 	default:
 		if res.StopReason == engine.StopToken {

@@ -7,8 +7,12 @@
 // One dialect-neutral core (core.go) does everything between a decoded
 // request and a stream of events: it renders the conversation with the
 // model's chat template, tokenizes it, checks it against the context,
-// waits in the model's bounded FIFO queue (queue.go), reuses the longest
-// common token prefix of the model's resident session, generates, finds
+// waits in the model's bounded FIFO queue (queue.go), which admits as
+// many requests at once as the model runs sequences
+// (ModelOptions.Parallel), generates on the model's engine.Scheduler
+// (the running sequences advance together, one batch per step; a prompt
+// reuses the longest prefix held in whole blocks of the paged cache,
+// from any earlier request; the choices of n > 1 run at once), finds
 // stop sequences without ever emitting them (stop.go), splits the output
 // into content, reasoning and tool calls with package chat's output
 // parser, and counts tokens and latencies (metrics.go).
@@ -49,12 +53,14 @@
 //     wait.go), EventStart once the request is admitted (send the
 //     stream's headers then, if EventQueued did not), then
 //     EventContent, EventReasoning and EventToolCall events, and EventEnd
-//     per choice with its finish reason (FinishStop, FinishLength,
+//     per choice (the choices' events interleave, each choice's in
+//     order; emit is called from one goroutine at a time) with its finish reason (FinishStop, FinishLength,
 //     FinishToolCalls) and the stop sequence that ended it. An error
 //     returned by emit, or the request's context ending (the client went
 //     away), stops generation within one token, and the prompt's prefill
-//     within one operation of the backend, freeing the model for the
-//     queue (the session keeps the chunks already done). Errors before
+//     within one step of the scheduler, freeing the request's slot for
+//     the queue (full blocks already computed stay in the prefix cache).
+//     Errors before
 //     the stream started (queue full: 429, shutting down: 503, both with a
 //     RetryAfter the error writers send as Retry-After) are *Error values
 //     to send as the HTTP response; after it, the dialect reports them

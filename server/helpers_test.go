@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -93,4 +94,20 @@ func mustJSON(v any) string {
 	var b bytes.Buffer
 	json.NewEncoder(&b).Encode(v)
 	return b.String()
+}
+
+// holdModel takes every slot of m's queue, as requests running on all of
+// them would; the function returned gives them back.
+func holdModel(t testing.TB, m *Model) (release func()) {
+	t.Helper()
+	for range m.q.slots {
+		if err := m.q.acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() {
+		for range m.q.slots {
+			m.q.release()
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"lem/engine"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,7 +18,6 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	promptTokens *prometheus.CounterVec
 	genTokens    *prometheus.CounterVec
-	cacheHits    *prometheus.CounterVec
 	ttft         *prometheus.HistogramVec
 	itl          *prometheus.HistogramVec
 	queueDepth   *prometheus.GaugeVec
@@ -25,10 +26,10 @@ type metrics struct {
 
 // modelMetrics are the children of the per-model metrics, looked up once.
 type modelMetrics struct {
-	promptTokens, genTokens, cacheHits prometheus.Counter
-	ttft, itl                          prometheus.Observer
-	queueDepth                         prometheus.Gauge
-	queueWait                          prometheus.Observer
+	promptTokens, genTokens prometheus.Counter
+	ttft, itl               prometheus.Observer
+	queueDepth              prometheus.Gauge
+	queueWait               prometheus.Observer
 }
 
 func newMetrics() *metrics {
@@ -47,9 +48,6 @@ func newMetrics() *metrics {
 		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lem_generated_tokens_total", Help: "Tokens generated.",
 		}, []string{"model"}),
-		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "lem_prefix_cache_hit_tokens_total", Help: "Prompt tokens reused from the resident session instead of prefilled.",
-		}, []string{"model"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lem_time_to_first_token_seconds", Help: "Time from a request's arrival to its first generated token.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
@@ -66,7 +64,7 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 3, 13),
 		}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.cacheHits, m.ttft, m.itl, m.queueDepth, m.queueWait,
+	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.ttft, m.itl, m.queueDepth, m.queueWait,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -75,7 +73,6 @@ func (m *metrics) forModel(id string) modelMetrics {
 	return modelMetrics{
 		promptTokens: m.promptTokens.WithLabelValues(id),
 		genTokens:    m.genTokens.WithLabelValues(id),
-		cacheHits:    m.cacheHits.WithLabelValues(id),
 		ttft:         m.ttft.WithLabelValues(id),
 		itl:          m.itl.WithLabelValues(id),
 		queueDepth:   m.queueDepth.WithLabelValues(id),
@@ -91,4 +88,63 @@ func (m *metrics) observeRequest(route string, code int, seconds float64) {
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// schedulerMetrics reports the state of the models' schedulers, read
+// (engine.Scheduler.Stats) when /metrics is scraped.
+type schedulerMetrics struct {
+	models                                  []*Model
+	running, waiting, parallel, used, total *prometheus.Desc
+	cacheHits, seqPromptTokens, preemptions *prometheus.Desc
+}
+
+func newSchedulerMetrics(models []*Model) *schedulerMetrics {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"model"}, nil)
+	}
+	return &schedulerMetrics{
+		models:   models,
+		running:  desc("lem_sequences_running", "Sequences in the model's running batch."),
+		waiting:  desc("lem_sequences_waiting", "Sequences of admitted requests waiting for room in the batch (requests waiting to be admitted are lem_queue_depth)."),
+		parallel: desc("lem_sequences_parallel", "Most sequences the model runs at once."),
+		used:     desc("lem_kv_blocks_used", "Blocks of the paged KV cache held by running sequences."),
+		total:    desc("lem_kv_blocks_total", "Blocks of the paged KV cache."),
+		cacheHits: desc("lem_prefix_cache_hit_tokens_total",
+			"Prompt tokens of sequences served from the prefix cache instead of prefilled."),
+		seqPromptTokens: desc("lem_sequence_prompt_tokens_total",
+			"Prompt tokens of the sequences the scheduler ran (each choice of a request, and each prompt scored), cached ones included."),
+		preemptions: desc("lem_preemptions_total", "Sequences set back to wait for want of KV cache blocks, to resume later."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *schedulerMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.parallel, c.used, c.total, c.cacheHits, c.seqPromptTokens, c.preemptions} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *schedulerMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.models {
+		st := m.sched.Stats()
+		c.collect(ch, m.id, st)
+	}
+}
+
+func (c *schedulerMetrics) collect(ch chan<- prometheus.Metric, id string, st engine.SchedulerStats) {
+	gauge := func(d *prometheus.Desc, v int) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), id)
+	}
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), id)
+	}
+	gauge(c.running, st.Running)
+	gauge(c.waiting, st.Waiting)
+	gauge(c.parallel, st.Parallel)
+	gauge(c.used, st.BlocksUsed)
+	gauge(c.total, st.BlocksTotal)
+	counter(c.cacheHits, st.CachedTokens)
+	counter(c.seqPromptTokens, st.PromptTokens)
+	counter(c.preemptions, st.Preemptions)
 }

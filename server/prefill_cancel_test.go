@@ -30,7 +30,9 @@ func newSlowServer(t *testing.T) (*Model, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { em.Close() })
-	m, err := NewModel("slow", em, ModelOptions{Context: 4096})
+	// One sequence at a time: the test is of a request queued behind
+	// another's prefill.
+	m, err := NewModel("slow", em, ModelOptions{Context: 4096, Parallel: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

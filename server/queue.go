@@ -9,32 +9,35 @@ import (
 	"time"
 )
 
-// queue admits requests to a model one at a time, in arrival order. Up to
-// max requests wait behind the one running; more are refused at once.
+// queue admits requests to a model, up to slots at once, in arrival
+// order. Up to max requests wait while every slot is taken; more are
+// refused at once.
 type queue struct {
 	mu      sync.Mutex
 	max     int
-	busy    bool
+	slots   int
 	closed  bool
 	waiters []chan struct{}
 	// depth, when set, is told the number of waiting requests.
 	depth func(int)
 
-	// since is when the running request was admitted; hold is the
-	// average time requests held the model (exponentially weighted), 0
+	// running holds when each running request was admitted; hold is the
+	// average time requests held a slot (exponentially weighted), 0
 	// before the first one ended. They give Retry-After its estimate.
-	since time.Time
-	hold  time.Duration
+	running []time.Time
+	hold    time.Duration
 }
 
-func newQueue(max int, depth func(int)) *queue {
+// newQueue returns a queue of slots places (at least 1) with room for
+// waiting requests waiting.
+func newQueue(slots, waiting int, depth func(int)) *queue {
 	if depth == nil {
 		depth = func(int) {}
 	}
-	return &queue{max: max, depth: depth}
+	return &queue{max: waiting, slots: max(slots, 1), depth: depth}
 }
 
-// acquire waits for the model. It returns a 429 *Error when max requests
+// acquire waits for a slot. It returns a 429 *Error when max requests
 // already wait, a 503 *Error after close, and ctx's error when ctx ends
 // first. On success the caller must call release exactly once.
 func (q *queue) acquire(ctx context.Context) error {
@@ -52,8 +55,8 @@ func (q *queue) acquireWaiting(ctx context.Context, interval time.Duration, wait
 		q.mu.Unlock()
 		return errShuttingDown
 	}
-	if !q.busy && len(q.waiters) == 0 {
-		q.busy, q.since = true, time.Now()
+	if len(q.running) < q.slots && len(q.waiters) == 0 {
+		q.running = append(q.running, time.Now())
 		q.mu.Unlock()
 		return nil
 	}
@@ -113,21 +116,25 @@ func (q *queue) leave(ch chan struct{}) {
 	q.release()
 }
 
-// release hands the model to the next waiter, or marks it idle.
+// release gives up a slot: to the next waiter, or free.
 func (q *queue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := time.Now()
-	if d := now.Sub(q.since); q.hold == 0 {
-		q.hold = d
-	} else {
-		q.hold += (d - q.hold) / 4
+	// The oldest request ends its hold here: the holds are not told
+	// apart, and the oldest is the one the estimate waits for.
+	if len(q.running) > 0 {
+		if d := now.Sub(q.running[0]); q.hold == 0 {
+			q.hold = d
+		} else {
+			q.hold += (d - q.hold) / 4
+		}
+		q.running = append(q.running[:0], q.running[1:]...)
 	}
-	q.since = now
 	if len(q.waiters) == 0 {
-		q.busy = false
 		return
 	}
+	q.running = append(q.running, now)
 	next := q.waiters[0]
 	q.waiters[0] = nil
 	q.waiters = q.waiters[1:]
@@ -142,13 +149,16 @@ const (
 )
 
 // retryAfterLocked estimates when a refused request may find room: a
-// place in the queue frees when the running request ends, which is
-// expected after the average hold time less the time it has run. Before
+// place in the queue frees when a running request ends, the oldest
+// expected first, after the average hold time less the time it has run. Before
 // any request ended there is no average, and the estimate is the
 // minimum. It is rounded up to whole seconds and kept within
 // [minRetryAfter, maxRetryAfter].
 func (q *queue) retryAfterLocked() time.Duration {
-	d := q.hold - time.Since(q.since)
+	var d time.Duration
+	if len(q.running) > 0 {
+		d = q.hold - time.Since(q.running[0])
+	}
 	d = time.Duration(math.Ceil(d.Seconds())) * time.Second
 	return min(max(d, minRetryAfter), maxRetryAfter)
 }

@@ -8,7 +8,7 @@ import (
 )
 
 func TestQueueFIFO(t *testing.T) {
-	q := newQueue(3, nil)
+	q := newQueue(1, 3, nil)
 	if err := q.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestQueueFIFO(t *testing.T) {
 }
 
 func TestQueueCancelWhileWaiting(t *testing.T) {
-	q := newQueue(1, nil)
+	q := newQueue(1, 1, nil)
 	q.acquire(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -67,9 +67,58 @@ func TestQueueCancelWhileWaiting(t *testing.T) {
 }
 
 func TestQueueNoWaiting(t *testing.T) {
-	q := newQueue(0, nil)
+	q := newQueue(1, 0, nil)
 	q.acquire(context.Background())
 	if err := q.acquire(context.Background()); AsError(err).Code != CodeQueueFull {
 		t.Fatalf("got %v, want errQueueFull", err)
+	}
+}
+
+// TestQueueSlots admits as many requests at once as the queue has slots,
+// queues the next ones in order and refuses those beyond the waiting
+// room.
+func TestQueueSlots(t *testing.T) {
+	q := newQueue(3, 2, nil)
+	for i := range 3 {
+		if err := q.acquire(context.Background()); err != nil {
+			t.Fatalf("acquire %d of 3 slots: %v", i+1, err)
+		}
+	}
+	order := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			if err := q.acquire(context.Background()); err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+		}()
+		for q.waiting() != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	err := q.acquire(context.Background())
+	if e := AsError(err); e == nil || e.Code != CodeQueueFull || e.RetryAfter < minRetryAfter {
+		t.Fatalf("acquire with 3 running and 2 waiting: %v, want errQueueFull with a Retry-After", err)
+	}
+	q.release()
+	if got := <-order; got != 0 {
+		t.Fatalf("waiter %d ran first", got)
+	}
+	q.release()
+	if got := <-order; got != 1 {
+		t.Fatalf("waiter %d ran second", got)
+	}
+	// Three run again; a fourth waits rather than being refused.
+	if n := q.waiting(); n != 0 {
+		t.Fatalf("%d still waiting", n)
+	}
+	for range 3 {
+		q.release()
+	}
+	for i := range 3 {
+		if err := q.acquire(context.Background()); err != nil {
+			t.Fatalf("acquire %d after the releases: %v", i+1, err)
+		}
 	}
 }

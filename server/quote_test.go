@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
@@ -201,13 +200,14 @@ func TestInjectionStaysText(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := m.eng.Tokenizer
+	last := recordPrompts(m)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			status, v, body := post(t, ts.URL+tt.path, mustJSON(tt.body))
 			if status != 200 {
 				t.Fatalf("status %d: %s", status, body)
 			}
-			got := sessionPrompt(t, m, int(tt.usage(v)))
+			got := ranPrompt(t, last, int(tt.usage(v)))
 			text := lastLoggedPrompt(t, logs.String())
 			if strings.ContainsRune(text, tokenizer.Guard) {
 				t.Errorf("the logged prompt holds the guard: %q", text)
@@ -260,19 +260,32 @@ func countID(ids []int32, id int32) int {
 	return n
 }
 
-// sessionPrompt returns the first n tokens of the model's session: the
-// prompt of the last request, once it has finished.
-func sessionPrompt(t *testing.T, m *Model, n int) []int32 {
+// recordPrompts records the prompt of each generation of m as it goes to
+// the scheduler; the function returned returns the last one.
+func recordPrompts(m *Model) func() []int32 {
+	var mu sync.Mutex
+	var last []int32
+	m.promptHook = func(ids []int32) {
+		mu.Lock()
+		last = slices.Clone(ids)
+		mu.Unlock()
+	}
+	return func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
+// ranPrompt returns the prompt of the last generation recorded, checking
+// that it has the n tokens the response reported.
+func ranPrompt(t *testing.T, last func() []int32, n int) []int32 {
 	t.Helper()
-	if err := m.q.acquire(context.Background()); err != nil {
-		t.Fatal(err)
+	toks := last()
+	if n <= 0 || n != len(toks) {
+		t.Fatalf("reported prompt of %d tokens, the scheduler ran %d", n, len(toks))
 	}
-	defer m.q.release()
-	toks := m.sess.Tokens()
-	if n <= 0 || n > len(toks) {
-		t.Fatalf("reported prompt of %d tokens, session holds %d", n, len(toks))
-	}
-	return slices.Clone(toks[:n])
+	return toks
 }
 
 // lastLoggedPrompt returns the prompt of the last generation logged.
@@ -298,6 +311,7 @@ func lastLoggedPrompt(t *testing.T, logs string) string {
 func TestRawPromptKeepsSpecialTokens(t *testing.T) {
 	s, ts := newTestServer(t, Config{})
 	m, _ := s.Model("chat")
+	last := recordPrompts(m)
 	tok := m.eng.Tokenizer
 	prompt := "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 	want := tok.Encode(prompt, true)
@@ -316,7 +330,7 @@ func TestRawPromptKeepsSpecialTokens(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("%s: status %d: %s", tc.path, status, body)
 		}
-		if got := sessionPrompt(t, m, int(num(v, tc.usage...))); !slices.Equal(got, want) {
+		if got := ranPrompt(t, last, int(num(v, tc.usage...))); !slices.Equal(got, want) {
 			t.Errorf("%s: prompt %v, want %v", tc.path, got, want)
 		}
 	}

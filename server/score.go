@@ -5,9 +5,10 @@ import "context"
 // scorePrompt runs p's prompt through the model from its start and
 // returns each prompt token with its log-probability given the tokens
 // before it and the p.req.TopLogprobs likeliest tokens at its position.
-// The first token has none. It checks ctx between chunks.
+// The first token has none. It runs on the model's scheduler and checks
+// ctx between its steps.
 func (m *Model) scorePrompt(ctx context.Context, p *Prepared) ([]TokenLogprob, error) {
-	scored, err := m.eng.PromptLogprobs(ctx, m.sess, p.ids, p.req.TopLogprobs)
+	scored, err := m.sched.PromptLogprobs(ctx, p.ids, p.req.TopLogprobs)
 	if err != nil {
 		return nil, err
 	}

@@ -69,8 +69,9 @@ type Config struct {
 	// room, and further clients wait to be accepted until one closes (0:
 	// DefaultMaxConnections; negative: no bound).
 	MaxConnections int
-	// MaxQueue is how many requests may wait per model behind the running
-	// one (0: DefaultMaxQueue; negative: none may wait).
+	// MaxQueue is how many requests may wait per model while as many run
+	// as the model runs sequences at once (ModelOptions.Parallel) (0:
+	// DefaultMaxQueue; negative: none may wait).
 	MaxQueue int
 	// KeepAlive is how often a streamed request waiting for its model
 	// gets a keep-alive frame (0: DefaultKeepAlive; negative: none, only
@@ -108,6 +109,7 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	closed sync.Once // the models' schedulers
 	// running counts the handlers running, so that Serve returns only
 	// once the last has (a generation cancelled at the drain deadline
 	// still finishes its step on the model).
@@ -164,10 +166,11 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 		}
 		m.srv = s
 		m.obs = s.metrics.forModel(m.id)
-		m.q = newQueue(cfg.MaxQueue, func(n int) { m.obs.queueDepth.Set(float64(n)) })
+		m.q = newQueue(m.Parallel(), cfg.MaxQueue, func(n int) { m.obs.queueDepth.Set(float64(n)) })
 		s.byID[m.id] = m
 		s.models = append(s.models, m)
 	}
+	s.metrics.reg.MustRegister(newSchedulerMetrics(s.models))
 	s.routes()
 	return s, nil
 }
@@ -213,10 +216,23 @@ func (s *Server) Model(id string) (*Model, error) {
 	return nil, errModelNotFound(id)
 }
 
-// Close refuses new generations (503) and cancels those running.
+// Close refuses new generations (503), cancels those running and closes
+// the models' schedulers.
 func (s *Server) Close() {
 	s.stopAdmitting()
 	s.cancel()
+	s.closeModels()
+}
+
+// closeModels closes the models' schedulers, once.
+func (s *Server) closeModels() {
+	s.closed.Do(func() {
+		for _, m := range s.models {
+			if err := m.Close(); err != nil {
+				s.log.Warn("closing the model", "model", m.id, "error", err)
+			}
+		}
+	})
 }
 
 func (s *Server) stopAdmitting() {
@@ -232,7 +248,8 @@ func (s *Server) stopAdmitting() {
 // within drain, after which their generations are cancelled and the
 // connections closed; it returns once the last handler has. When ln
 // listens beyond loopback, requests may name the server by any IP address
-// and by the machine's host name (see Config.AllowedHosts).
+// and by the machine's host name (see Config.AllowedHosts). Once the last
+// handler has returned, it closes the models' schedulers.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
 	hosts := s.hosts.Load().withListener(ln.Addr())
 	s.hosts.Store(hosts)
@@ -264,6 +281,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	case err := <-errc:
 		s.Close()
 		s.running.Wait()
+		s.closeModels()
 		return err
 	case <-ctx.Done():
 	}
@@ -280,6 +298,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	s.cancel()
 	<-errc
 	s.running.Wait()
+	s.closeModels()
 	if errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}

@@ -70,14 +70,12 @@ func TestQueuedStreamKeepAlive(t *testing.T) {
 			"application/x-ndjson", `"done":true`, ndjson("response")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// Hold the model, as a long request would.
-			if err := m.q.acquire(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			// Hold the model, as long requests would.
+			release := holdModel(t, m)
 			held := true
 			defer func() {
 				if held {
-					m.q.release()
+					release()
 				}
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -116,7 +114,7 @@ func TestQueuedStreamKeepAlive(t *testing.T) {
 				t.Fatalf("%d requests wait, want the one streaming keep-alives", n)
 			}
 			held = false
-			m.q.release()
+			release()
 			rest, err := io.ReadAll(r)
 			if err != nil {
 				t.Fatal(err)
@@ -145,10 +143,7 @@ func TestQueuedStreamKeepAlive(t *testing.T) {
 func TestQueuedStreamClientLeaves(t *testing.T) {
 	s, ts := newTestServer(t, Config{KeepAlive: 10 * time.Millisecond})
 	m := s.models[0]
-	if err := m.q.acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer m.q.release()
+	defer holdModel(t, m)()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/chat/completions", strings.NewReader(`{"model":"chat",`+japan+`,"stream":true}`))
 	resp, err := http.DefaultClient.Do(req)
@@ -175,9 +170,7 @@ func TestQueuedStreamClientLeaves(t *testing.T) {
 func TestRetryAfter(t *testing.T) {
 	s, ts := newTestServer(t, Config{MaxQueue: -1})
 	m := s.models[0]
-	if err := m.q.acquire(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	release := holdModel(t, m)
 	user := `"messages":[{"role":"user","content":"Hello!"}]`
 	routes := []struct{ path, body string }{
 		{"/v1/chat/completions", `{"model":"chat",` + user + `,"stream":true}`},
@@ -202,7 +195,7 @@ func TestRetryAfter(t *testing.T) {
 	}
 	// No request has ended yet: the estimate is the minimum.
 	check(http.StatusTooManyRequests, "1")
-	m.q.release()
+	release()
 	s.stopAdmitting()
 	check(http.StatusServiceUnavailable, "5")
 }
@@ -219,12 +212,12 @@ func TestQueueRetryAfterEstimate(t *testing.T) {
 		{10 * time.Minute, 0, time.Minute},                   // capped
 		{2500 * time.Millisecond, 0, 3 * time.Second},        // rounded up
 	} {
-		q := newQueue(0, nil)
+		q := newQueue(1, 0, nil)
 		if err := q.acquire(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		q.mu.Lock()
-		q.hold, q.since = tc.hold, time.Now().Add(-tc.ran)
+		q.hold, q.running[0] = tc.hold, time.Now().Add(-tc.ran)
 		q.mu.Unlock()
 		err := q.acquire(context.Background())
 		e, ok := err.(*Error)

@@ -71,6 +71,9 @@ type benchReport struct {
 	StateBytes      int64       `json:"state_bytes"`
 	CheckpointBytes int64       `json:"checkpoint_bytes"`
 	Tests           []benchTest `json:"tests"`
+	// Parallel holds the rows of the parallel mode (-npl), which runs
+	// instead of the tests.
+	Parallel []benchParallel `json:"parallel,omitempty"`
 }
 
 // benchTest is one row of the table: prefill of NPrompt tokens (ppN) or
@@ -108,12 +111,17 @@ type benchOptions struct {
 	hostSampling               bool
 	noMmap                     bool // read the weights into memory (--no-mmap)
 	asJSON                     bool
+	npl                        []int     // parallel mode: sequences at once, one run each
+	kvBytes                    int64     // parallel mode: the paged cache's memory (0: default)
 	cpuProfile                 string    // file for a CPU profile of the timed tests; "": none
 	progress                   io.Writer // receives a line per repetition; nil: none
 }
 
 func newBenchCmd() *cobra.Command {
-	var o benchOptions
+	var (
+		o        benchOptions
+		kvMemory byteSize
+	)
 	cmd := &cobra.Command{
 		Use:   "bench PATH",
 		Short: "Measure prefill and decode speed",
@@ -140,12 +148,41 @@ experts a token runs, not all of them.
 
 The memory line compares the peak resident set with the weights plus the
 largest session's state: KV caches, and for hybrid and state-space models
-the recurrent state and the checkpoints of it kept for prefix reuse.`,
+the recurrent state and the checkpoints of it kept for prefix reuse.
+
+With -npl (one dash or two), bench measures many sequences at once instead,
+as llama.cpp's llama-batched-bench does: for each count B of the list, B
+sequences, each with a prompt of its own of -p random tokens (no shared
+prefix), run together through the scheduler of lem serve, each generating
+-n tokens, stop tokens ignored. A row reports PP and TG (tokens per
+sequence), B, N_KV = B × (PP + TG), the time until every prompt was
+prefilled (T_PP) and the aggregate prefill rate over it (S_PP), the time
+from then to the last token (T_TG) and the aggregate decode rate over it
+(S_TG), and the whole run (T, S = N_KV / T). Sequences whose prompts are
+done decode while others still prefill, as when serving. Each count runs
+once, on a fresh scheduler, after a warm-up of one sequence (-r does not
+apply). --kv-memory sizes the paged cache; sequences preempted for want of
+it are counted.`,
 		Example: `  lem bench /tmp/qwen05b -p 512 -n 128 -r 3
   lem bench /tmp/qwen05b -p 0 -n 64 -d 4096
-  lem bench model-dir --threads 8 --json`,
-		Args: cobra.ExactArgs(1),
+  lem bench model-dir --threads 8 --json
+  lem bench model.gguf -npl 1,4,16,64 -p 128 -n 128`,
+		// Flags are parsed in RunE, so that -npl may be written with one
+		// dash as llama-batched-bench takes it.
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			fs := cmd.Flags()
+			if err := fs.Parse(llamaFlags(args)); err != nil {
+				return err
+			}
+			if help, _ := fs.GetBool("help"); help {
+				return cmd.Help()
+			}
+			if err := cobra.ExactArgs(1)(cmd, fs.Args()); err != nil {
+				return err
+			}
+			args = fs.Args()
+			o.kvBytes = int64(kvMemory)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			o.progress = cmd.ErrOrStderr()
@@ -158,6 +195,9 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
+			}
+			if len(rep.Parallel) > 0 {
+				return printParallel(w, rep)
 			}
 			return printBench(w, rep)
 		},
@@ -173,8 +213,27 @@ the recurrent state and the checkpoints of it kept for prefix reuse.`,
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up; the bandwidth reads between decode repetitions show under cpu.StreamRead) to this file")
 	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
+	fs.IntSliceVar(&o.npl, "npl", nil, "parallel mode, as llama-batched-bench: for each count, that many sequences at once, each with a prompt of its own of -p tokens, generating -n tokens (also -npl)")
+	fs.Var(&kvMemory, "kv-memory", "parallel mode: memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
 	registerNoMmap(fs, &o.noMmap)
 	return cmd
+}
+
+// llamaFlags lets bench take -npl with one dash, as llama.cpp's
+// llama-batched-bench does; pflag would read it as -n pl.
+func llamaFlags(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "--" {
+			copy(out[i:], args[i:])
+			break
+		}
+		if a == "-npl" || strings.HasPrefix(a, "-npl=") {
+			a = "-" + a
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // runBench measures the model at path.
@@ -190,6 +249,21 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return nil, fmt.Errorf("--threads must not be negative (got %d)", o.threads)
 	case o.memMiB < 1:
 		return nil, fmt.Errorf("--mem-buffer must be at least 1 MiB (got %d)", o.memMiB)
+	}
+	for _, n := range o.npl {
+		if n < 1 {
+			return nil, fmt.Errorf("-npl: want counts of sequences of at least 1, got %d", n)
+		}
+	}
+	if len(o.npl) > 0 {
+		switch {
+		case o.prompt < 1:
+			return nil, fmt.Errorf("-npl needs prompts: -p must be at least 1 (got %d)", o.prompt)
+		case o.depth > 0:
+			return nil, errors.New("-npl runs every sequence from an empty context: -d does not apply")
+		}
+	} else if o.kvBytes > 0 {
+		return nil, errors.New("--kv-memory applies to the parallel mode only (-npl)")
 	}
 	backend, desc, err := device.Open(o.device, o.threads)
 	if err != nil {
@@ -221,7 +295,10 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		return nil, err
 	}
 	cfg := m.Net.Config()
-	if n := o.depth + max(o.prompt, o.gen+1); n > m.ContextLength() {
+	if n := o.prompt + o.gen + 1; len(o.npl) > 0 && n > m.ContextLength() {
+		return nil, fmt.Errorf("-p %d and -n %d: %d positions per sequence exceed the model's context of %d", o.prompt, o.gen, n, m.ContextLength())
+	}
+	if n := o.depth + max(o.prompt, o.gen+1); len(o.npl) == 0 && n > m.ContextLength() {
 		return nil, fmt.Errorf("%d positions exceed the model's context of %d", n, m.ContextLength())
 	}
 	rep.ModelType = cfg.ModelType
@@ -241,6 +318,13 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 	}
 	logf("bench: %s, %s of weights\n", rep.Label, humanBytes(rep.SizeBytes))
+	if len(o.npl) > 0 {
+		if err := runParallel(ctx, m, rep, o, logf); err != nil {
+			return nil, err
+		}
+		rep.PeakRSSBytes = peakRSS()
+		return rep, nil
+	}
 	// state notes the largest session's per-sequence memory.
 	state := func(s *engine.Session) {
 		if mem := s.Memory(); mem.Total() > rep.KVBytes+rep.StateBytes+rep.CheckpointBytes {
@@ -554,37 +638,8 @@ func printBench(w io.Writer, r *benchReport) error {
 		})
 	}
 	right := []bool{false, true, true, false, true, true, true, true, true}
-	width := make([]int, len(rows[0]))
-	for _, row := range rows {
-		for i, c := range row {
-			width[i] = max(width[i], len([]rune(c)))
-		}
-	}
 	var b strings.Builder
-	line := func(cells []string) {
-		for i, c := range cells {
-			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
-			if right[i] {
-				c = pad + c
-			} else {
-				c += pad
-			}
-			b.WriteString("| " + c + " ")
-		}
-		b.WriteString("|\n")
-	}
-	line(rows[0])
-	for i := range width {
-		dash := strings.Repeat("-", width[i])
-		if right[i] {
-			dash = dash[1:] + ":"
-		}
-		b.WriteString("| " + dash + " ")
-	}
-	b.WriteString("|\n")
-	for _, row := range rows[1:] {
-		line(row)
-	}
+	writeTable(&b, rows, right)
 	if r.Backend == "cuda" {
 		fmt.Fprintf(&b, "\ndevice: %s\nmemory bandwidth: %.2f GB/s (device copy of %s, read + write); decode reads %s of weights per token",
 			r.Device, r.MemBandwidthGBs, humanBytes(r.MemBufferBytes), humanBytes(r.WeightBytesPerToken))
@@ -622,4 +677,43 @@ func printBench(w io.Writer, r *benchReport) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeTable writes rows (the first the header) as a Markdown table, the
+// columns whose right is set aligned right. Columns are at least 3 wide,
+// room for an alignment marker.
+func writeTable(b *strings.Builder, rows [][]string, right []bool) {
+	width := make([]int, len(rows[0]))
+	for i := range width {
+		width[i] = 3
+	}
+	for _, row := range rows {
+		for i, c := range row {
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	line := func(cells []string) {
+		for i, c := range cells {
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			if right[i] {
+				c = pad + c
+			} else {
+				c += pad
+			}
+			b.WriteString("| " + c + " ")
+		}
+		b.WriteString("|\n")
+	}
+	line(rows[0])
+	for i := range width {
+		dash := strings.Repeat("-", width[i])
+		if right[i] {
+			dash = dash[1:] + ":"
+		}
+		b.WriteString("| " + dash + " ")
+	}
+	b.WriteString("|\n")
+	for _, row := range rows[1:] {
+		line(row)
+	}
 }

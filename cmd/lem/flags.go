@@ -2,7 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -104,3 +107,61 @@ func (f *sampleFlags) params() engine.SampleParams {
 	}
 	return p
 }
+
+// byteSize is a flag holding a number of bytes, written as a count with
+// an optional unit: B, KiB, MiB, GiB, TiB (powers of 1024), KB, MB, GB,
+// TB (powers of 1000), or K, M, G, T as the binary ones: "4GiB",
+// "512MiB", "1.5G", "1048576".
+type byteSize int64
+
+var sizeUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
+	{"b", 1},
+}
+
+// parseByteSize reads a size as byteSize takes it.
+func parseByteSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range sizeUnits {
+		if num, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || t == "" || strings.ContainsAny(t, "xXpP_") || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%q is not a size: want a number of bytes with an optional unit, such as 4GiB, 512MiB or 1073741824", s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("size %q is negative", s)
+	}
+	b := v * mult
+	if b >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int64(b), nil
+}
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseByteSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func (b *byteSize) String() string {
+	if *b == 0 {
+		return "0"
+	}
+	return humanBytes(int64(*b))
+}
+
+func (b *byteSize) Type() string { return "size" }

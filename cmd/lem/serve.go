@@ -29,6 +29,8 @@ func newServeCmd() *cobra.Command {
 		hosts      []string
 		limits     server.Config
 		maxQueue   int
+		parallel   int
+		kvMemory   byteSize
 		maxBody    int64
 		drain      time.Duration
 		logContent bool
@@ -46,9 +48,13 @@ built into lem) and answers three APIs on --addr:
              GET /api/tags, /api/ps, /api/version
 GET /health and GET /metrics (Prometheus) are there too.
 
-Requests wait in a bounded queue (--max-queue) and run one at a time; the
-model keeps its last conversation in memory, so a request that continues it
-prefills only what is new. With --api-key (or LEM_API_KEY) every API route
+Up to --parallel requests run at once, their sequences advancing together in
+one batch (by default as many as the KV cache's memory allows); more wait in
+a bounded queue (--max-queue), and beyond it get 429. The KV cache is one pool
+of blocks of --kv-memory (by default a share of the free memory); full
+blocks stay after their requests end, so that any request that shares a
+prefix with an earlier one (a conversation's history, an agent's system
+prompt) prefills only what is new. With --api-key (or LEM_API_KEY) every API route
 needs "Authorization: Bearer KEY" or "x-api-key: KEY"; /health stays open.
 SIGINT or SIGTERM stops taking requests and lets running ones finish for
 up to --drain.
@@ -76,6 +82,9 @@ accepted until one closes.`,
   curl localhost:36911/v1/chat/completions -d '{"model":"chat-model","messages":[{"role":"user","content":"Hi"}]}'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if parallel < 0 {
+				return fmt.Errorf("--parallel: want 0 (chosen from memory) or a positive number of sequences, got %d", parallel)
+			}
 			if apiKey == "" {
 				apiKey = os.Getenv("LEM_API_KEY")
 			}
@@ -104,7 +113,7 @@ accepted until one closes.`,
 			if id == "" {
 				id = filepath.Base(filepath.Clean(em.Name))
 			}
-			m, err := server.NewModel(id, em, server.ModelOptions{Context: rf.ctx})
+			m, err := server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)})
 			if err != nil {
 				return err
 			}
@@ -123,16 +132,18 @@ accepted until one closes.`,
 			cfg.LogContent, cfg.Logger = logContent, log
 			s, err := server.New(cfg, m)
 			if err != nil {
+				m.Close()
 				return err
 			}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
+				s.Close()
 				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log.Info("serving", "model", id, "path", em.Name, "backend", em.Backend.Name(),
-				"context", m.ContextLength(), "url", "http://"+ln.Addr().String())
+				"context", m.ContextLength(), "parallel", m.Parallel(), "url", "http://"+ln.Addr().String())
 			return s.Serve(ctx, ln, drain)
 		},
 	}
@@ -148,7 +159,9 @@ accepted until one closes.`,
 	fs.DurationVar(&limits.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle this long (0: never)")
 	fs.IntVar(&limits.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderBytes, "largest request headers in bytes; larger get 431")
 	fs.IntVar(&limits.MaxConnections, "max-connections", server.DefaultMaxConnections, "most connections open at once; at the limit idle ones are closed and new ones wait (0: no limit)")
-	fs.IntVar(&maxQueue, "max-queue", server.DefaultMaxQueue, "requests that may wait behind the running one; more get 429")
+	fs.IntVar(&maxQueue, "max-queue", server.DefaultMaxQueue, "requests that may wait while --parallel run; more get 429")
+	fs.IntVar(&parallel, "parallel", 0, "sequences that run at once, in one batch (0: as many as --kv-memory allows)")
+	fs.Var(&kvMemory, "kv-memory", "memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
