@@ -14,6 +14,7 @@ type kvState struct {
 	snaps []*compute.KVCache
 	ctx   int
 	arenas
+	one pass // the pass of Forward, reused (onePass)
 }
 
 // newKVState allocates the caches of the attention blocks attns, one per

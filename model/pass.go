@@ -40,10 +40,13 @@ type passSeq struct {
 // caches, rec its recurrent tensors (nil in a model without).
 func onePass(b compute.Backend, st *kvState, rec []*compute.Tensor, ids, pos, logits *compute.Tensor) *pass {
 	n := ids.Len()
-	return &pass{
+	// The state keeps its pass, so that a decode step allocates nothing.
+	p := &st.one
+	*p = pass{
 		b: b, ar: st.arenaFor(n), ids: ids, pos: pos, logits: logits, kv: st,
-		seqs: []passSeq{{from: 0, to: n, rec: rec}},
+		seqs: append(p.seqs[:0], passSeq{from: 0, to: n, rec: rec}),
 	}
+	return p
 }
 
 // rows returns the number of rows of the pass.
