@@ -399,17 +399,11 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		}
 	}
 
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return nil, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startProfile(o.cpuProfile)
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
 	// bandwidth measures the memory bandwidth. Its buffer would raise the
 	// peak resident set, so the peak so far is noted first and, where
 	// decode repetitions are paired with measurements, reset after (where
@@ -716,4 +710,24 @@ func writeTable(b *strings.Builder, rows [][]string, right []bool) {
 	for _, row := range rows[1:] {
 		line(row)
 	}
+}
+
+// startProfile starts a CPU profile into the file path ("": none) and
+// returns the function that ends it.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -129,6 +129,11 @@ func runParallel(ctx context.Context, m *engine.Model, rep *benchReport, o bench
 	if _, err := run(1); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
+	stop, err := startProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	for _, npl := range o.npl {
 		if err := ctx.Err(); err != nil {
 			return err
