@@ -383,7 +383,7 @@ func one(ctx context.Context, client *http.Client, base string, cfg *Config, pro
 			r.UsageGiven = true
 			r.PromptTokens, r.OutputTokens = ch.Usage.PromptTokens, ch.Usage.CompletionTokens
 		}
-		if ch.content() {
+		if ch.content(cfg.Endpoint == Completions) {
 			if r.Chunks == 0 {
 				r.TTFT = now.Sub(sent)
 			} else {
@@ -426,7 +426,8 @@ func perToken(gaps []time.Duration, tokens int) []time.Duration {
 // endpoint.
 type chunk struct {
 	Choices []struct {
-		Text  string `json:"text"` // completions
+		Text         string  `json:"text"` // completions
+		FinishReason *string `json:"finish_reason"`
 		Delta struct {
 			Content          string `json:"content"`
 			ReasoningContent string `json:"reasoning_content"`
@@ -440,11 +441,17 @@ type chunk struct {
 	Error json.RawMessage `json:"error"`
 }
 
-// content reports whether the chunk carries generated text (answer or
-// reasoning).
-func (c *chunk) content() bool {
+// content reports whether the chunk carries a generated token: text
+// (answer or reasoning), or, from the completions endpoint, a choice that
+// has not finished even when its text is empty (servers send a chunk per
+// token, and a token may render as nothing: llama-server drops control
+// tokens, which random-weight models emit often).
+func (c *chunk) content(completions bool) bool {
 	for _, ch := range c.Choices {
 		if ch.Text != "" || ch.Delta.Content != "" || ch.Delta.ReasoningContent != "" || ch.Delta.Reasoning != "" {
+			return true
+		}
+		if completions && ch.FinishReason == nil {
 			return true
 		}
 	}

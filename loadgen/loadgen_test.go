@@ -367,3 +367,35 @@ func TestStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyTokens runs the generator against a completions stream whose
+// tokens render as no text (llama-server's chunks for control tokens): each
+// unfinished chunk is a token, the finishing chunk and the usage chunk are
+// not.
+func TestEmptyTokens(t *testing.T) {
+	tok := `data: {"choices":[{"text":"","index":0,"finish_reason":null}]}` + "\n\n"
+	end := `data: {"choices":[{"text":"","index":0,"finish_reason":"length"}]}` + "\n\n"
+	usage := `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":5}}` + "\n\n"
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/completions" {
+			http.Error(w, "wrong path", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for part := range strings.SplitAfterSeq(strings.Repeat(tok, 5)+end+usage+"data: [DONE]\n\n", "\n\n") {
+			io.WriteString(w, part)
+			w.(http.Flusher).Flush()
+			time.Sleep(time.Millisecond)
+		}
+	}))
+	defer ts.Close()
+	rep, err := Run(t.Context(), Config{URL: ts.URL, Model: "m", Endpoint: Completions, Concurrency: 1, Requests: 1,
+		PromptTokens: 4, OutputTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Completed != 1 || rep.TTFT.N != 1 || rep.ITL.N != 4 || rep.OutputTokensTotal != 5 {
+		t.Errorf("report: completed %d, TTFT samples %d, ITL samples %d, tokens %d; want 1, 1, 4, 5",
+			rep.Completed, rep.TTFT.N, rep.ITL.N, rep.OutputTokensTotal)
+	}
+}
