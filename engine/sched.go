@@ -100,6 +100,7 @@ type Scheduler struct {
 	graphFailed bool
 	graphMem    int64 // the cache's memory when the graphs were recorded
 	padded      int64 // steps run padded to a bucket
+	padRows     int64 // padding rows run
 	replays     int64 // of them replayed from a graph
 
 	mu                                      sync.Mutex

@@ -103,6 +103,7 @@ func (s *Scheduler) fillBucket(bk *bucket, parts []stepPart) (*model.Batch, []in
 		seq = append(seq, int32(i))
 		rows = append(rows, i)
 	}
+	s.padRows += int64(bk.rows - len(parts))
 	for i := len(parts); i < bk.rows; i++ {
 		ids = append(ids, 0)
 		pos = append(pos, 0)
