@@ -47,14 +47,14 @@ type sequence struct {
 	started bool
 
 	// Handshake with the caller.
-	need   bool      // the caller waits for the logits of the last token
-	acked  bool      // scoring: the caller took the rows last handed over
-	scored int       // scoring: rows handed over
-	gone   bool      // the caller left
-	err    error     // ends the sequence
-	host   []float32 // the logits handed over: one row, or rows for scoring
+	need   bool        // the caller waits for the logits of the last token
+	acked  bool        // scoring: the caller took the rows last handed over
+	scored int         // scoring: rows handed over
+	gone   bool        // the caller left
+	err    error       // ends the sequence
+	host   []float32   // the logits handed over: one row, or rows for scoring
 	cands  []candidate // the candidates handed over, when pick > 0
-	nrows  int       // scoring: rows in host
+	nrows  int         // scoring: rows in host
 	// delivered is when the scheduler last handed logits over.
 	delivered time.Time
 	ready     chan struct{}
