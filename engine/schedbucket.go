@@ -10,7 +10,8 @@ import (
 // Padded decode steps. A step in which every sequence runs one token (no
 // prompt chunk) is padded to a bucket of rows, a power of two up to
 // maxBucket, with rows of dummy sequences at position 0 whose keys and
-// values go to a block reserved for them (Scheduler.scratch). Rows are
+// values go to a block reserved for them (Scheduler.scratch, one per
+// group beyond the pool that the memory budget sizes). Rows are
 // independent, so padding changes no sequence's numbers. Each bucket keeps
 // its input tensors (ids, positions, the row→sequence maps and block
 // tables at the full table width, the logits), so that on a backend that

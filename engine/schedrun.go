@@ -86,12 +86,13 @@ func newScheduler(m *Model, net model.Batched, opts SchedulerOptions, pad bool) 
 	if err := s.size(opts); err != nil {
 		return nil, err
 	}
-	s.pad = pad && !s.recurrent && s.parallel <= maxBucket
+	s.pad = pad && !s.recurrent
 	spec := model.CacheSpec{BlockSize: s.bs, States: s.states}
 	for _, g := range s.groups {
 		n := g.pool.size()
 		if s.pad {
-			// One block past the pool's, for padding rows to write to.
+			// One block past the pool's (and the KVBytes budget's),
+			// for padding rows to write to.
 			s.scratch = append(s.scratch, int32(n))
 			n++
 		}
