@@ -21,7 +21,8 @@ import (
 // uploads and one launch. Models with recurrent layers are not padded:
 // their replayed steps would need the host's bookkeeping of each slot.
 
-// maxBucket is the most rows of a padded step.
+// maxBucket is the most rows of a padded step; steps of more sequences
+// run unpadded.
 const maxBucket = 256
 
 // padsSteps reports whether a scheduler on b pads its decode steps: on
