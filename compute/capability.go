@@ -83,3 +83,13 @@ type Pager interface {
 type RowStable interface {
 	SetRowStable(on bool)
 }
+
+// MemoryReporter is implemented by backends that can tell how much memory
+// is still free for their tensors (the CUDA backend: the device's free
+// memory), so that a caller can size a cache by what is left once the
+// weights are loaded. Backends on the host's memory do not implement it;
+// callers then look at the host.
+type MemoryReporter interface {
+	// FreeMemory returns the bytes that allocations may still take.
+	FreeMemory() (int64, error)
+}

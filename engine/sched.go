@@ -83,6 +83,25 @@ type Scheduler struct {
 	tensors                              map[[2]int]*compute.Tensor
 	idsHost, posHost, seqHost, tableHost []int32
 	logitsHost                           []float32
+	rowsOf, hostOff                      []int // per part of a step: first logits row, offset in logitsHost
+
+	// Candidates picked on the device (compute.TokenPicker): cands holds
+	// TopK's output for the last step's kmax, candsHost its copy.
+	cands      *compute.Tensor
+	candsHost  []float32
+	kmax       int
+	readFloats int64 // logits and candidate values read to the host
+
+	// Decode steps padded to buckets of rows, each bucket's step recorded
+	// as a graph where the backend records them (see bucket).
+	pad         bool
+	scratch     []int32 // per group: the block padding rows write to
+	buckets     map[int]*bucket
+	graphFailed bool
+	graphMem    int64 // the cache's memory when the graphs were recorded
+	padded      int64 // steps run padded to a bucket
+	padRows     int64 // padding rows run
+	replays     int64 // of them replayed from a graph
 
 	mu                                      sync.Mutex
 	closed                                  bool
@@ -104,7 +123,7 @@ func (m *Model) NewScheduler(opts SchedulerOptions) (*Scheduler, error) {
 	if !ok {
 		return nil, fmt.Errorf("scheduler: %s (%s) does not run batched passes", m.Name, m.Net.Config().ModelType)
 	}
-	return newScheduler(m, net, opts)
+	return newScheduler(m, net, opts, padsSteps(m.Backend))
 }
 
 // Generate is Model.Generate over the scheduler: the same Request,

@@ -34,6 +34,7 @@ type sequence struct {
 	tokens []int32 // prompt, then the generated tokens handed in
 	prompt int     // the prompt's length
 	score  bool    // PromptLogprobs: every row's logits
+	pick   int     // candidates the backend picks for the caller (pickK); 0: the logits
 
 	// The scheduler's.
 	running bool
@@ -46,13 +47,14 @@ type sequence struct {
 	started bool
 
 	// Handshake with the caller.
-	need   bool      // the caller waits for the logits of the last token
-	acked  bool      // scoring: the caller took the rows last handed over
-	scored int       // scoring: rows handed over
-	gone   bool      // the caller left
-	err    error     // ends the sequence
-	host   []float32 // the logits handed over: one row, or rows for scoring
-	nrows  int       // scoring: rows in host
+	need   bool        // the caller waits for the logits of the last token
+	acked  bool        // scoring: the caller took the rows last handed over
+	scored int         // scoring: rows handed over
+	gone   bool        // the caller left
+	err    error       // ends the sequence
+	host   []float32   // the logits handed over: one row, or rows for scoring
+	cands  []candidate // the candidates handed over, when pick > 0
+	nrows  int         // scoring: rows in host
 	// delivered is when the scheduler last handed logits over.
 	delivered time.Time
 	ready     chan struct{}
@@ -74,16 +76,27 @@ type stepPart struct {
 	all, from int  // scoring: every row's, handed over from row from
 }
 
-func newScheduler(m *Model, net model.Batched, opts SchedulerOptions) (*Scheduler, error) {
+// newScheduler starts a scheduler; pad asks for decode steps padded to
+// buckets of rows (see bucket), which models with recurrent layers never
+// take.
+func newScheduler(m *Model, net model.Batched, opts SchedulerOptions, pad bool) (*Scheduler, error) {
 	s := &Scheduler{m: m, net: net, b: m.Backend, layout: net.KVLayout(), hash: newHasher(),
 		vocab: m.Net.Config().VocabSize, wake: make(chan struct{}, 1), exited: make(chan struct{}),
 		tensors: map[[2]int]*compute.Tensor{}}
 	if err := s.size(opts); err != nil {
 		return nil, err
 	}
+	s.pad = pad && !s.recurrent
 	spec := model.CacheSpec{BlockSize: s.bs, States: s.states}
 	for _, g := range s.groups {
-		spec.Blocks = append(spec.Blocks, g.pool.size())
+		n := g.pool.size()
+		if s.pad {
+			// One block past the pool's (and the KVBytes budget's),
+			// for padding rows to write to.
+			s.scratch = append(s.scratch, int32(n))
+			n++
+		}
+		spec.Blocks = append(spec.Blocks, n)
 	}
 	c, err := net.NewCache(spec)
 	if err != nil {
@@ -220,17 +233,12 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	return nil
 }
 
-// freeMemory is implemented by backends that report the free memory of
-// their device.
-type freeMemory interface {
-	FreeMemory() (int64, error)
-}
-
 // defaultKVBytes is the paged cache's memory when none is asked for: a
-// share of the backend's free memory where it reports it, else of the
-// host's available memory.
+// share of the backend's free memory where it reports it
+// (compute.MemoryReporter: a GPU's, the weights already loaded), else of
+// the host's available memory.
 func defaultKVBytes(b compute.Backend) int64 {
-	if f, ok := b.(freeMemory); ok {
+	if f, ok := b.(compute.MemoryReporter); ok {
 		if n, err := f.FreeMemory(); err == nil && n > 0 {
 			return n / 2
 		}
@@ -337,10 +345,15 @@ func (s *Scheduler) close() error {
 	s.mu.Unlock()
 	s.poke()
 	<-s.exited
+	s.dropBuckets()
 	for _, t := range s.tensors {
 		s.b.Free(t)
 	}
 	clear(s.tensors)
+	if s.cands != nil {
+		s.b.Free(s.cands)
+		s.cands = nil
+	}
 	return nil
 }
 
@@ -756,7 +769,7 @@ const (
 )
 
 // step runs one forward pass over the planned rows and hands the logits
-// over.
+// (or the backend's candidates) over.
 func (s *Scheduler) step() {
 	s.mu.Lock()
 	parts := s.plan()
@@ -764,22 +777,102 @@ func (s *Scheduler) step() {
 		s.mu.Unlock()
 		return
 	}
-	n, k := 0, 0
+	n := 0
+	for _, p := range parts {
+		n += p.hi - p.lo
+	}
+	var (
+		bt   *model.Batch
+		rows []int // each part's first row of bt.Logits; -1 for none
+		bk   *bucket
+	)
+	if bk = s.bucketFor(parts); bk != nil {
+		bt, rows = s.fillBucket(bk, parts)
+	} else {
+		bt, rows = s.fill(parts, n)
+	}
+	s.mu.Unlock()
+
+	var err error
+	if bk != nil {
+		err = s.runBucket(bk, bt)
+	} else {
+		err = s.forward(bt)
+	}
+	if err == nil && bt.Logits != nil {
+		err = s.readLogits(parts, rows, bt.Logits)
+	}
+	if bk == nil && bt.Logits != nil && bt.Logits.Rows() > s.parallel {
+		// Rare: prompt scoring's rows. Keep only the common sizes.
+		s.b.Free(bt.Logits)
+		delete(s.tensors, [2]int{useLogits, bt.Logits.Rows()})
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rows += int64(n)
+	for i, p := range parts {
+		q := p.q
+		if err != nil {
+			q.err = err
+			q.signal()
+			continue
+		}
+		q.done = p.hi
+		s.keep(q, p.lo, p.hi)
+		switch {
+		case p.all > 0:
+			if p.from >= p.all {
+				continue
+			}
+			off := s.hostOff[i]
+			q.host = append(q.host[:0], s.logitsHost[off:off+(p.all-p.from)*s.vocab]...)
+			q.nrows = p.all - p.from
+			q.scored = p.hi
+			q.acked = false
+		case p.logits && q.pick > 0:
+			c := s.candsHost[rows[i]*2*s.kmax:]
+			q.cands = q.cands[:0]
+			for j := range q.pick {
+				q.cands = append(q.cands, candidate{id: int32(c[s.kmax+j]), logit: c[j]})
+			}
+			q.need = false
+		case p.logits:
+			off := s.hostOff[i]
+			q.host = append(q.host[:0], s.logitsHost[off:off+s.vocab]...)
+			q.need = false
+		default:
+			continue
+		}
+		q.delivered = time.Now()
+		q.signal()
+	}
+}
+
+// fill uploads the inputs of a step of n rows over the parts, its tensors
+// sized to the step, and returns its batch and each part's first row of
+// the batch's logits (-1 for none).
+func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
+	k := 0
 	ids, pos := s.idsHost[:0], s.posHost[:0]
+	rows := s.rowsOf[:0]
 	for _, p := range parts {
 		ids = append(ids, p.q.tokens[p.lo:p.hi]...)
 		for i := p.lo; i < p.hi; i++ {
 			pos = append(pos, int32(i))
 		}
-		n += p.hi - p.lo
+		r := -1
 		switch {
 		case p.all > 0:
+			r = k
 			k += p.all
 		case p.logits:
+			r = k
 			k++
 		}
+		rows = append(rows, r)
 	}
-	s.idsHost, s.posHost = ids, pos
+	s.idsHost, s.posHost, s.rowsOf = ids, pos, rows
 	bt := &model.Batch{IDs: s.input(useIDs, n, compute.I32, 0), Pos: s.input(usePos, n, compute.I32, 0)}
 	s.b.UploadInts(bt.IDs, ids)
 	s.b.UploadInts(bt.Pos, pos)
@@ -797,11 +890,7 @@ func (s *Scheduler) step() {
 		s.b.UploadInts(pg.Seq, seqRows)
 		tab := s.tableHost[:0]
 		for _, p := range parts {
-			t := p.q.tables[g]
-			tab = append(tab, t...)
-			for range s.maxBlocks - len(t) {
-				tab = append(tab, -1)
-			}
+			tab = s.appendTable(tab, p.q.tables[g])
 		}
 		s.tableHost = tab
 		pg.Table = s.input(useTable+2*g, len(parts)*s.maxBlocks, compute.I32, 0)
@@ -811,56 +900,99 @@ func (s *Scheduler) step() {
 	if k > 0 {
 		bt.Logits = s.input(useLogits, k, compute.F32, s.vocab)
 	}
-	s.mu.Unlock()
+	return bt, rows
+}
 
-	err := s.forward(bt)
-	if err == nil && k > 0 {
-		if cap(s.logitsHost) < k*s.vocab {
-			s.logitsHost = make([]float32, k*s.vocab)
+// appendTable appends a sequence's block table, padded with -1 to the
+// table's width, to tab.
+func (s *Scheduler) appendTable(tab, t []int32) []int32 {
+	tab = append(tab, t...)
+	for range s.maxBlocks - len(t) {
+		tab = append(tab, -1)
+	}
+	return tab
+}
+
+// readLogits brings what the step's callers need to the host: the
+// candidates of the rows whose requests let the backend pick them
+// (sequence.pick, through compute.TokenPicker), every logit of the others,
+// each part's rows at s.hostOff[part] in s.logitsHost. Rows nobody reads
+// stay on the device.
+func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Tensor) error {
+	kmax, picked := 0, 0
+	for i, p := range parts {
+		if p.all == 0 && p.logits && p.q.pick > 0 {
+			kmax = max(kmax, p.q.pick)
+			picked = rows[i] + 1
 		}
-		s.b.Read(s.logitsHost[:k*s.vocab], bt.Logits)
-		err = s.backendErr()
 	}
-	if k > s.parallel {
-		// Rare: prompt scoring's rows. Keep only the common sizes.
-		s.b.Free(bt.Logits)
-		delete(s.tensors, [2]int{useLogits, k})
+	s.kmax = kmax
+	if kmax > 0 {
+		n := picked * 2 * kmax
+		if s.cands == nil || s.cands.Len() < n {
+			if s.cands != nil {
+				s.b.Free(s.cands)
+			}
+			s.cands = s.b.Alloc(compute.F32, max(n, 2*s.parallel*kmax))
+		}
+		x := logits
+		if picked < logits.Rows() {
+			x = s.b.View(logits, 0, picked)
+		}
+		s.b.(compute.TokenPicker).TopK(s.cands, x, kmax)
+		if cap(s.candsHost) < n {
+			s.candsHost = make([]float32, n)
+		}
+		s.candsHost = s.candsHost[:n]
+		s.b.Read(s.candsHost, s.cands)
+		s.readFloats += int64(n)
 	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rows += int64(n)
-	row := 0
+	// The full rows, in runs of consecutive rows.
+	offs := s.hostOff[:0]
+	need := 0
 	for _, p := range parts {
-		q := p.q
-		if err != nil {
-			q.err = err
-			q.signal()
-			continue
-		}
-		q.done = p.hi
-		s.keep(q, p.lo, p.hi)
+		offs = append(offs, need)
 		switch {
 		case p.all > 0:
-			rows := s.logitsHost[(row+p.from)*s.vocab : (row+p.all)*s.vocab]
-			row += p.all
-			if p.from >= p.all {
-				continue
-			}
-			q.host = append(q.host[:0], rows...)
-			q.nrows = p.all - p.from
-			q.scored = p.hi
-			q.acked = false
-			q.delivered = time.Now()
-			q.signal()
-		case p.logits:
-			q.host = append(q.host[:0], s.logitsHost[row*s.vocab:(row+1)*s.vocab]...)
-			row++
-			q.need = false
-			q.delivered = time.Now()
-			q.signal()
+			need += max(p.all-p.from, 0) * s.vocab
+		case p.logits && p.q.pick == 0:
+			need += s.vocab
 		}
 	}
+	s.hostOff = offs
+	if need > 0 && cap(s.logitsHost) < need {
+		s.logitsHost = make([]float32, need)
+	}
+	lo, hi, at := 0, 0, 0 // the run of rows [lo, hi) goes to logitsHost[at:]
+	flush := func() {
+		if hi > lo {
+			x := logits
+			if lo > 0 || hi < logits.Rows() {
+				x = s.b.View(logits, lo, hi)
+			}
+			s.b.Read(s.logitsHost[at:at+(hi-lo)*s.vocab], x)
+			s.readFloats += int64((hi - lo) * s.vocab)
+		}
+	}
+	for i, p := range parts {
+		a, b := -1, -1
+		switch {
+		case p.all > 0 && p.from < p.all:
+			a, b = rows[i]+p.from, rows[i]+p.all
+		case p.all == 0 && p.logits && p.q.pick == 0:
+			a, b = rows[i], rows[i]+1
+		}
+		if a < 0 {
+			continue
+		}
+		if a != hi || hi == lo {
+			flush()
+			lo, at = a, offs[i]
+		}
+		hi = b
+	}
+	flush()
+	return s.backendErr()
 }
 
 // keep names the blocks q filled by positions [lo, hi) for the prefix
@@ -917,7 +1049,7 @@ func (t *schedSteps) prompt(ctx context.Context, prompt []int32) ([]float32, []c
 	if err := t.s.wait(ctx, t.q); err != nil {
 		return nil, nil, err
 	}
-	return t.q.host, nil, nil
+	return t.q.host, t.q.cands, nil
 }
 
 func (t *schedSteps) next(ctx context.Context, id int32, _ bool) ([]float32, []candidate, error) {
@@ -933,13 +1065,13 @@ func (t *schedSteps) next(ctx context.Context, id int32, _ bool) ([]float32, []c
 	if err := s.wait(ctx, q); err != nil {
 		return nil, nil, err
 	}
-	return q.host, nil, nil
+	return q.host, q.cands, nil
 }
 
 func (t *schedSteps) held() int        { return len(t.q.tokens) }
 func (t *schedSteps) capacity() int    { return t.s.seqCap }
 func (t *schedSteps) history() []int32 { return t.q.tokens }
-func (t *schedSteps) pick() int        { return 0 }
+func (t *schedSteps) pick() int        { return t.q.pick }
 func (t *schedSteps) cached() int      { return t.q.cached }
 func (t *schedSteps) vocab() int       { return t.s.vocab }
 
@@ -955,6 +1087,7 @@ func (s *Scheduler) generate(ctx context.Context, req Request, onToken func(Toke
 		return nil, err
 	}
 	q := newSequence(slices.Clone(req.Prompt), false)
+	q.pick = pickK(s.b, &req, s.vocab)
 	defer s.leave(q)
 	return s.m.generate(ctx, &schedSteps{s: s, q: q}, req, onToken)
 }

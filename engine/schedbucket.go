@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"fmt"
+
+	"lem/compute"
+	"lem/model"
+)
+
+// Padded decode steps. A step in which every sequence runs one token (no
+// prompt chunk) is padded to a bucket of rows, a power of two up to
+// maxBucket, with rows of dummy sequences at position 0 whose keys and
+// values go to a block reserved for them (Scheduler.scratch, one per
+// group beyond the pool that the memory budget sizes). Rows are
+// independent, so padding changes no sequence's numbers. Each bucket keeps
+// its input tensors (ids, positions, the row→sequence maps and block
+// tables at the full table width, the logits), so that on a backend that
+// records graphs (compute.GraphCapturer) the bucket's step is recorded on
+// its second use and replayed after, the new inputs uploaded to the same
+// tensors before each replay: a decode step of any batch costs a few
+// uploads and one launch. Models with recurrent layers are not padded:
+// their replayed steps would need the host's bookkeeping of each slot.
+
+// maxBucket is the most rows of a padded step; steps of more sequences
+// run unpadded.
+const maxBucket = 256
+
+// padsSteps reports whether a scheduler on b pads its decode steps: on
+// backends that record graphs. (Tests pad on the CPU too.)
+func padsSteps(b compute.Backend) bool {
+	_, ok := b.(compute.GraphCapturer)
+	return ok
+}
+
+// bucket is the fixed inputs of padded steps of one row count, and its
+// recorded step.
+type bucket struct {
+	rows  int
+	bt    model.Batch
+	uses  int // steps run since the bucket's graph was last dropped
+	graph compute.Graph
+}
+
+// bucketRows returns the rows of the bucket that n rows pad to.
+func bucketRows(n int) int {
+	r := 1
+	for r < n {
+		r <<= 1
+	}
+	return r
+}
+
+// bucketFor returns the bucket of a step over the parts, or nil when the
+// step is not padded: padding is off, or a part runs more than one row or
+// scores a prompt.
+func (s *Scheduler) bucketFor(parts []stepPart) *bucket {
+	if !s.pad {
+		return nil
+	}
+	for _, p := range parts {
+		if p.hi-p.lo != 1 || p.all > 0 {
+			return nil
+		}
+	}
+	n := bucketRows(len(parts))
+	if n > maxBucket {
+		return nil
+	}
+	if bk := s.buckets[n]; bk != nil {
+		return bk
+	}
+	bk := &bucket{rows: n}
+	bt := &bk.bt
+	bt.IDs = s.b.Alloc(compute.I32, n)
+	bt.Pos = s.b.Alloc(compute.I32, n)
+	for range s.groups {
+		bt.Pages = append(bt.Pages, compute.Pages{
+			BlockSize: s.bs, MaxBlocks: s.maxBlocks,
+			Table: s.b.Alloc(compute.I32, n*s.maxBlocks),
+			Seq:   s.b.Alloc(compute.I32, n),
+		})
+	}
+	for range n {
+		// Every row asks for its logits: the pass then writes them all
+		// in order, with no row map to upload.
+		bt.Seqs = append(bt.Seqs, model.BatchSeq{Rows: 1, State: -1, Logits: true})
+	}
+	bt.Logits = s.b.Alloc(compute.F32, n, s.vocab)
+	if s.buckets == nil {
+		s.buckets = map[int]*bucket{}
+	}
+	s.buckets[n] = bk
+	return bk
+}
+
+// fillBucket uploads a padded step's inputs to the bucket's tensors: part
+// i is row i, sequence i; the rows after the parts' are each a dummy
+// sequence of one token at position 0 in the scratch block. It returns
+// the batch and each part's row of its logits.
+func (s *Scheduler) fillBucket(bk *bucket, parts []stepPart) (*model.Batch, []int) {
+	ids, pos, seq, rows := s.idsHost[:0], s.posHost[:0], s.seqHost[:0], s.rowsOf[:0]
+	for i, p := range parts {
+		ids = append(ids, p.q.tokens[p.lo])
+		pos = append(pos, int32(p.lo))
+		seq = append(seq, int32(i))
+		rows = append(rows, i)
+	}
+	s.padRows += int64(bk.rows - len(parts))
+	for i := len(parts); i < bk.rows; i++ {
+		ids = append(ids, 0)
+		pos = append(pos, 0)
+		seq = append(seq, int32(i))
+	}
+	s.idsHost, s.posHost, s.seqHost, s.rowsOf = ids, pos, seq, rows
+	bt := &bk.bt
+	s.b.UploadInts(bt.IDs, ids)
+	s.b.UploadInts(bt.Pos, pos)
+	pad := []int32{0}
+	for g := range s.groups {
+		tab := s.tableHost[:0]
+		for _, p := range parts {
+			tab = s.appendTable(tab, p.q.tables[g])
+		}
+		pad[0] = s.scratch[g]
+		for range bk.rows - len(parts) {
+			tab = s.appendTable(tab, pad)
+		}
+		s.tableHost = tab
+		s.b.UploadInts(bt.Pages[g].Table, tab)
+		s.b.UploadInts(bt.Pages[g].Seq, seq)
+	}
+	return bt, rows
+}
+
+// runBucket runs a padded step: directly on its bucket's first use, then
+// recorded as a graph where the backend records them, replayed after. A
+// failed recording turns graphs off; the steps run directly from then on.
+func (s *Scheduler) runBucket(bk *bucket, bt *model.Batch) error {
+	s.padded++
+	gc, ok := s.b.(compute.GraphCapturer)
+	if !ok || s.graphFailed {
+		return s.forward(bt)
+	}
+	// The graphs refer to the cache's activation buffers: when a pass
+	// has grown them (a longer step, a new buffer), they go.
+	if m := s.cache.Memory(); m != s.graphMem {
+		s.dropGraphs()
+		s.graphMem = m
+	}
+	bk.uses++
+	switch {
+	case bk.graph != nil:
+	case bk.uses >= 2:
+		g, err := s.capture(gc, bt)
+		if err != nil {
+			s.graphFailed = true
+			return s.forward(bt)
+		}
+		bk.graph = g
+		s.graphMem = s.cache.Memory()
+	default:
+		// The first use sizes the buffers the graph will use.
+		return s.forward(bt)
+	}
+	bk.graph.Launch()
+	s.replays++
+	return s.backendErr()
+}
+
+// capture records the pass over bt as a graph; a panic in the model
+// becomes an error.
+func (s *Scheduler) capture(gc compute.GraphCapturer, bt *model.Batch) (g compute.Graph, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("scheduler: recording the batched pass of %s: %v", s.m.Name, r)
+		}
+	}()
+	return gc.Capture(func() { s.net.ForwardBatch(s.cache, bt) })
+}
+
+// dropGraphs releases the buckets' graphs; each is recorded again after a
+// direct step.
+func (s *Scheduler) dropGraphs() {
+	for _, bk := range s.buckets {
+		if bk.graph != nil {
+			bk.graph.Close()
+			bk.graph = nil
+		}
+		bk.uses = 0
+	}
+}
+
+// dropBuckets releases the buckets' graphs and tensors.
+func (s *Scheduler) dropBuckets() {
+	s.dropGraphs()
+	for _, bk := range s.buckets {
+		bt := &bk.bt
+		for _, t := range []*compute.Tensor{bt.IDs, bt.Pos, bt.Logits} {
+			s.b.Free(t)
+		}
+		for _, pg := range bt.Pages {
+			s.b.Free(pg.Table)
+			s.b.Free(pg.Seq)
+		}
+	}
+	clear(s.buckets)
+}
