@@ -75,6 +75,18 @@ type Pager interface {
 	AttendPaged(dst, q, k, v *Tensor, pool *KVCache, pg *Pages, pos *Tensor, a *Attention)
 }
 
+// KVPooler is implemented by Pagers that keep paged pools in an element
+// type of their own (the CUDA backend: F16, which halves the bytes that
+// attention reads). Makers of paged pools call NewKVPool when the backend
+// has it and NewKVCache(blocks·blockSize, kvDim, false) otherwise (F32).
+type KVPooler interface {
+	// NewKVPool allocates a pool of blocks × blockSize positions of kvDim
+	// keys and values for AttendPaged.
+	NewKVPool(blocks, blockSize, kvDim int) *KVCache
+	// KVPoolType is the element type of the pools NewKVPool allocates.
+	KVPoolType() DType
+}
+
 // RowStable is implemented by backends whose matrix products can compute
 // each row the same whatever the other rows of the call (when on, a
 // one-row product takes the arithmetic of many-row ones where those

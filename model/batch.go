@@ -174,10 +174,14 @@ type stack struct {
 	rec   [][]int
 }
 
-// layout returns the KVLayout of the stack: full-attention layers in one
-// group, first; each distinct window in a group of its own, in order of
-// first appearance.
-func (s stack) layout() (KVLayout, []int) {
+// layout returns the KVLayout of the stack on backend b: full-attention
+// layers in one group, first; each distinct window in a group of its own,
+// in order of first appearance.
+func (s stack) layout(b compute.Backend) (KVLayout, []int) {
+	elem := int64(compute.F32.Size())
+	if kp, ok := b.(compute.KVPooler); ok {
+		elem = int64(kp.KVPoolType().Size())
+	}
 	var l KVLayout
 	group := make([]int, len(s.attns))
 	byWindow := map[int]int{}
@@ -195,9 +199,8 @@ func (s stack) layout() (KVLayout, []int) {
 		}
 		kvDim := a.attn.KVHeads * a.attn.HeadDim
 		l.Groups[g].Layers = append(l.Groups[g].Layers, i)
-		// Two F32 rows (a key and a value) per position, as NewKVCache
-		// allocates them on every backend.
-		l.Groups[g].PositionBytes += int64(2 * kvDim * 4)
+		// Two rows (a key and a value) per position, of the pool's type.
+		l.Groups[g].PositionBytes += 2 * int64(kvDim) * elem
 		group[i] = g
 	}
 	// Full attention first.
@@ -225,7 +228,7 @@ func (s stack) layout() (KVLayout, []int) {
 
 // newCache allocates the memory of batched passes of the stack.
 func (s stack) newCache(b compute.Backend, spec CacheSpec) (*Cache, error) {
-	layout, group := s.layout()
+	layout, group := s.layout(b)
 	c := &Cache{spec: spec, layout: layout, b: b, group: group, pools: make([]*compute.KVCache, len(s.attns))}
 	if len(layout.Groups) > 0 {
 		pg, ok := b.(compute.Pager)
@@ -251,10 +254,16 @@ func (s stack) newCache(b compute.Backend, spec CacheSpec) (*Cache, error) {
 	case len(s.rec) > 0 && spec.States == 0:
 		return nil, fmt.Errorf("cache spec: no state slots for a model with recurrent layers")
 	}
+	kp, pooled := b.(compute.KVPooler)
 	for g, grp := range layout.Groups {
 		for _, i := range grp.Layers {
 			a := s.attns[i]
-			c.pools[i] = b.NewKVCache(spec.Blocks[g]*spec.BlockSize, a.attn.KVHeads*a.attn.HeadDim, false)
+			kvDim := a.attn.KVHeads * a.attn.HeadDim
+			if pooled {
+				c.pools[i] = kp.NewKVPool(spec.Blocks[g], spec.BlockSize, kvDim)
+			} else {
+				c.pools[i] = b.NewKVCache(spec.Blocks[g]*spec.BlockSize, kvDim, false)
+			}
 		}
 	}
 	if len(s.rec) > 0 {

@@ -54,7 +54,7 @@ func (m *dense) stack() stack {
 
 // KVLayout implements Batched.
 func (m *dense) KVLayout() KVLayout {
-	l, _ := m.stack().layout()
+	l, _ := m.stack().layout(m.b)
 	return l
 }
 

@@ -162,7 +162,7 @@ func (m *falconH1) stack() stack {
 
 // KVLayout implements Batched.
 func (m *falconH1) KVLayout() KVLayout {
-	l, _ := m.stack().layout()
+	l, _ := m.stack().layout(m.b)
 	return l
 }
 

@@ -198,7 +198,7 @@ func (m *gemma3n) stack() stack {
 
 // KVLayout implements Batched.
 func (m *gemma3n) KVLayout() KVLayout {
-	l, _ := m.stack().layout()
+	l, _ := m.stack().layout(m.b)
 	return l
 }
 

@@ -247,7 +247,7 @@ func (m *gemma4) stack() stack {
 
 // KVLayout implements Batched.
 func (m *gemma4) KVLayout() KVLayout {
-	l, _ := m.stack().layout()
+	l, _ := m.stack().layout(m.b)
 	return l
 }
 

@@ -150,7 +150,7 @@ func (m *lfm2) stack() stack {
 
 // KVLayout implements Batched.
 func (m *lfm2) KVLayout() KVLayout {
-	l, _ := m.stack().layout()
+	l, _ := m.stack().layout(m.b)
 	return l
 }
 

@@ -281,7 +281,7 @@ func (m *mamba2) Config() *Config { return m.cfg }
 
 // KVLayout implements Batched: no attention, one state slot per sequence.
 func (m *mamba2) KVLayout() KVLayout {
-	l, _ := stack{rec: m.rec}.layout()
+	l, _ := stack{rec: m.rec}.layout(m.b)
 	return l
 }
 

@@ -116,7 +116,7 @@ func (m *hybrid) stack() stack {
 
 // KVLayout implements Batched.
 func (m *hybrid) KVLayout() KVLayout {
-	l, _ := m.stack().layout()
+	l, _ := m.stack().layout(m.b)
 	return l
 }
 

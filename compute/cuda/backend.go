@@ -58,18 +58,20 @@ type Backend struct {
 	pickPart  *buffer // partial results of argmax_split
 	pickCount *buffer // row counters of argmax_split
 
-	stage          staging   // pinned buffers for weight uploads (upload.go)
-	reads          readRing  // pinned slots for ReadAsync (feed.go)
-	fuse           bool      // fold one-row operations into fewer launches (fuse.go)
-	fgemvBlocks    int       // most blocks of an fgemv launch (0: no limit)
-	stageK         int       // longest input row fgemv stages in shared memory
-	attendChunk    int32     // fewest keys per split of attend_dec (attend.go)
-	gemvRows       int       // most rows of a float product on the gemv kernels rather than the tensor cores (batch.go)
-	pagedPart      int64     // most bytes of partial results of a split attend_paged (paged.go)
-	argmaxOneBlock bool      // TopK(…, 1) never splits a row (decode.go)
-	pdl            bool      // launch the decode kernels with programmatic dependent launch (pdl.go)
-	fz             fuseState // the last recorded op, while it can absorb the next
-	recorded       uint64    // ops recorded so far
+	stage          staging       // pinned buffers for weight uploads (upload.go)
+	reads          readRing      // pinned slots for ReadAsync (feed.go)
+	fuse           bool          // fold one-row operations into fewer launches (fuse.go)
+	fgemvBlocks    int           // most blocks of an fgemv launch (0: no limit)
+	stageK         int           // longest input row fgemv stages in shared memory
+	attendChunk    int32         // fewest keys per split of attend_dec (attend.go)
+	gemvRows       int           // most rows of a float product on the gemv kernels rather than the tensor cores (batch.go)
+	pagedPart      int64         // most bytes of partial results of one paged attention launch (paged.go)
+	pagedGeneric   bool          // paged attention always on the general kernel (benchmarks, tests)
+	poolType       compute.DType // element type of NewKVPool's pools (paged.go)
+	argmaxOneBlock bool          // TopK(…, 1) never splits a row (decode.go)
+	pdl            bool          // launch the decode kernels with programmatic dependent launch (pdl.go)
+	fz             fuseState     // the last recorded op, while it can absorb the next
+	recorded       uint64        // ops recorded so far
 
 	experts map[*compute.ExpertFFN]*expertTable // device descriptors of expert sets
 	moeDesc []uint64                            // descriptors being checked against a table
@@ -164,6 +166,9 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	if err == nil {
 		err = b.openFlash()
+	}
+	if err == nil {
+		b.poolType, err = parsePoolType(os.Getenv("LEM_CUDA_KV_POOL"))
 	}
 	if err == nil {
 		err = b.openDecode()

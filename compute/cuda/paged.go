@@ -9,40 +9,84 @@ import (
 var _ compute.Pager = (*Backend)(nil)
 
 // pagedKernels are the handles of the paged attention kernels
-// (kernels/attention.cu).
+// (kernels/attention.cu), by pool type (f32, f16).
 type pagedKernels struct {
-	attend [4]uintptr // 2, 4, 8, 16 elements per lane
-	store  uintptr
+	attend [2][4]uintptr    // general kernel: 2, 4, 8, 16 elements per lane
+	gqa    [2][3][2]uintptr // grouped kernel: head dim 64, 128, 256; up to 4, 8 query heads per block
+	store  [2]uintptr
 }
+
+// pagedGQADims are the head dims of the grouped kernel attend_pgqa.
+var pagedGQADims = [3]int{64, 128, 256}
 
 func (k *pagedKernels) add(t map[string]*uintptr) {
 	for i, e := range []string{"2", "4", "8", "16"} {
-		t["attend_paged"+e] = &k.attend[i]
+		t["attend_paged"+e] = &k.attend[0][i]
+		t["attend_paged_f16_"+e] = &k.attend[1][i]
 	}
-	t["kvstore_paged"] = &k.store
+	for d, dt := range []string{"f32", "f16"} {
+		for h, hd := range []string{"64", "128", "256"} {
+			for g, gm := range []string{"4", "8"} {
+				t["attend_pgqa"+hd+"_"+dt+"_g"+gm] = &k.gqa[d][h][g]
+			}
+		}
+	}
+	t["kvstore_paged"] = &k.store[0]
+	t["kvstore_paged_f16"] = &k.store[1]
 }
 
-// pagedSpan is how many positions one split of attend_paged takes: split
-// s of a row covers its positions [s·pagedSpan, (s+1)·pagedSpan), a rule
-// that does not depend on the other rows of the call.
+// pagedSpan is how many positions one split of a paged attention kernel
+// takes: split s of a row covers its positions [s·pagedSpan,
+// (s+1)·pagedSpan), a rule that does not depend on the other rows of the
+// call. kernels/attention.cu's PG_SPAN must agree.
 const pagedSpan = 256
 
-// pagedPartMax bounds the partial results of a split attend_paged call in
-// bytes; a call that would need more (long prefill chunks, where the
-// (row, head) pairs alone fill the GPU) takes each row's keys in one block.
+// pagedPartMax bounds the partial results of one launch of a paged
+// attention kernel in bytes; a call whose rows need more (long prefill
+// chunks over long contexts) runs in several launches of fewer rows.
 const pagedPartMax = 64 << 20
 
+var _ compute.KVPooler = (*Backend)(nil)
+
+// KVPoolType implements compute.KVPooler: paged pools hold f16 keys and
+// values (half the bytes that decode attention reads), unless
+// LEM_CUDA_KV_POOL=f32 asks for f32 ones. f16 keeps 11 significant bits
+// (bf16: 8) over the range of keys and values (|x| < 65504).
+func (b *Backend) KVPoolType() compute.DType { return b.poolType }
+
+// NewKVPool implements compute.KVPooler: a paged pool of blocks of
+// blockSize positions of kvDim keys and values, of type KVPoolType.
+func (b *Backend) NewKVPool(blocks, blockSize, kvDim int) *compute.KVCache {
+	n := blocks * blockSize
+	return &compute.KVCache{K: b.Alloc(b.poolType, n, kvDim), V: b.Alloc(b.poolType, n, kvDim), Capacity: n}
+}
+
+// parsePoolType reads LEM_CUDA_KV_POOL.
+func parsePoolType(s string) (compute.DType, error) {
+	switch s {
+	case "", "f16":
+		return compute.F16, nil
+	case "f32":
+		return compute.F32, nil
+	}
+	return 0, fmt.Errorf("cuda: LEM_CUDA_KV_POOL=%q: want f16 or f32", s)
+}
+
 // AttendPaged implements compute.Pager: kvstore_paged stores each row's
-// new key and value in its slot of the pool, then attend_paged runs one
-// block per (row, head, split) over the row's sequence through the block
-// table, merged by attend_combine. The table, the row→sequence map and the
-// positions are read on the device, so a captured graph stays valid when
-// they change between replays (with the same row count and table width).
+// new key and value in its slot of the pool (f32 or f16), then a paged
+// attention kernel computes, per (row, split of pagedSpan positions), the
+// part of the row's attention over its sequence's keys in the split,
+// through the block table, and attend_combine merges the parts in split
+// order. The table, the row→sequence map and the positions are read on
+// the device, so a captured graph stays valid when they change between
+// replays (with the same row count and table width).
 //
-// Decode-shaped calls (up to Backend.pagedPart bytes of partial results) split each
-// row's keys at absolute multiples of pagedSpan, so that a row computes
-// the same numbers in any batch; larger calls give each (row, head) one
-// block.
+// Head dims 64, 128 and 256 take attend_pgqa, which reads each key and
+// value once for up to 8 query heads of its kv head (GQA); other head dims
+// take attend_paged, one block per (row, query head). Every row is
+// computed the same whatever the other rows of the call: its splits start
+// at absolute positions, empty splits add nothing, and calls whose parts
+// would pass Backend.pagedPart bytes run in launches of fewer rows.
 func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
 	n := q.Rows()
 	if n == 0 {
@@ -51,42 +95,67 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	if err := checkPaged(q, k, v, dst, pool, pg, pos, a); err != nil {
 		panic("cuda: AttendPaged: " + err.Error())
 	}
-	var fn uintptr
-	switch hd := a.HeadDim; {
-	case hd <= 64:
-		fn = b.k.paged.attend[0]
-	case hd <= 128:
-		fn = b.k.paged.attend[1]
-	case hd <= 256:
-		fn = b.k.paged.attend[2]
-	default:
-		fn = b.k.paged.attend[3]
+	pt := 0
+	if pool.K.DType == compute.F16 {
+		pt = 1
 	}
 	kc := a.KVHeads * a.HeadDim
-	tb, seq := dptr(pg.Table), dptr(pg.Seq)
-	b.launch(b.k.paged.store, "kvstore_paged", n, threads(kc, 256)).
+	tb, seq, ps := dptr(pg.Table), dptr(pg.Seq), dptr(pos)
+	b.launch(b.k.paged.store[pt], "kvstore_paged", n, threads(kc, 256)).
 		ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(dptr(k)).ptr(dptr(v)).
-		ptr(tb).ptr(seq).ptr(dptr(pos)).i(pg.BlockSize).i(pg.MaxBlocks).i(kc)
+		ptr(tb).ptr(seq).ptr(ps).i(pg.BlockSize).i(pg.MaxBlocks).i(kc)
 	sdt := 0
 	if a.Sinks != nil {
 		sdt = int(a.Sinks.DType)
 	}
-	splits := (pg.MaxBlocks*pg.BlockSize + pagedSpan - 1) / pagedSpan
-	if int64(n)*int64(a.Heads)*int64(splits)*int64(a.HeadDim+2)*4 > b.pagedPart {
-		splits = 1
+	hd, qc := a.HeadDim, a.Heads*a.HeadDim
+	gqa := -1
+	for i, d := range pagedGQADims {
+		if d == hd && !b.pagedGeneric {
+			gqa = i
+		}
 	}
-	var part uintptr
-	if splits > 1 {
-		part = b.attnScratch(n * a.Heads * splits * (a.HeadDim + 2) * 4)
+	splits := max(2, (pg.MaxBlocks*pg.BlockSize+pagedSpan-1)/pagedSpan)
+	if gqa >= 0 {
+		splits = max(1, (pg.MaxBlocks*pg.BlockSize+pagedSpan-1)/pagedSpan)
 	}
-	o := b.record(op{fn: fn, name: "attend_paged", grid: [3]uint32{uint32(n * a.Heads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
-	o.ptr(dptr(dst)).ptr(dptr(q)).ptr(dptr(pool.K)).ptr(dptr(pool.V)).
-		ptr(tb).ptr(seq).ptr(dptr(pos)).i(pg.BlockSize).i(pg.MaxBlocks).
-		i(a.Heads).i(a.KVHeads).i(a.HeadDim).f(a.Scale).f(a.SoftCap).i(a.Window).
-		ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(pagedSpan)
-	if splits > 1 {
-		b.launch(b.k.attendCombine, "attend_combine", n*a.Heads, threads(a.HeadDim, 256)).
-			ptr(dptr(dst)).ptr(part).i(a.Heads).i(a.HeadDim).i(splits).ptr(dptr(a.Sinks)).i(sdt)
+	perRow := int64(a.Heads) * int64(splits) * int64(hd+2) * 4
+	step := int(max(1, min(int64(n), b.pagedPart/perRow)))
+	part := b.attnScratch(int(int64(step) * perRow))
+	for r0 := 0; r0 < n; r0 += step {
+		m := min(step, n-r0)
+		qr, sr, pr := dptr(q)+uintptr(r0*qc*4), seq+uintptr(r0*4), ps+uintptr(r0*4)
+		if gqa >= 0 {
+			g, gm := a.Heads/a.KVHeads, 0
+			if g > 4 {
+				gm = 1
+			}
+			hch := (g + 4*(gm+1) - 1) / (4 * (gm + 1))
+			o := b.record(op{fn: b.k.paged.gqa[pt][gqa][gm], name: "attend_pgqa",
+				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
+			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
+				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(pagedSpan)
+		} else {
+			var e int
+			switch {
+			case hd <= 64:
+				e = 0
+			case hd <= 128:
+				e = 1
+			case hd <= 256:
+				e = 2
+			default:
+				e = 3
+			}
+			o := b.record(op{fn: b.k.paged.attend[pt][e], name: "attend_paged",
+				grid: [3]uint32{uint32(m * a.Heads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
+			o.ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).
+				ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
+				i(a.Heads).i(a.KVHeads).i(hd).f(a.Scale).f(a.SoftCap).i(a.Window).
+				ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(pagedSpan)
+		}
+		b.launch(b.k.attendCombine, "attend_combine", m*a.Heads, threads(hd, 256)).
+			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt)
 	}
 }
 
@@ -114,8 +183,9 @@ func checkPaged(q, k, v, dst *compute.Tensor, pool *compute.KVCache, pg *compute
 		k.Cols() != kc || v.Cols() != kc || k.Rows() < n || v.Rows() < n {
 		return fmt.Errorf("q %v, k %v, v %v, dst %v for %d×%d heads of %d", q.Shape, k.Shape, v.Shape, dst.Shape, a.Heads, a.KVHeads, a.HeadDim)
 	}
-	if pool.K.Cols() != kc || pool.V.Cols() != kc || pool.K.DType != compute.F32 {
-		return fmt.Errorf("pool of %v %s for %d key columns", pool.K.Shape, pool.K.DType, kc)
+	if pool.K.Cols() != kc || pool.V.Cols() != kc || pool.V.DType != pool.K.DType ||
+		(pool.K.DType != compute.F32 && pool.K.DType != compute.F16) {
+		return fmt.Errorf("pool of %v %s keys and %v %s values for %d key columns: want f32 or f16", pool.K.Shape, pool.K.DType, pool.V.Shape, pool.V.DType, kc)
 	}
 	return nil
 }

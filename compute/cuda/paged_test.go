@@ -5,9 +5,68 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"lem/compute"
+	"lem/internal/half"
 )
+
+// poolTypes are the element types of the CUDA paged pools under test: f32
+// (NewKVCache) and f16 (NewKVPool).
+var poolTypes = []compute.DType{compute.F32, compute.F16}
+
+// newPool makes a GPU paged pool of blocks×bs positions of type dt.
+func newPool(g *Backend, dt compute.DType, blocks, bs, kc int) *compute.KVCache {
+	if dt == compute.F32 {
+		return g.NewKVCache(blocks*bs, kc, false)
+	}
+	defer func(t compute.DType) { g.poolType = t }(g.poolType)
+	g.poolType = dt
+	return g.NewKVPool(blocks, bs, kc)
+}
+
+// roundF16 returns v rounded to f16 (to nearest, ties to even) and back:
+// what an f16 pool keeps of a key or value.
+func roundF16(v []float32) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = half.F16ToF32(half.F32ToF16(x))
+	}
+	return out
+}
+
+// readPool reads a GPU pool tensor of type F32 or F16 as float32.
+func readPool(g *Backend, t *compute.Tensor) []float32 {
+	if t.DType == compute.F32 {
+		out := make([]float32, t.Len())
+		g.Read(out, t)
+		return out
+	}
+	raw := make([]float32, t.Len()/2)
+	g.Read(raw, t)
+	hs := unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), t.Len())
+	out := make([]float32, t.Len())
+	for i, h := range hs {
+		out[i] = half.F16ToF32(h)
+	}
+	return out
+}
+
+// comparePools checks that the GPU pool holds the CPU pool's values
+// exactly (the CPU was given the values the GPU pool rounds to).
+func comparePools(t *testing.T, h *harness, cpool, gpool *compute.KVCache) {
+	t.Helper()
+	for _, kv := range [][2]*compute.Tensor{{cpool.K, gpool.K}, {cpool.V, gpool.V}} {
+		want := make([]float32, kv[0].Len())
+		h.c.Read(want, kv[0])
+		got := readPool(h.g, kv[1])
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("pool (%s) element %d = %g, want %g", kv[1].DType, i, got[i], want[i])
+			}
+		}
+	}
+}
 
 // pagedCase is one geometry of TestAttendPaged.
 type pagedCase struct {
@@ -69,7 +128,19 @@ func (p *pagedRun) step(r *rand.Rand, rows []int, window int) (seq, pos []int32)
 // non-contiguous block tables: prefill chunks (several rows of a sequence
 // in one call, beside other sequences' rows) and decode steps (one row per
 // sequence, split over the keys), with GQA, sliding windows whose blocks
-// leave the table, soft caps, sinks and head dims up to 512.
+// leave the table, soft caps, sinks and head dims up to 512, over f32 and
+// f16 pools, on the grouped and the general kernel, and in launches of one
+// row.
+//
+// f16 pools: the CPU is given the keys and values rounded to f16 (what the
+// GPU pool keeps, exactly: kvstore_paged rounds to nearest even, as
+// half.F32ToF16 does, and f16 widens to f32 exactly), so the outputs must
+// agree to the f32 tolerance, and the pools bit for bit. Against the CPU on
+// the unrounded values, rounding each key element by at most 2⁻¹¹ of
+// itself moves a score by at most δ = 2⁻¹¹·scale·Σ|q·k| and each value
+// by 2⁻¹¹|v|; the softmax weights then move by at most a factor e^{±2δ},
+// so an output moves by at most (e^{2δ}−1 + 2⁻¹¹)·max|v|: that bound is
+// checked too, with δ from the largest |q|, |k| and the head dim.
 func TestAttendPaged(t *testing.T) {
 	h := newHarness(t)
 	r := rand.New(rand.NewPCG(5, 6))
@@ -87,6 +158,9 @@ func TestAttendPaged(t *testing.T) {
 	for _, tc := range []pagedCase{
 		{"mha", 4, 4, 32, 0, 0, false, 4, [][]int{{5, 3, 9}, {1, 1, 1}, {0, 4, 1}, {1, 1, 0}}},
 		{"gqa", 8, 2, 64, 0, 0, false, 16, [][]int{{37, 1, 20}, {1, 1, 1}, {1, 0, 1}}},
+		{"gqa 8", 16, 2, 128, 0, 0, false, 16, [][]int{{40, 300}, {1, 1}, {1, 1}}},
+		{"gqa 12 sinks", 12, 1, 64, 0, 0, true, 8, [][]int{{30, 5, 270}, {1, 1, 1}}},
+		{"gqa 256 window", 8, 1, 256, 20, 0, false, 4, [][]int{{30, 5}, {1, 1}, {2, 1}}},
 		{"window", 4, 2, 48, 7, 0, false, 4, [][]int{{9, 12}, {1, 1}, {6, 1}, {1, 1}, {1, 1}}},
 		{"softcap sinks", 4, 2, 128, 0, 30, true, 8, [][]int{{6, 2}, {1, 1}}},
 		{"hd 256", 4, 1, 256, 0, 0, true, 16, [][]int{{3, 1}, {1, 1}}},
@@ -95,26 +169,28 @@ func TestAttendPaged(t *testing.T) {
 		{"decode split window sinks", 8, 4, 64, 300, 20, true, 16, append([][]int{{650, 20, 301}}, decode(3, 3)...)},
 		{"many rows", 4, 2, 64, 0, 0, false, 32, [][]int{{900, 800, 700}, {1, 1, 1}}},
 	} {
-		for _, whole := range []bool{false, true} {
-			name := tc.name
-			if whole {
-				name += "/unsplit"
+		for _, dt := range poolTypes {
+			for _, mode := range []string{"", "/one row per launch", "/general kernel"} {
+				t.Run(tc.name+"/"+dt.String()+mode, func(t *testing.T) {
+					h.t = t
+					switch mode {
+					case "/one row per launch":
+						// The least scratch: every row in a launch of its own.
+						defer func(m int64) { h.g.pagedPart = m }(h.g.pagedPart)
+						h.g.pagedPart = 0
+					case "/general kernel":
+						defer func(on bool) { h.g.pagedGeneric = on }(h.g.pagedGeneric)
+						h.g.pagedGeneric = true
+					}
+					pagedCompare(t, h, r, tc, dt)
+				})
 			}
-			t.Run(name, func(t *testing.T) {
-				h.t = t
-				if whole {
-					// Every (row, head) in one block, as for long prefill chunks.
-					defer func(m int64) { h.g.pagedPart = m }(h.g.pagedPart)
-					h.g.pagedPart = 0
-				}
-				pagedCompare(t, h, r, tc)
-			})
 		}
 	}
 }
 
 // pagedCompare runs one case of TestAttendPaged.
-func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase) {
+func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase, dt compute.DType) {
 	seqs := len(tc.steps[0])
 	longest := 0
 	for s := range seqs {
@@ -128,7 +204,8 @@ func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase) {
 	blocks := seqs*maxBlocks + 5
 	kc := tc.kvHeads * tc.hd
 	cpool := h.c.NewKVCache(blocks*tc.bs, kc, false)
-	gpool := h.g.NewKVCache(blocks*tc.bs, kc, false)
+	epool := h.c.NewKVCache(blocks*tc.bs, kc, false) // unrounded values (f16 pools)
+	gpool := newPool(h.g, dt, blocks, tc.bs, kc)
 	run := newPagedRun(r, seqs, tc.bs, maxBlocks, blocks)
 	a := &compute.Attention{Heads: tc.heads, KVHeads: tc.kvHeads, HeadDim: tc.hd,
 		Scale: float32(1 / math.Sqrt(float64(tc.hd))), SoftCap: tc.softCap, Window: tc.window}
@@ -142,6 +219,18 @@ func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase) {
 		q := h.act(2, n, tc.heads*tc.hd)
 		k := h.act(2, n, kc)
 		v := h.act(1, n, kc)
+		exact := pair{h.c.Alloc(compute.F32, n, tc.heads*tc.hd), nil}
+		ek, ev := h.c.Alloc(compute.F32, n, kc), h.c.Alloc(compute.F32, n, kc)
+		if dt == compute.F16 {
+			// The CPU attends over what the GPU pool keeps; epool keeps
+			// the unrounded values for the bound.
+			for _, t := range [][2]*compute.Tensor{{k.c, ek}, {v.c, ev}} {
+				vals := make([]float32, n*kc)
+				h.c.Read(vals, t[0])
+				h.c.Upload(t[1], vals)
+				h.c.Upload(t[0], roundF16(vals))
+			}
+		}
 		table, sq, pos := h.ints(run.table), h.ints(seq), h.ints(ps)
 		dst := h.zeros(n, tc.heads*tc.hd)
 		pg := func(i int) *compute.Pages {
@@ -149,18 +238,55 @@ func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase) {
 		}
 		a.Sinks = sinks.c
 		h.c.AttendPaged(dst.c, q.c, k.c, v.c, cpool, pg(0), pos.c, a)
+		if dt == compute.F16 {
+			h.c.AttendPaged(exact.c, q.c, ek, ev, epool, pg(0), pos.c, a)
+		}
 		a.Sinks = sinks.g
 		h.g.AttendPaged(dst.g, q.g, k.g, v.g, gpool, pg(1), pos.g, a)
 		h.compare(fmt.Sprintf("step %d (%d rows)", step, n), dst, 2e-5)
+		if dt == compute.F16 {
+			// |q| < 2, |k| < 2, |v| < 1 (h.act's scales).
+			delta := math.Ldexp(1, -11) * float64(a.Scale) * float64(tc.hd) * 2 * 2
+			if tc.softCap > 0 {
+				delta = min(delta, 2*float64(tc.softCap)) // a capped score moves less
+			}
+			bound := (math.Exp(2*delta) - 1 + math.Ldexp(1, -11)) * 1
+			got := make([]float32, n*tc.heads*tc.hd)
+			want := make([]float32, len(got))
+			h.g.Read(got, dst.g)
+			h.c.Read(want, exact.c)
+			worst := 0.0
+			for i := range got {
+				worst = max(worst, math.Abs(float64(got[i])-float64(want[i])))
+			}
+			t.Logf("step %d: f16 pool against unrounded f32: max |Δ| %.2e (bound %.2e)", step, worst, bound)
+			if worst > bound || math.IsNaN(worst) {
+				t.Errorf("step %d: f16 pool moves an output by %.3g, more than rounding allows (%.3g)", step, worst, bound)
+			}
+		}
 	}
-	h.compare("pool K", pair{cpool.K, gpool.K}, 0)
-	h.compare("pool V", pair{cpool.V, gpool.V}, 0)
+	comparePools(t, h, cpool, gpool)
+}
+
+// roundCPU rounds the CPU side of p to f16 values (what an f16 pool keeps).
+func (h *harness) roundCPU(p pair) {
+	vals := make([]float32, p.c.Len())
+	h.c.Read(vals, p.c)
+	h.c.Upload(p.c, roundF16(vals))
 }
 
 // TestAttendPagedRowsIndependent checks that a decode row's result does
 // not depend on the other rows of the call: the same sequence attended
-// alone and beside others gives the same bits.
+// alone and beside others (decode rows of other sequences, a chunk of
+// several rows of another, long tables) gives the same bits, on f32 and
+// f16 pools, also when the call runs in launches of a few rows.
 func TestAttendPagedRowsIndependent(t *testing.T) {
+	for _, dt := range poolTypes {
+		t.Run(dt.String(), func(t *testing.T) { rowsIndependent(t, dt) })
+	}
+}
+
+func rowsIndependent(t *testing.T, dt compute.DType) {
 	h := newHarness(t)
 	g := h.g
 	r := rand.New(rand.NewPCG(7, 8))
@@ -168,8 +294,8 @@ func TestAttendPagedRowsIndependent(t *testing.T) {
 	kc := kvHeads * hd
 	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.09}
 	run := newPagedRun(r, 6, bs, 64, 6*64)
-	pool := g.NewKVCache(6*64*bs, kc, false)
-	// Fill every sequence's first 700 positions.
+	pool := newPool(g, dt, 6*64, bs, kc)
+	// Fill every sequence's first positions.
 	seq, ps := run.step(r, []int{700, 650, 300, 900, 20, 515}, 0)
 	n := len(seq)
 	table := g.Alloc(compute.I32, len(run.table))
@@ -181,14 +307,17 @@ func TestAttendPagedRowsIndependent(t *testing.T) {
 	fill := g.Alloc(compute.F32, n, heads*hd)
 	g.AttendPaged(fill, gpuRandom(g, 3, 1, n, heads*hd), k, v, pool, &compute.Pages{BlockSize: bs, MaxBlocks: 64, Table: table, Seq: sq}, pos, a)
 	// Sequence 3 decodes its next position alone, then with the others
-	// (its new key and value are the same in both).
+	// (its new key and value are the same in both). A sequence listed
+	// several times contributes rows at consecutive positions.
 	q1 := randVals(r, heads*hd, 1)
 	k1, v1 := randVals(r, kc, 1), randVals(r, kc, 1)
 	attend := func(seqs []int32) []float32 {
 		var sqv, pv []int32
 		var qv, kv, vv []float32
+		at := map[int32]int{}
 		for _, s := range seqs {
-			sqv, pv = append(sqv, s), append(pv, int32(run.next[s]))
+			sqv, pv = append(sqv, s), append(pv, int32(run.next[s]+at[s]))
+			at[s]++
 			if s == 3 {
 				qv, kv, vv = append(qv, q1...), append(kv, k1...), append(vv, v1...)
 			} else {
@@ -198,6 +327,11 @@ func TestAttendPagedRowsIndependent(t *testing.T) {
 		m := len(seqs)
 		q, k, v := g.Alloc(compute.F32, m, heads*hd), g.Alloc(compute.F32, m, kc), g.Alloc(compute.F32, m, kc)
 		sq, pos, dst := g.Alloc(compute.I32, m), g.Alloc(compute.I32, m), g.Alloc(compute.F32, m, heads*hd)
+		defer func() {
+			for _, t := range []*compute.Tensor{q, k, v, sq, pos, dst} {
+				g.Free(t)
+			}
+		}()
 		g.Upload(q, qv)
 		g.Upload(k, kv)
 		g.Upload(v, vv)
@@ -214,23 +348,34 @@ func TestAttendPagedRowsIndependent(t *testing.T) {
 		return nil
 	}
 	alone := attend([]int32{3})
-	for _, seqs := range [][]int32{{0, 1, 2, 3, 4, 5}, {5, 3}, {3, 0, 1}} {
-		got := attend(seqs)
-		if err := g.Err(); err != nil {
-			t.Fatal(err)
-		}
-		for i := range alone {
-			if math.Float32bits(got[i]) != math.Float32bits(alone[i]) {
-				t.Fatalf("rows %v: output %d = %g, alone %g", seqs, i, got[i], alone[i])
+	for _, part := range []int64{pagedPartMax, 3 * heads * 4 * (hd + 2) * 4} {
+		g.pagedPart = part
+		for _, seqs := range [][]int32{{0, 1, 2, 3, 4, 5}, {5, 3}, {3, 0, 1}, {0, 0, 0, 0, 3, 1}, {4, 4, 2, 3}} {
+			got := attend(seqs)
+			if err := g.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range alone {
+				if math.Float32bits(got[i]) != math.Float32bits(alone[i]) {
+					t.Fatalf("rows %v (%d bytes of parts per launch): output %d = %g, alone %g", seqs, part, i, got[i], alone[i])
+				}
 			}
 		}
 	}
+	g.pagedPart = pagedPartMax
 }
 
 // TestAttendPagedGraph captures a decode call in a CUDA graph and replays
 // it after changing the block table, the row→sequence map, the positions
-// and the inputs: every replay matches the CPU on the new inputs.
+// and the inputs: every replay matches the CPU on the new inputs, on f32
+// and f16 pools.
 func TestAttendPagedGraph(t *testing.T) {
+	for _, dt := range poolTypes {
+		t.Run(dt.String(), func(t *testing.T) { pagedGraph(t, dt) })
+	}
+}
+
+func pagedGraph(t *testing.T, dt compute.DType) {
 	h := newHarness(t)
 	g := h.g
 	r := rand.New(rand.NewPCG(9, 10))
@@ -239,7 +384,7 @@ func TestAttendPagedGraph(t *testing.T) {
 	blocks := seqs*maxBlocks + 3
 	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.125, SoftCap: 25}
 	cpool := h.c.NewKVCache(blocks*bs, kc, false)
-	gpool := g.NewKVCache(blocks*bs, kc, false)
+	gpool := newPool(g, dt, blocks, bs, kc)
 	run := newPagedRun(r, seqs, bs, maxBlocks, blocks)
 	// Fixed tensors the graph refers to.
 	table := pair{h.c.Alloc(compute.I32, seqs*maxBlocks), g.Alloc(compute.I32, seqs*maxBlocks)}
@@ -252,8 +397,11 @@ func TestAttendPagedGraph(t *testing.T) {
 		{BlockSize: bs, MaxBlocks: maxBlocks, Table: table.g, Seq: sq.g},
 	}
 	set := func(p pair, v []float32) {
-		h.c.Upload(p.c, v)
 		g.Upload(p.g, v)
+		if dt == compute.F16 && p != q {
+			v = roundF16(v)
+		}
+		h.c.Upload(p.c, v)
 	}
 	setInts := func(p pair, v []int32) {
 		h.c.UploadInts(p.c, v)
@@ -263,6 +411,10 @@ func TestAttendPagedGraph(t *testing.T) {
 	pseq, pps := run.step(r, []int{100, 3, 250, 17, 60}, 0)
 	pn := len(pseq)
 	pq, pk, pv := h.act(1, pn, heads*hd), h.act(1, pn, kc), h.act(1, pn, kc)
+	if dt == compute.F16 {
+		h.roundCPU(pk)
+		h.roundCPU(pv)
+	}
 	pdst := h.zeros(pn, heads*hd)
 	psq, ppos := h.ints(pseq), h.ints(pps)
 	ptable := h.ints(run.table)
@@ -293,55 +445,141 @@ func TestAttendPagedGraph(t *testing.T) {
 		h.c.AttendPaged(dst.c, q.c, k.c, v.c, cpool, pgs[0], pos.c, a)
 		h.compare(fmt.Sprintf("replay %d", rep), dst, 2e-5)
 	}
-	h.compare("pool K", pair{cpool.K, gpool.K}, 0)
-	h.compare("pool V", pair{cpool.V, gpool.V}, 0)
+	comparePools(t, h, cpool, gpool)
+}
+
+// h200Bandwidth is the H200's HBM3e bandwidth in bytes per second, the
+// bound a decode-attention kernel is judged against.
+const h200Bandwidth = 4.8e12
+
+// pagedVariants are the kernels BenchmarkAttendPaged compares in one run:
+// the general kernel over f32 pools (the kernel before the grouped one),
+// and the grouped kernel over f32 and f16 pools.
+var pagedVariants = []struct {
+	name    string
+	generic bool
+	dt      compute.DType
+}{
+	{"general-f32", true, compute.F32},
+	{"gqa-f32", false, compute.F32},
+	{"gqa-f16", false, compute.F16},
 }
 
 // BenchmarkAttendPaged measures batched decode attention over a paged
-// pool on llama-3.1-8b's geometry (32 query heads, 8 kv heads of 128; f32
-// keys and values, blocks of 16 in random order): one call per step, every
-// sequence at the same context. GB/s counts the keys and values read.
+// pool on llama-3.1-8b's geometry (32 query heads, 8 kv heads of 128;
+// blocks of 16 in random order): one call per step, every sequence at the
+// same context. GB/s counts the keys and values read at the pool's type;
+// pct-of-4.8TB/s relates it to the H200's bandwidth.
 func BenchmarkAttendPaged(b *testing.B) {
 	g := openGPU(b)
 	const bs, heads, kvHeads, hd = 16, 32, 8, 128
 	kc := kvHeads * hd
 	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.088}
-	bw, err := copyBandwidth()
-	if err != nil {
-		b.Fatal(err)
-	}
 	for _, ctx := range []int{512, 2048} {
 		for _, seqs := range []int{8, 64, 256} {
-			b.Run(fmt.Sprintf("ctx%d/seqs%d", ctx, seqs), func(b *testing.B) {
-				r := rand.New(rand.NewPCG(uint64(ctx), uint64(seqs)))
-				maxBlocks := ctx/bs + 1
+			for _, vr := range pagedVariants {
+				b.Run(fmt.Sprintf("ctx%d/seqs%d/%s", ctx, seqs, vr.name), func(b *testing.B) {
+					defer func(on bool) { g.pagedGeneric = on }(g.pagedGeneric)
+					g.pagedGeneric = vr.generic
+					r := rand.New(rand.NewPCG(uint64(ctx), uint64(seqs)))
+					maxBlocks := ctx/bs + 1
+					blocks := seqs * maxBlocks
+					pool := newPool(g, vr.dt, blocks, bs, kc)
+					defer g.Free(pool.K)
+					defer g.Free(pool.V)
+					table := make([]int32, seqs*maxBlocks)
+					for i, p := range r.Perm(blocks) {
+						table[i] = int32(p)
+					}
+					seq, ps := make([]int32, seqs), make([]int32, seqs)
+					for s := range seqs {
+						seq[s], ps[s] = int32(s), int32(ctx-1)
+					}
+					tt, st, pt := g.Alloc(compute.I32, len(table)), g.Alloc(compute.I32, seqs), g.Alloc(compute.I32, seqs)
+					g.UploadInts(tt, table)
+					g.UploadInts(st, seq)
+					g.UploadInts(pt, ps)
+					q, k, v := gpuRandom(g, 1, 1, seqs, heads*hd), gpuRandom(g, 2, 1, seqs, kc), gpuRandom(g, 3, 1, seqs, kc)
+					dst := g.Alloc(compute.F32, seqs, heads*hd)
+					pg := &compute.Pages{BlockSize: bs, MaxBlocks: maxBlocks, Table: tt, Seq: st}
+					s := timeOps(b, g, func() { g.AttendPaged(dst, q, k, v, pool, pg, pt, a) })
+					bytes := float64(seqs) * float64(ctx) * float64(kc) * 2 * float64(vr.dt.Size())
+					b.ReportMetric(bytes/s/1e9, "GB/s")
+					b.ReportMetric(100*bytes/s/h200Bandwidth, "pct-of-4.8TB/s")
+					for _, t := range []*compute.Tensor{tt, st, pt, q, k, v, dst} {
+						g.Free(t)
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkAttendPagedPrefill measures prefill chunks over paged pools on
+// llama-3.1-8b's geometry: 8 sequences × 512 rows in one call, each chunk
+// the first of its prompt (positions 0…511) or the second (512…1023, over
+// 512 cached positions), on the paged kernels; and, for the tensor cores'
+// speed, flash_attend over a contiguous cache, one sequence per call, 8
+// calls. rows/s counts query rows.
+func BenchmarkAttendPagedPrefill(b *testing.B) {
+	g := openGPU(b)
+	const bs, heads, kvHeads, hd, seqs, chunk = 16, 32, 8, 128, 8, 512
+	kc := kvHeads * hd
+	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.088}
+	for _, start := range []int{0, 512} {
+		n := seqs * chunk
+		q, k, v := gpuRandom(g, 1, 1, n, heads*hd), gpuRandom(g, 2, 1, n, kc), gpuRandom(g, 3, 1, n, kc)
+		dst := g.Alloc(compute.F32, n, heads*hd)
+		for _, vr := range pagedVariants {
+			b.Run(fmt.Sprintf("start%d/%s", start, vr.name), func(b *testing.B) {
+				defer func(on bool) { g.pagedGeneric = on }(g.pagedGeneric)
+				g.pagedGeneric = vr.generic
+				r := rand.New(rand.NewPCG(uint64(start), 1))
+				maxBlocks := (start + chunk) / bs
 				blocks := seqs * maxBlocks
-				pool := g.NewKVCache(blocks*bs, kc, false)
+				pool := newPool(g, vr.dt, blocks, bs, kc)
 				defer g.Free(pool.K)
 				defer g.Free(pool.V)
 				table := make([]int32, seqs*maxBlocks)
 				for i, p := range r.Perm(blocks) {
 					table[i] = int32(p)
 				}
-				seq, ps := make([]int32, seqs), make([]int32, seqs)
-				for s := range seqs {
-					seq[s], ps[s] = int32(s), int32(ctx-1)
+				seq, ps := make([]int32, n), make([]int32, n)
+				for i := range n {
+					seq[i], ps[i] = int32(i/chunk), int32(start+i%chunk)
 				}
-				tt, st, pt := g.Alloc(compute.I32, len(table)), g.Alloc(compute.I32, seqs), g.Alloc(compute.I32, seqs)
+				tt, st, pt := g.Alloc(compute.I32, len(table)), g.Alloc(compute.I32, n), g.Alloc(compute.I32, n)
 				g.UploadInts(tt, table)
 				g.UploadInts(st, seq)
 				g.UploadInts(pt, ps)
-				q, k, v := gpuRandom(g, 1, 1, seqs, heads*hd), gpuRandom(g, 2, 1, seqs, kc), gpuRandom(g, 3, 1, seqs, kc)
-				dst := g.Alloc(compute.F32, seqs, heads*hd)
 				pg := &compute.Pages{BlockSize: bs, MaxBlocks: maxBlocks, Table: tt, Seq: st}
 				s := timeOps(b, g, func() { g.AttendPaged(dst, q, k, v, pool, pg, pt, a) })
-				bytes := float64(seqs) * float64(ctx) * float64(kc) * 8
-				b.ReportMetric(bytes/s/1e9, "GB/s")
-				b.ReportMetric(bytes/s/bw, "of-copy-bw")
-				for _, t := range []*compute.Tensor{tt, st, pt, q, k, v, dst} {
+				b.ReportMetric(float64(n)/s, "rows/s")
+				for _, t := range []*compute.Tensor{tt, st, pt} {
 					g.Free(t)
 				}
 			})
+		}
+		b.Run(fmt.Sprintf("start%d/flash-contiguous", start), func(b *testing.B) {
+			cache := g.NewKVCache(start+chunk, kc, false)
+			defer g.Free(cache.K)
+			defer g.Free(cache.V)
+			pt := g.Alloc(compute.I32, 1)
+			g.UploadInts(pt, []int32{int32(start)})
+			views := make([][4]*compute.Tensor, seqs)
+			for i := range views {
+				views[i] = [4]*compute.Tensor{g.View(dst, i*chunk, (i+1)*chunk), g.View(q, i*chunk, (i+1)*chunk), g.View(k, i*chunk, (i+1)*chunk), g.View(v, i*chunk, (i+1)*chunk)}
+			}
+			s := timeOps(b, g, func() {
+				for _, w := range views {
+					g.Attend(w[0], w[1], w[2], w[3], cache, pt, a)
+				}
+			})
+			b.ReportMetric(float64(n)/s, "rows/s")
+			g.Free(pt)
+		})
+		for _, t := range []*compute.Tensor{q, k, v, dst} {
+			g.Free(t)
 		}
 	}
 }

@@ -172,35 +172,62 @@ extern "C" __global__ void kvstore(float* ck, float* cv, const float* k, const f
 }
 
 // Paged attention (compute.Pager): the pool is a cache of blocks of bs
-// rows; row i of a call belongs to sequence seq[i] at position pos[i], and
-// position j of sequence s lives in pool row table[s·maxb + j/bs]·bs + j%bs
-// (a negative entry: no block, the position is skipped). Everything is read
-// from device memory, so a captured graph stays valid when the table and
-// the positions change between replays.
+// rows, keys and values stored as f32 or f16 (DT); row i of a call belongs
+// to sequence seq[i] at position pos[i], and position j of sequence s
+// lives in pool row table[s·maxb + j/bs]·bs + j%bs (a negative entry: no
+// block, the position is skipped). Everything is read from device memory,
+// so a captured graph stays valid when the table and the positions change
+// between replays. Every row's keys are split at absolute multiples of
+// span positions (split y: [y·span, (y+1)·span)) and the parts merged by
+// attend_combine in split order, so that a row's numbers depend only on
+// its own query, position and sequence, never on the other rows of the
+// call.
 
-// kvstore_paged writes each row's new key and value into its slot.
-extern "C" __global__ void kvstore_paged(float* ck, float* cv, const float* k, const float* v, const int* table,
-                                         const int* seq, const int* pos, int bs, int maxb, int kc) {
+// kv_ld reads element e of a pool row of type DT as float.
+template <int DT>
+__device__ __forceinline__ float kv_ld(const void* p, i64 e) {
+    if (DT == DT_F32) return ((const float*)p)[e];
+    return h2f(((const u16*)p)[e]);
+}
+
+// kvstore_paged_t writes each row's new key and value into its slot,
+// rounded to the pool's type.
+template <int DT>
+__device__ void kvstore_paged_t(void* ck, void* cv, const float* k, const float* v, const int* table,
+                                const int* seq, const int* pos, int bs, int maxb, int kc) {
     int i = blockIdx.x, p = pos[i];
     if (p < 0 || p / bs >= maxb) return;
     int blk = table[(i64)seq[i] * maxb + p / bs];
     if (blk < 0) return;
     i64 slot = (i64)blk * bs + p % bs;
     for (int c = threadIdx.x; c < kc; c += blockDim.x) {
-        ck[slot * kc + c] = k[(i64)i * kc + c];
-        cv[slot * kc + c] = v[(i64)i * kc + c];
+        float a = k[(i64)i * kc + c], b = v[(i64)i * kc + c];
+        if (DT == DT_F32) {
+            ((float*)ck)[slot * kc + c] = a;
+            ((float*)cv)[slot * kc + c] = b;
+        } else {
+            u16 ha, hb;
+            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(ha) : "f"(a));
+            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(hb) : "f"(b));
+            ((u16*)ck)[slot * kc + c] = ha;
+            ((u16*)cv)[slot * kc + c] = hb;
+        }
     }
 }
 
-// attend_paged_t handles one (row, head) per blockIdx.x over the row's
-// sequence in the pool (its new key already stored). With splits > 1,
-// split blockIdx.y takes the keys [y·span, (y+1)·span) of absolute
-// positions, so that a row's parts, and the order attend_combine merges
-// them in, depend only on its own position: the row computes the same
-// numbers whatever the other rows of the call. With splits = 1 one block
-// takes all the row's keys.
-template <int E>
-__device__ void attend_paged_t(float* out, const float* q, const float* ck, const float* cv, const int* table,
+#define KVSTORE_ARGS void *ck, void *cv, const float *k, const float *v, const int *table, const int *seq, const int *pos, int bs, int maxb, int kc
+#define KVSTORE_CALL ck, cv, k, v, table, seq, pos, bs, maxb, kc
+
+extern "C" __global__ void kvstore_paged(KVSTORE_ARGS) { kvstore_paged_t<DT_F32>(KVSTORE_CALL); }
+extern "C" __global__ void kvstore_paged_f16(KVSTORE_ARGS) { kvstore_paged_t<DT_F16>(KVSTORE_CALL); }
+
+// attend_paged_t is the general kernel (any head dim up to 512): one
+// (row, head) per blockIdx.x and split blockIdx.y, each warp walking a
+// strided subset of the split's keys with an online softmax; lanes hold E
+// elements of the head each (head_dim ≤ 32·E). It always writes parts
+// (splits ≥ 2) for attend_combine.
+template <int E, int DT>
+__device__ void attend_paged_t(float* out, const float* q, const void* ck, const void* cv, const int* table,
                                const int* seq, const int* pos, int bs, int maxb, int heads, int kvheads, int hd,
                                float scale, float softcap, int window, const void* sinks, int sdt, float* part,
                                int splits, int span) {
@@ -222,22 +249,17 @@ __device__ void attend_paged_t(float* out, const float* q, const float* ck, cons
         acc[e] = 0.0f;
     }
     float m = NEG_INF, l = 0.0f;
-    int lo = first, hi = p;
-    if (splits > 1) {
-        lo = max(first, (int)blockIdx.y * span);
-        hi = min(p, ((int)blockIdx.y + 1) * span - 1);
-    }
+    int lo = max(first, (int)blockIdx.y * span);
+    int hi = min(p, ((int)blockIdx.y + 1) * span - 1);
     for (int j = lo + w; j <= hi; j += ATT_WARPS) {
         int blk = tb[j / bs];
         if (blk < 0) continue;
-        i64 slot = (i64)blk * bs + j % bs;
-        const float* kr = ck + slot * kc + ko;
-        const float* vr = cv + slot * kc + ko;
+        i64 row = ((i64)blk * bs + j % bs) * kc + ko;
         float s = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; e++) {
             int d = lane + 32 * e;
-            if (d < hd) s += qr[e] * kr[d];
+            if (d < hd) s += qr[e] * kv_ld<DT>(ck, row + d);
         }
         s = warp_sum(s) * scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
@@ -247,7 +269,7 @@ __device__ void attend_paged_t(float* out, const float* q, const float* ck, cons
 #pragma unroll
         for (int e = 0; e < E; e++) {
             int d = lane + 32 * e;
-            acc[e] = acc[e] * corr + (d < hd ? pj * vr[d] : 0.0f);
+            acc[e] = acc[e] * corr + (d < hd ? pj * kv_ld<DT>(cv, row + d) : 0.0f);
         }
         m = mn;
     }
@@ -255,12 +277,218 @@ __device__ void attend_paged_t(float* out, const float* q, const float* ck, cons
                   part + ((i64)blockIdx.x * splits + blockIdx.y) * (hd + 2), splits, sm_m, sm_l, sm_acc);
 }
 
-#define PAGED_ARGS float *out, const float *q, const float *ck, const float *cv, const int *table, const int *seq, \
+#define PAGED_ARGS float *out, const float *q, const void *ck, const void *cv, const int *table, const int *seq, \
     const int *pos, int bs, int maxb, int heads, int kvheads, int hd, float scale, float softcap, int window,  \
     const void *sinks, int sdt, float *part, int splits, int span
 #define PAGED_CALL out, q, ck, cv, table, seq, pos, bs, maxb, heads, kvheads, hd, scale, softcap, window, sinks, sdt, part, splits, span
 
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged2(PAGED_ARGS) { attend_paged_t<2>(PAGED_CALL); }
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged4(PAGED_ARGS) { attend_paged_t<4>(PAGED_CALL); }
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged8(PAGED_ARGS) { attend_paged_t<8>(PAGED_CALL); }
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged16(PAGED_ARGS) { attend_paged_t<16>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged2(PAGED_ARGS) { attend_paged_t<2, DT_F32>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged4(PAGED_ARGS) { attend_paged_t<4, DT_F32>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged8(PAGED_ARGS) { attend_paged_t<8, DT_F32>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged16(PAGED_ARGS) { attend_paged_t<16, DT_F32>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_2(PAGED_ARGS) { attend_paged_t<2, DT_F16>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_4(PAGED_ARGS) { attend_paged_t<4, DT_F16>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_8(PAGED_ARGS) { attend_paged_t<8, DT_F16>(PAGED_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_16(PAGED_ARGS) { attend_paged_t<16, DT_F16>(PAGED_CALL); }
+
+// attend_pgqa_t is the grouped kernel for head dims 64, 128 and 256: a
+// block per (row, kv head, group of up to GM of its query heads) and split
+// blockIdx.y reads each key and value of the split once for all those
+// query heads. The split's block-table entries are staged in shared
+// memory; a key's HD values are spread over HD/8 lanes, 8 each (one 16-byte
+// load of f16, two of f32), so a warp takes 32/(HD/8) keys per load and
+// every lane keeps U keys and values in flight before using them. Each
+// group of lanes keeps an online softmax per query head over its keys;
+// the groups of a warp, then the warps, are merged at the end into the
+// split's part for attend_combine.
+#define PG_WARPS 4
+#define PG_SPAN 256 // the host's pagedSpan
+
+template <int HD, int DT, int GM>
+__device__ void attend_pgqa_t(const float* q, const void* ck, const void* cv, const int* table, const int* seq,
+                              const int* pos, int bs, int maxb, int heads, int kvheads, float scale, float softcap,
+                              int window, float* part, int splits, int span) {
+    const int L = HD / 8;                     // lanes per key
+    const int KP = 32 / L;                    // keys per warp load
+    const int NC = DT == DT_F32 ? 2 : 1;      // 16-byte loads per lane and key
+    const int ES = DT == DT_F32 ? 4 : 2;      // bytes per element
+    const int U = GM >= 8 ? 2 : 4;            // loads in flight per lane
+    __shared__ int sm_tb[PG_SPAN + 2];
+    __shared__ float sm_m[PG_WARPS][GM], sm_l[PG_WARPS][GM];
+    __shared__ float sm_acc[PG_WARPS][GM][HD];
+    int G = heads / kvheads, hch = (G + GM - 1) / GM;
+    int i = blockIdx.x / (kvheads * hch);
+    int rem = blockIdx.x - i * kvheads * hch;
+    int kh = rem / hch, hc = rem - kh * hch;
+    int h0 = kh * G + hc * GM, ng = min(GM, G - hc * GM);
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int sg = lane / L, sl = lane - sg * L;
+    int p = min(pos[i], maxb * bs - 1);
+    int first = window > 0 ? max(0, p - window + 1) : 0;
+    int lo = max(first, (int)blockIdx.y * span);
+    int hi = min(p, ((int)blockIdx.y + 1) * span - 1);
+    float* pt = part + ((i64)i * heads + h0) * splits * (HD + 2) + (i64)blockIdx.y * (HD + 2);
+    if (lo > hi) {
+        // Nothing of this row in the split: an empty part.
+        if (tid < ng) pt[(i64)tid * splits * (HD + 2)] = NEG_INF;
+        return;
+    }
+    const int* tb = table + (i64)seq[i] * maxb;
+    int b0 = lo / bs, nb = hi / bs - b0 + 1;
+    for (int x = tid; x < nb; x += PG_WARPS * 32) sm_tb[x] = tb[b0 + x];
+
+    int qc = heads * HD, kc = kvheads * HD;
+    float qr[GM][8], acc[GM][8], m[GM], l[GM];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        m[g] = NEG_INF;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            qr[g][e] = g < ng ? q[(i64)i * qc + (i64)(h0 + g) * HD + sl * 8 + e] : 0.0f;
+            acc[g][e] = 0.0f;
+        }
+    }
+    __syncthreads();
+    const char* kb = (const char*)ck + ((i64)kh * HD + sl * 8) * ES;
+    const char* vb = (const char*)cv + ((i64)kh * HD + sl * 8) * ES;
+    for (int base = lo + w * U * KP; base <= hi; base += PG_WARPS * U * KP) {
+        U4 kr[U][NC], vr[U][NC];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int j = base + u * KP + sg;
+            int blk = j <= hi ? sm_tb[j / bs - b0] : -1;
+            ok[u] = blk >= 0;
+#pragma unroll
+            for (int c = 0; c < NC; c++) kr[u][c] = vr[u][c] = U4{0, 0, 0, 0};
+            if (ok[u]) {
+                i64 off = ((i64)blk * bs + j % bs) * kc * ES;
+#pragma unroll
+                for (int c = 0; c < NC; c++) {
+                    kr[u][c] = ld_stream(kb + off + 16 * c);
+                    vr[u][c] = ld_stream(vb + off + 16 * c);
+                }
+            }
+        }
+        float s[U][GM];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[8];
+#pragma unroll
+            for (int c = 0; c < NC; c++) unpack16<DT>(kr[u][c], kf + c * (8 / NC));
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) d += qr[g][e] * kf[e];
+                s[u][g] = d;
+            }
+        }
+#pragma unroll
+        for (int o = 1; o < L; o <<= 1)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int g = 0; g < GM; g++) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+        float vf[U][8];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int c = 0; c < NC; c++) unpack16<DT>(vr[u][c], vf[u] + c * (8 / NC));
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float mx = m[g];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float x = s[u][g] * scale;
+                if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+                x = ok[u] ? x : NEG_INF;
+                s[u][g] = x;
+                mx = fmaxf(mx, x);
+            }
+            if (mx == NEG_INF) continue;
+            float corr = expf(m[g] - mx), ps = 0.0f, pu[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                pu[u] = expf(s[u][g] - mx);
+                ps += pu[u];
+            }
+            l[g] = l[g] * corr + ps;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float a = acc[g][e] * corr;
+#pragma unroll
+                for (int u = 0; u < U; u++) a += pu[u] * vf[u][e];
+                acc[g][e] = a;
+            }
+            m[g] = mx;
+        }
+    }
+    // Merge the key groups of the warp (lanes sl, sl+L, …).
+#pragma unroll
+    for (int o = L; o < 32; o <<= 1) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m[g], o);
+            float l2 = __shfl_xor_sync(0xffffffffu, l[g], o);
+            float a2[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) a2[e] = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+            float mx = fmaxf(m[g], m2);
+            if (mx == NEG_INF) continue;
+            float c1 = expf(m[g] - mx), c2 = expf(m2 - mx);
+            l[g] = l[g] * c1 + l2 * c2;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] = acc[g][e] * c1 + a2[e] * c2;
+            m[g] = mx;
+        }
+    }
+    if (lane < L) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (lane == 0) {
+                sm_m[w][g] = m[g];
+                sm_l[w][g] = l[g];
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) sm_acc[w][g][sl * 8 + e] = acc[g][e];
+        }
+    }
+    __syncthreads();
+    // Merge the warps into the part: (max, sum, acc[HD]) per query head.
+    for (int x = tid; x < ng * (HD + 2); x += PG_WARPS * 32) {
+        int g = x / (HD + 2), d = x - g * (HD + 2);
+        float mx = NEG_INF;
+#pragma unroll
+        for (int y = 0; y < PG_WARPS; y++) mx = fmaxf(mx, sm_m[y][g]);
+        float r = 0.0f;
+        if (d == 0) {
+            r = mx;
+        } else if (mx != NEG_INF) {
+#pragma unroll
+            for (int y = 0; y < PG_WARPS; y++) {
+                float c = expf(sm_m[y][g] - mx);
+                r += (d == 1 ? sm_l[y][g] : sm_acc[y][g][d - 2]) * c;
+            }
+        }
+        pt[(i64)g * splits * (HD + 2) + d] = r;
+    }
+}
+
+#define PGQA_ARGS const float *q, const void *ck, const void *cv, const int *table, const int *seq, const int *pos, \
+    int bs, int maxb, int heads, int kvheads, float scale, float softcap, int window, float *part, int splits, int span
+#define PGQA_CALL q, ck, cv, table, seq, pos, bs, maxb, heads, kvheads, scale, softcap, window, part, splits, span
+
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa64_f32_g4(PGQA_ARGS) { attend_pgqa_t<64, DT_F32, 4>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa64_f32_g8(PGQA_ARGS) { attend_pgqa_t<64, DT_F32, 8>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa64_f16_g4(PGQA_ARGS) { attend_pgqa_t<64, DT_F16, 4>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa64_f16_g8(PGQA_ARGS) { attend_pgqa_t<64, DT_F16, 8>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa128_f32_g4(PGQA_ARGS) { attend_pgqa_t<128, DT_F32, 4>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa128_f32_g8(PGQA_ARGS) { attend_pgqa_t<128, DT_F32, 8>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa128_f16_g4(PGQA_ARGS) { attend_pgqa_t<128, DT_F16, 4>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa128_f16_g8(PGQA_ARGS) { attend_pgqa_t<128, DT_F16, 8>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa256_f32_g4(PGQA_ARGS) { attend_pgqa_t<256, DT_F32, 4>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa256_f32_g8(PGQA_ARGS) { attend_pgqa_t<256, DT_F32, 8>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa256_f16_g4(PGQA_ARGS) { attend_pgqa_t<256, DT_F16, 4>(PGQA_CALL); }
+extern "C" __global__ void __launch_bounds__(PG_WARPS * 32) attend_pgqa256_f16_g8(PGQA_ARGS) { attend_pgqa_t<256, DT_F16, 8>(PGQA_CALL); }
