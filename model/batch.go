@@ -342,3 +342,26 @@ func (c *Cache) batchPass(bt *Batch) *pass {
 	}
 	return p
 }
+
+// batching implements Batched's KVLayout and NewCache for a family from
+// the stack its layers make; a family embeds it and sets it at load.
+type batching struct {
+	b     compute.Backend
+	name  string       // the model type, for errors
+	stack func() stack // read when asked: the layers are loaded by then
+}
+
+// KVLayout implements Batched.
+func (x batching) KVLayout() KVLayout {
+	l, _ := x.stack().layout(x.b)
+	return l
+}
+
+// NewCache implements Batched.
+func (x batching) NewCache(spec CacheSpec) (*Cache, error) {
+	c, err := x.stack().newCache(x.b, spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", x.name, err)
+	}
+	return c, nil
+}

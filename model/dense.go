@@ -11,6 +11,7 @@ import (
 // connections, a final norm and the output projection. Family files decide
 // which norms exist, how tensors are named, and the scalar knobs.
 type dense struct {
+	batching
 	cfg *Config
 	b   compute.Backend
 
@@ -50,21 +51,6 @@ func (m *dense) stack() stack {
 		attns[i] = &m.layers[i].attention
 	}
 	return stack{attns: attns}
-}
-
-// KVLayout implements Batched.
-func (m *dense) KVLayout() KVLayout {
-	l, _ := m.stack().layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *dense) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := m.stack().newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
 }
 
 // Forward implements Model.
@@ -171,6 +157,7 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 		cfg: cfg, b: b, act: act, eps: float32(cfg.RMSNormEps),
 		embedScale: 1, residualScale: 1, logitScale: 1,
 	}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
 	hid, vocab, ff := cfg.HiddenSize, cfg.VocabSize, cfg.IntermediateSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", vocab, hid)

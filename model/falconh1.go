@@ -35,6 +35,7 @@ func init() {
 }
 
 type falconH1 struct {
+	batching
 	cfg                 *Config
 	b                   compute.Backend
 	embed, norm, output *compute.Tensor
@@ -107,6 +108,7 @@ func loadFalconH1(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		attnIn: float32(cfg.AttentionInMultiplier), attnOut: float32(cfg.AttentionOutMultiplier),
 		ssmOut: float32(cfg.SSMOutMultiplier),
 	}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", vocab, hid)
 	m.norm = l.vector("model.final_layernorm.weight", hid)
@@ -158,21 +160,6 @@ func (m *falconH1) stack() stack {
 		attns[i] = l.attn
 	}
 	return stack{attns: attns, rec: m.rec}
-}
-
-// KVLayout implements Batched.
-func (m *falconH1) KVLayout() KVLayout {
-	l, _ := m.stack().layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *falconH1) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := m.stack().newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
 }
 
 // Forward implements Model.

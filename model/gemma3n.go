@@ -43,6 +43,7 @@ func init() {
 }
 
 type gemma3n struct {
+	batching
 	cfg  *Config
 	b    compute.Backend
 	rows compute.RowOps
@@ -93,6 +94,7 @@ func loadGemma3n(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		softCap:    float32(cfg.FinalLogitSoftcapping),
 		owners:     cfg.NumHiddenLayers - cfg.NumKVSharedLayers,
 	}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
 	var rank int
 	var coefClip float64
 	var sparsity []float64
@@ -194,21 +196,6 @@ func (m *gemma3n) stack() stack {
 		attns[i] = &m.layers[i].attn
 	}
 	return stack{attns: attns}
-}
-
-// KVLayout implements Batched.
-func (m *gemma3n) KVLayout() KVLayout {
-	l, _ := m.stack().layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *gemma3n) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := m.stack().newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
 }
 
 // Forward implements Model. Without logits (a prefill chunk that is not the

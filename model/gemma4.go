@@ -111,6 +111,7 @@ func (c *Config) KVSource(i int) int {
 }
 
 type gemma4 struct {
+	batching
 	cfg *Config
 	b   compute.Backend
 
@@ -169,6 +170,7 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		softCap:    float32(cfg.FinalLogitSoftcapping),
 		owners:     cfg.NumHiddenLayers - cfg.NumKVSharedLayers,
 	}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
 	hid := cfg.HiddenSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", cfg.VocabSize, hid)
@@ -243,21 +245,6 @@ func (m *gemma4) stack() stack {
 		attns[i] = &m.layers[i].attn
 	}
 	return stack{attns: attns}
-}
-
-// KVLayout implements Batched.
-func (m *gemma4) KVLayout() KVLayout {
-	l, _ := m.stack().layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *gemma4) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := m.stack().newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
 }
 
 // Forward implements Model. Without logits (a prefill chunk that is not the

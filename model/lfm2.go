@@ -31,6 +31,7 @@ func init() {
 }
 
 type lfm2 struct {
+	batching
 	cfg                 *Config
 	b                   compute.Backend
 	embed, norm, output *compute.Tensor
@@ -65,6 +66,7 @@ type lfm2State struct {
 func loadLFM2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	hid, vocab := cfg.HiddenSize, cfg.VocabSize
 	m := &lfm2{cfg: cfg, b: b, eps: float32(cfg.NormEps()), ff: cfg.FeedForwardSize()}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
 	rope, err := fullRope(cfg)
 	if err != nil {
 		return nil, err
@@ -146,21 +148,6 @@ func (m *lfm2) stack() stack {
 		attns[i] = l.attn
 	}
 	return stack{attns: attns, rec: m.rec}
-}
-
-// KVLayout implements Batched.
-func (m *lfm2) KVLayout() KVLayout {
-	l, _ := m.stack().layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *lfm2) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := m.stack().newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
 }
 
 // Forward implements Model.

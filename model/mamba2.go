@@ -221,6 +221,7 @@ func (m *ssmMixer) gatedNorm(b compute.Backend, y *compute.Tensor) {
 
 // mamba2 is a Mamba2 language model.
 type mamba2 struct {
+	batching
 	cfg                 *Config
 	b                   compute.Backend
 	embed, norm, output *compute.Tensor
@@ -254,6 +255,7 @@ func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	}
 	eps := cfg.NormEps()
 	m := &mamba2{cfg: cfg, b: b, eps: float32(eps)}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
 	hid, vocab := cfg.HiddenSize, cfg.VocabSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("backbone.embeddings.weight", vocab, hid)
@@ -279,20 +281,8 @@ func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 
 func (m *mamba2) Config() *Config { return m.cfg }
 
-// KVLayout implements Batched: no attention, one state slot per sequence.
-func (m *mamba2) KVLayout() KVLayout {
-	l, _ := stack{rec: m.rec}.layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *mamba2) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := stack{rec: m.rec}.newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
-}
+// stack lists the recurrent tensors: mamba2 has no attention.
+func (m *mamba2) stack() stack { return stack{rec: m.rec} }
 
 // ForwardBatch implements Batched.
 func (m *mamba2) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }

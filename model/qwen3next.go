@@ -49,6 +49,7 @@ func init() {
 
 // hybrid is the stack shared by the three families.
 type hybrid struct {
+	batching
 	cfg *Config
 	b   compute.Backend
 
@@ -112,21 +113,6 @@ func (m *hybrid) stack() stack {
 		attns[i] = l.attn
 	}
 	return stack{attns: attns, rec: m.rec}
-}
-
-// KVLayout implements Batched.
-func (m *hybrid) KVLayout() KVLayout {
-	l, _ := m.stack().layout(m.b)
-	return l
-}
-
-// NewCache implements Batched.
-func (m *hybrid) NewCache(spec CacheSpec) (*Cache, error) {
-	c, err := m.stack().newCache(m.b, spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", m.cfg.ModelType, err)
-	}
-	return c, nil
 }
 
 // Forward implements Model.
@@ -221,7 +207,9 @@ func newHybrid(cfg *Config, b compute.Backend) (*hybrid, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
-	return &hybrid{cfg: cfg, b: b, act: act, eps: float32(cfg.RMSNormEps)}, nil
+	m := &hybrid{cfg: cfg, b: b, act: act, eps: float32(cfg.RMSNormEps)}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	return m, nil
 }
 
 // loadHybrid reads the stack. Layers i for which sparse(i) holds get the
