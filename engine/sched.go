@@ -27,7 +27,8 @@ type SchedulerOptions struct {
 	// backend's prefill chunk, see PrefillChunker); it is rounded up to a
 	// multiple of BlockSize.
 	Chunk int
-	// BatchTokens bounds the rows of one step (0: Chunk plus Parallel).
+	// BatchTokens bounds the rows of one step (0: Parallel plus one
+	// Chunk on the CPU, four on a GPU).
 	BatchTokens int
 }
 

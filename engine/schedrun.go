@@ -228,9 +228,20 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	s.maxBlocks = (s.context + s.bs - 1) / s.bs
 	s.batchTokens = opts.BatchTokens
 	if s.batchTokens == 0 {
-		s.batchTokens = s.chunk + s.parallel
+		s.batchTokens = s.chunk*prefillChunks(s.b) + s.parallel
 	}
 	return nil
+}
+
+// prefillChunks is how many prompt chunks a step takes by default: one on
+// the CPU, where a chunk already takes as long as many decode steps; four
+// on a device that records graphs (a GPU), which runs a chunk in a few
+// milliseconds and serves many newcomers' prompts best in large steps.
+func prefillChunks(b compute.Backend) int {
+	if padsSteps(b) {
+		return 4
+	}
+	return 1
 }
 
 // defaultKVBytes is the paged cache's memory when none is asked for: a
