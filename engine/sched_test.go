@@ -711,9 +711,9 @@ func TestSchedOptions(t *testing.T) {
 	s := newSched(t, m, SchedulerOptions{})
 	st := s.Stats()
 	ctx := min(m.ContextLength(), DefaultContext)
-	if st.Parallel < 1 || st.Parallel > maxDefaultParallel || s.seqCap != ctx || st.BlocksTotal*DefaultBlockSize < st.Parallel*ctx {
+	if st.Parallel < 1 || st.Parallel > maxDefaultParallel(m.Backend) || s.seqCap != ctx || st.BlocksTotal*DefaultBlockSize < st.Parallel*ctx {
 		t.Errorf("defaults: parallel %d, %d positions per sequence, %d blocks of %d; want 1 to %d sequences of %d positions, all held at once",
-			st.Parallel, s.seqCap, st.BlocksTotal, DefaultBlockSize, maxDefaultParallel, ctx)
+			st.Parallel, s.seqCap, st.BlocksTotal, DefaultBlockSize, maxDefaultParallel(m.Backend), ctx)
 	}
 	if s.chunk%s.bs != 0 || s.batchTokens != s.chunk+s.parallel {
 		t.Errorf("defaults: chunk %d, block %d, batch %d", s.chunk, s.bs, s.batchTokens)

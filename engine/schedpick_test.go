@@ -203,7 +203,7 @@ func TestSchedFreeMemory(t *testing.T) {
 		s := newSched(t, m, SchedulerOptions{Context: ctx, BlockSize: bs})
 		// Half the free memory; at most maxDefaultParallel sequences,
 		// and room for each at full context twice over.
-		parallel := int(min(max(free/2/perSeq, 1), maxDefaultParallel))
+		parallel := int(min(max(free/2/perSeq, 1), int64(maxDefaultParallel(b))))
 		ref := newSched(t, m, SchedulerOptions{Context: ctx, BlockSize: bs, Parallel: parallel, KVBytes: min(free/2, 2*int64(parallel)*perSeq)})
 		if g, w := s.Stats(), ref.Stats(); g.Parallel != w.Parallel || g.BlocksTotal != w.BlocksTotal {
 			t.Errorf("free %d: %d sequences, %d blocks; want %d sequences, %d blocks", free, g.Parallel, g.BlocksTotal, w.Parallel, w.BlocksTotal)

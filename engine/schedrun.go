@@ -18,8 +18,15 @@ import (
 // and a slow consumer only misses steps, it never stalls the others.
 const holdoff = 20 * time.Millisecond
 
-// maxDefaultParallel bounds the Parallel chosen from memory.
-const maxDefaultParallel = 8
+// maxDefaultParallel bounds the Parallel chosen from memory: 8 on the
+// CPU, whose steps grow with every row; 64 on a device that records
+// graphs (a GPU), whose decode steps cost about the same up to many rows.
+func maxDefaultParallel(b compute.Backend) int {
+	if padsSteps(b) {
+		return 64
+	}
+	return 8
+}
 
 // group is one group of attention layers of the paged cache.
 type group struct {
@@ -156,7 +163,7 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	}
 	s.parallel = opts.Parallel
 	if s.parallel == 0 {
-		s.parallel = int(min(max(budget/max(perSeq, 1), 1), maxDefaultParallel))
+		s.parallel = int(min(max(budget/max(perSeq, 1), 1), int64(maxDefaultParallel(s.b))))
 	}
 	if opts.KVBytes == 0 {
 		// Room for every sequence at full context, twice over for
