@@ -59,6 +59,25 @@ type Pages struct {
 	Table *Tensor
 	// Seq (I32, [rows]) holds the sequence of each row of the pass.
 	Seq *Tensor
+	// Spans, when not nil, tells the host how the rows of the pass lie:
+	// one entry per sequence of the pass, in row order, each sequence's
+	// rows consecutive and at consecutive positions. Backends may use it
+	// to attend a prompt chunk's rows by another kernel (CUDA: flash
+	// attention over the chunk's keys gathered from the pool); nil (a
+	// padded decode step replayed as a graph, whose spans change between
+	// replays) leaves every row to the kernel that reads the table on the
+	// device.
+	Spans []PageSpan
+}
+
+// PageSpan is one sequence's rows of a paged pass, on the host.
+type PageSpan struct {
+	// Row is the sequence's first row in the pass and Rows how many
+	// consecutive rows it has there.
+	Row, Rows int
+	// Start is the position of its first row (Pos[Row]); its other rows
+	// follow at Start+1, Start+2, …
+	Start int
 }
 
 // Pager is implemented by backends that attend over paged key-value

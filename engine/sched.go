@@ -83,6 +83,7 @@ type Scheduler struct {
 	// The loop's buffers.
 	tensors                              map[[2]int]*compute.Tensor
 	idsHost, posHost, seqHost, tableHost []int32
+	spans                                []compute.PageSpan // fill's spans of the parts, shared by every group's Pages
 	logitsHost                           []float32
 	rowsOf, hostOff                      []int // per part of a step: first logits row, offset in logitsHost
 

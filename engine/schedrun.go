@@ -894,16 +894,17 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 	bt := &model.Batch{IDs: s.input(useIDs, n, compute.I32, 0), Pos: s.input(usePos, n, compute.I32, 0)}
 	s.b.UploadInts(bt.IDs, ids)
 	s.b.UploadInts(bt.Pos, pos)
-	seqRows := s.seqHost[:0]
+	seqRows, spans := s.seqHost[:0], s.spans[:0]
 	for i, p := range parts {
+		spans = append(spans, compute.PageSpan{Row: len(seqRows), Rows: p.hi - p.lo, Start: p.lo})
 		for range p.hi - p.lo {
 			seqRows = append(seqRows, int32(i))
 		}
 		bt.Seqs = append(bt.Seqs, model.BatchSeq{Rows: p.hi - p.lo, State: p.q.slot, Logits: p.logits, AllLogits: p.all > 0})
 	}
-	s.seqHost = seqRows
+	s.seqHost, s.spans = seqRows, spans
 	for g := range s.groups {
-		pg := compute.Pages{BlockSize: s.bs, MaxBlocks: s.maxBlocks}
+		pg := compute.Pages{BlockSize: s.bs, MaxBlocks: s.maxBlocks, Spans: spans}
 		pg.Seq = s.input(useSeq+2*g, n, compute.I32, 0)
 		s.b.UploadInts(pg.Seq, seqRows)
 		tab := s.tableHost[:0]

@@ -14,6 +14,7 @@ type pagedKernels struct {
 	attend [2][4]uintptr    // general kernel: 2, 4, 8, 16 elements per lane
 	gqa    [2][3][2]uintptr // grouped kernel: head dim 64, 128, 256; up to 4, 8 query heads per block
 	store  [2]uintptr
+	half   [2]uintptr // kv_half_paged: a sequence's keys and values gathered for flash_attend
 }
 
 // pagedGQADims are the head dims of the grouped kernel attend_pgqa.
@@ -33,6 +34,8 @@ func (k *pagedKernels) add(t map[string]*uintptr) {
 	}
 	t["kvstore_paged"] = &k.store[0]
 	t["kvstore_paged_f16"] = &k.store[1]
+	t["kv_half_paged"] = &k.half[0]
+	t["kv_half_paged_f16"] = &k.half[1]
 }
 
 // pagedSpan is how many positions one split of a paged attention kernel
@@ -87,6 +90,15 @@ func parsePoolType(s string) (compute.DType, error) {
 // computed the same whatever the other rows of the call: its splits start
 // at absolute positions, empty splits add nothing, and calls whose parts
 // would pass Backend.pagedPart bytes run in launches of fewer rows.
+//
+// When pg.Spans says where the sequences' rows lie, a prompt chunk (a
+// sequence with flashMinRows rows or more; 2 with LEM_CUDA_ATTENTION=flash)
+// whose head dim flash_attend has is attended on the tensor cores:
+// kv_half_paged gathers its keys and values (cached and new, from the
+// pool) into contiguous bf16 rows and flash_attend runs over them for the
+// chunk's rows alone, so a chunk row depends only on its own sequence's
+// chunk and cache. The other rows take the paged kernels, in launches of
+// the runs of rows between chunks.
 func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
 	n := q.Rows()
 	if n == 0 {
@@ -104,6 +116,99 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	b.launch(b.k.paged.store[pt], "kvstore_paged", n, threads(kc, 256)).
 		ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(dptr(k)).ptr(dptr(v)).
 		ptr(tb).ptr(seq).ptr(ps).i(pg.BlockSize).i(pg.MaxBlocks).i(kc)
+	r0 := 0
+	for _, sp := range b.pagedFlash(dst, q, pool, pg, pos, a) {
+		b.attendPagedRows(dst, q, pool, pg, pos, a, r0, sp.Row)
+		r0 = sp.Row + sp.Rows
+	}
+	b.attendPagedRows(dst, q, pool, pg, pos, a, r0, n)
+}
+
+// pagedFlash attends the chunks of pg.Spans that suit flash_attend and
+// returns their spans, in row order.
+func (b *Backend) pagedFlash(dst, q *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) []compute.PageSpan {
+	if len(pg.Spans) == 0 || b.flash.mode == attnExact || dptr(q)%16 != 0 || dptr(dst)%8 != 0 {
+		return nil
+	}
+	idx := -1
+	for i, c := range flashConfigs {
+		if c.hd == a.HeadDim {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil
+	}
+	cfg, fn := flashConfigs[idx], b.k.flash.attend[idx]
+	if v := b.flash.variant - 1; v >= 0 && flashVariants[v].hd == a.HeadDim {
+		cfg, fn = flashVariants[v], b.k.flash.variant[v]
+	}
+	least := flashMinRows
+	if b.flash.mode == attnFlash {
+		least = 2
+	}
+	// Rows of keys each chunk sees: from its first visible position to
+	// its last row's.
+	seen := func(sp compute.PageSpan) int {
+		base := 0
+		if a.Window > 0 {
+			base = max(0, sp.Start-a.Window+1)
+		}
+		return sp.Start + sp.Rows - base
+	}
+	var chunks []compute.PageSpan
+	most := 0
+	for _, sp := range pg.Spans {
+		if sp.Rows >= least {
+			chunks = append(chunks, sp)
+			most = max(most, seen(sp))
+		}
+	}
+	if len(chunks) == 0 {
+		return nil
+	}
+	kc := a.KVHeads * a.HeadDim
+	qc := a.Heads * a.HeadDim
+	half := most * kc * 2
+	kh := b.scratch(&b.flash.kv, 2*half)
+	vh := kh + uintptr(half)
+	pt := 0
+	if pool.K.DType == compute.F16 {
+		pt = 1
+	}
+	sdt := 0
+	if a.Sinks != nil {
+		sdt = int(a.Sinks.DType)
+	}
+	// The chunks share the scratch: the stream runs them one after the
+	// other.
+	for _, sp := range chunks {
+		rows := seen(sp)
+		sr, pr := dptr(pg.Seq)+uintptr(sp.Row*4), dptr(pos)+uintptr(sp.Row*4)
+		b.launch(b.k.paged.half[pt], "kv_half_paged", rows, threads(kc, 256)).
+			ptr(kh).ptr(vh).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(dptr(pg.Table)).ptr(sr).ptr(pr).
+			i(sp.Rows).i(pg.BlockSize).i(pg.MaxBlocks).i(kc).i(a.Window)
+		o := b.record(op{fn: fn, name: "flash_attend",
+			grid: [3]uint32{uint32((sp.Rows + cfg.bq - 1) / cfg.bq), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
+			shared: uint32(cfg.shared())})
+		o.ptr(dptr(dst) + uintptr(sp.Row*qc*4)).ptr(dptr(q) + uintptr(sp.Row*qc*4)).ptr(kh).ptr(vh).ptr(pr).
+			i(sp.Rows).i(rows).i(a.Heads).i(a.KVHeads).
+			f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt)
+	}
+	return chunks
+}
+
+// attendPagedRows attends rows [r0, r1) of an AttendPaged call with the
+// paged kernels (their keys and values already stored).
+func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention, r0, r1 int) {
+	if r1 <= r0 {
+		return
+	}
+	pt := 0
+	if pool.K.DType == compute.F16 {
+		pt = 1
+	}
+	tb, seq, ps := dptr(pg.Table), dptr(pg.Seq), dptr(pos)
 	sdt := 0
 	if a.Sinks != nil {
 		sdt = int(a.Sinks.DType)
@@ -120,10 +225,10 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		splits = max(1, (pg.MaxBlocks*pg.BlockSize+pagedSpan-1)/pagedSpan)
 	}
 	perRow := int64(a.Heads) * int64(splits) * int64(hd+2) * 4
-	step := int(max(1, min(int64(n), b.pagedPart/perRow)))
+	step := int(max(1, min(int64(r1-r0), b.pagedPart/perRow)))
 	part := b.attnScratch(int(int64(step) * perRow))
-	for r0 := 0; r0 < n; r0 += step {
-		m := min(step, n-r0)
+	for ; r0 < r1; r0 += step {
+		m := min(step, r1-r0)
 		qr, sr, pr := dptr(q)+uintptr(r0*qc*4), seq+uintptr(r0*4), ps+uintptr(r0*4)
 		if gqa >= 0 {
 			g, gm := a.Heads/a.KVHeads, 0
@@ -186,6 +291,13 @@ func checkPaged(q, k, v, dst *compute.Tensor, pool *compute.KVCache, pg *compute
 	if pool.K.Cols() != kc || pool.V.Cols() != kc || pool.V.DType != pool.K.DType ||
 		(pool.K.DType != compute.F32 && pool.K.DType != compute.F16) {
 		return fmt.Errorf("pool of %v %s keys and %v %s values for %d key columns: want f32 or f16", pool.K.Shape, pool.K.DType, pool.V.Shape, pool.V.DType, kc)
+	}
+	end := 0
+	for i, sp := range pg.Spans {
+		if sp.Row < end || sp.Rows < 1 || sp.Row+sp.Rows > n || sp.Start < 0 {
+			return fmt.Errorf("span %d (rows %d+%d from position %d) of %d rows: want spans of rows in order, within the call", i, sp.Row, sp.Rows, sp.Start, n)
+		}
+		end = sp.Row + sp.Rows
 	}
 	return nil
 }

@@ -515,10 +515,20 @@ func BenchmarkAttendPaged(b *testing.B) {
 	}
 }
 
+// pagedPrefillFlash is BenchmarkAttendPagedPrefill's variant whose calls
+// carry spans: each chunk gathered from the f16 pool and attended by
+// flash_attend.
+var pagedPrefillFlash = struct {
+	name    string
+	generic bool
+	dt      compute.DType
+}{"spans-f16-flash", false, compute.F16}
+
 // BenchmarkAttendPagedPrefill measures prefill chunks over paged pools on
 // llama-3.1-8b's geometry: 8 sequences × 512 rows in one call, each chunk
 // the first of its prompt (positions 0…511) or the second (512…1023, over
-// 512 cached positions), on the paged kernels; and, for the tensor cores'
+// 512 cached positions), on the paged kernels, with spans (the chunks on
+// flash_attend, gathered from the f16 pool); and, for the tensor cores'
 // speed, flash_attend over a contiguous cache, one sequence per call, 8
 // calls. rows/s counts query rows.
 func BenchmarkAttendPagedPrefill(b *testing.B) {
@@ -530,7 +540,7 @@ func BenchmarkAttendPagedPrefill(b *testing.B) {
 		n := seqs * chunk
 		q, k, v := gpuRandom(g, 1, 1, n, heads*hd), gpuRandom(g, 2, 1, n, kc), gpuRandom(g, 3, 1, n, kc)
 		dst := g.Alloc(compute.F32, n, heads*hd)
-		for _, vr := range pagedVariants {
+		for _, vr := range append(pagedVariants[:len(pagedVariants):len(pagedVariants)], pagedPrefillFlash) {
 			b.Run(fmt.Sprintf("start%d/%s", start, vr.name), func(b *testing.B) {
 				defer func(on bool) { g.pagedGeneric = on }(g.pagedGeneric)
 				g.pagedGeneric = vr.generic
@@ -553,6 +563,11 @@ func BenchmarkAttendPagedPrefill(b *testing.B) {
 				g.UploadInts(st, seq)
 				g.UploadInts(pt, ps)
 				pg := &compute.Pages{BlockSize: bs, MaxBlocks: maxBlocks, Table: tt, Seq: st}
+				if vr.name == pagedPrefillFlash.name {
+					for i := range seqs {
+						pg.Spans = append(pg.Spans, compute.PageSpan{Row: i * chunk, Rows: chunk, Start: start})
+					}
+				}
 				s := timeOps(b, g, func() { g.AttendPaged(dst, q, k, v, pool, pg, pt, a) })
 				b.ReportMetric(float64(n)/s, "rows/s")
 				for _, t := range []*compute.Tensor{tt, st, pt} {

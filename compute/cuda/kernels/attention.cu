@@ -221,6 +221,44 @@ __device__ void kvstore_paged_t(void* ck, void* cv, const float* k, const float*
 extern "C" __global__ void kvstore_paged(KVSTORE_ARGS) { kvstore_paged_t<DT_F32>(KVSTORE_CALL); }
 extern "C" __global__ void kvstore_paged_f16(KVSTORE_ARGS) { kvstore_paged_t<DT_F16>(KVSTORE_CALL); }
 
+// kv_half_paged_t gathers one sequence's keys and values at positions
+// base … start+n-1 (start = pos[0]; base = start-window+1 for sliding
+// layers, else 0) from the paged pool, through the sequence's row of the
+// block table (seq[0]), into contiguous bf16 rows of kh, vh: row t holds
+// position base+t, what flash_attend reads (kv_half does the same from a
+// contiguous cache). The chunk's own rows are read from the pool too,
+// where kvstore_paged put them. Block t handles row t; blocks past the
+// last row return, so the grid bounds the rows by the scratch the host
+// sized. A position whose block is gone (-1) gives zeros; flash_attend
+// never reads one inside the window.
+template <int DT>
+__device__ void kv_half_paged_t(u16* kh, u16* vh, const void* ck, const void* cv, const int* table, const int* seq,
+                                const int* pos, int n, int bs, int maxb, int kc, int window) {
+    int start = pos[0], base = window > 0 ? max(0, start - window + 1) : 0;
+    int t = blockIdx.x, p = base + t;
+    if (p >= start + n) return;
+    int blk = p / bs < maxb ? table[(i64)seq[0] * maxb + p / bs] : -1;
+    i64 slot = (i64)blk * bs + p % bs;
+    for (int c = threadIdx.x; c < kc; c += blockDim.x) {
+        float a = 0.0f, b = 0.0f;
+        if (blk >= 0) {
+            a = kv_ld<DT>(ck, slot * kc + c);
+            b = kv_ld<DT>(cv, slot * kc + c);
+        }
+        u16 ha, hb;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(ha) : "f"(a));
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(hb) : "f"(b));
+        kh[(i64)t * kc + c] = ha;
+        vh[(i64)t * kc + c] = hb;
+    }
+}
+
+#define KVHALFP_ARGS u16 *kh, u16 *vh, const void *ck, const void *cv, const int *table, const int *seq, const int *pos, int n, int bs, int maxb, int kc, int window
+#define KVHALFP_CALL kh, vh, ck, cv, table, seq, pos, n, bs, maxb, kc, window
+
+extern "C" __global__ void kv_half_paged(KVHALFP_ARGS) { kv_half_paged_t<DT_F32>(KVHALFP_CALL); }
+extern "C" __global__ void kv_half_paged_f16(KVHALFP_ARGS) { kv_half_paged_t<DT_F16>(KVHALFP_CALL); }
+
 // attend_paged_t is the general kernel (any head dim up to 512): one
 // (row, head) per blockIdx.x and split blockIdx.y, each warp walking a
 // strided subset of the split's keys with an online softmax; lanes hold E
