@@ -199,7 +199,7 @@ func BenchmarkGEMMKernels(b *testing.B) {
 			defer func() { kernels[ks.level][compute.BF16] = saved }()
 			ks := ks
 			if ks.gemv == nil {
-				ks.gemv, ks.gemvC = saved.gemv, saved.gemvC
+				ks.gemv, ks.gemvC, ks.gemvKC = saved.gemv, saved.gemvC, saved.gemvKC
 			}
 			kernels[ks.level][compute.BF16] = &ks
 			for b.Loop() {

@@ -108,6 +108,10 @@ type kargs struct {
 	ldd int // bytes
 	acc int
 
+	// kc is the block of a.k that gemv kernels with gemvKC sum on their
+	// own before adding it to the blocks before (gemmKC).
+	kc int
+
 	// Read by the generic kernel only.
 	nt, nr int           // activation and weight rows
 	dt     compute.DType // weight type
@@ -130,6 +134,9 @@ type kernelSet struct {
 	gemmC  int // weight rows per gemm call
 	gemv   func(*kargs)
 	gemvC  int // weight rows per gemv call (one activation row)
+	// gemvKC: the gemv kernel cuts a.k into blocks of a.kc elements and
+	// adds up their sums as MatMul adds up the blocks of GEMM kernels.
+	gemvKC bool
 }
 
 // evenOdd reports whether activations are packed as the even elements of

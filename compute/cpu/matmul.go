@@ -116,10 +116,39 @@ func (t *matmulTask) gemv(a *kargs, c int) {
 	j1 := min(j0+t.rowsPerChunk, t.m)
 	es := ks.dtype.Size()
 	rb := t.k * es
-	*a = kargs{nt: 1, nr: C, dt: ks.dtype}
+	*a = kargs{nt: 1, nr: C, dt: ks.dtype, kc: gemmKC}
 	for j := j0; j < j1; j += C {
 		nr := min(C, j1-j)
 		d := t.dst[j : j+nr]
+		if ks.gemvKC && t.kmain > 0 {
+			// The kernel takes the blocks of gemmKC itself.
+			a.k = t.kmain
+			a.x[0] = &t.xp[0]
+			for r := range C {
+				a.w[r] = &t.w[(j+min(r, nr-1))*rb]
+			}
+			if nr == C {
+				a.dst, a.acc = &d[0], 0
+				ks.gemv(a)
+			} else {
+				a.dst = nil
+				ks.gemv(a)
+				copy(d, a.out[:nr])
+			}
+			if t.kmain%gemmKC == 0 && t.kmain < t.k {
+				// gemm adds the empty block that ends at kmain: +0,
+				// which turns a -0 sum into +0.
+				for r := range d {
+					d[r] += 0
+				}
+			}
+			if t.kmain < t.k {
+				for r := range d {
+					d[r] += t.tail(0, j+r)
+				}
+			}
+			continue
+		}
 		for kb := 0; kb < t.k; kb += gemmKC {
 			a.k = min(gemmKC, t.kmain-kb)
 			first := kb == 0
@@ -170,7 +199,7 @@ func (t *matmulTask) gemm(a *kargs, c int) {
 	es := ks.dtype.Size()
 	rb := t.k * es
 	m, kpad := t.ldd, t.kpad
-	*a = kargs{nt: R, nr: C, dt: ks.dtype}
+	*a = kargs{nt: R, nr: C, dt: ks.dtype, kc: gemmKC}
 	for kb := 0; kb < t.k; kb += gemmKC {
 		a.k = min(gemmKC, t.kmain-kb)
 		first := kb == 0
