@@ -96,6 +96,63 @@ func BenchmarkGEMV(b *testing.B) {
 	}
 }
 
+// BenchmarkGEMVRowStable measures one-row products of float weights at the
+// decode shapes of a 1B model (hidden 2048, MLP 8192, a 128256-token
+// vocabulary), with the row-stable mode off and on, in GB/s of weights
+// streamed.
+func BenchmarkGEMVRowStable(b *testing.B) {
+	for _, sh := range []struct{ m, k int }{{2048, 8192}, {8192, 2048}, {128256, 2048}} {
+		for _, dt := range []compute.DType{compute.BF16, compute.F16, compute.F32} {
+			size := sh.m * sh.k * dt.Size()
+			var ws []Weights
+			if buf := benchBuf(); size <= len(buf)/2 {
+				for off := 0; off+size <= len(buf); off += size {
+					ws = append(ws, Weights{DType: dt, Rows: sh.m, Cols: sh.k, Data: buf[off : off+size]})
+				}
+			}
+			for _, l := range levels()[1:] {
+				if dt != compute.BF16 && l != detectLevel() {
+					continue
+				}
+				for _, stable := range []bool{false, true} {
+					name := fmt.Sprintf("%dx%d/%s/%s/rowstable=%t/threads=2", sh.m, sh.k, dt, l, stable)
+					b.Run(name, func(b *testing.B) {
+						if ws == nil {
+							// Larger than the shared buffer: a matrix of its
+							// own, which no cache holds either.
+							buf, err := mmap.Anon(size)
+							if err != nil {
+								b.Fatal(err)
+							}
+							defer mmap.Free(buf)
+							src := benchBuf()
+							for off := 0; off < size; off += len(src) {
+								copy(buf[off:], src)
+							}
+							ws = []Weights{{DType: dt, Rows: sh.m, Cols: sh.k, Data: buf}}
+							defer func() { ws = nil }()
+						}
+						x := randVec(rand.New(rand.NewPCG(1, 1)), sh.k)
+						dst := make([]float32, sh.m)
+						pool := NewPool(2)
+						defer pool.Close()
+						s := pool.lock()
+						s.rowStable = stable
+						s.mu.Unlock()
+						defer setLevel(setLevel(l))
+						b.SetBytes(int64(size))
+						i := 0
+						for b.Loop() {
+							MatMul(dst, x, 1, ws[i%len(ws)], pool)
+							i++
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkGEMM measures prefill: a 512-token prompt through a
 // 2048×2048 bf16 projection, in GFLOP/s.
 func BenchmarkGEMM(b *testing.B) {
@@ -142,7 +199,7 @@ func BenchmarkGEMMKernels(b *testing.B) {
 			defer func() { kernels[ks.level][compute.BF16] = saved }()
 			ks := ks
 			if ks.gemv == nil {
-				ks.gemv, ks.gemvC = saved.gemv, saved.gemvC
+				ks.gemv, ks.gemvC, ks.gemvKC = saved.gemv, saved.gemvC, saved.gemvKC
 			}
 			kernels[ks.level][compute.BF16] = &ks
 			for b.Loop() {

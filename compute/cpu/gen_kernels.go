@@ -35,6 +35,7 @@ const (
 	offDst = 392
 	offLdd = 400
 	offAcc = 408
+	offKC  = 416
 )
 
 type isa struct {
@@ -68,6 +69,7 @@ type kernel struct {
 	xmem bool // read activations as FMA memory operands instead of registers
 	pf   int  // prefetch distance in weight bytes, 0 for none
 	u    int  // steps per loop iteration, each with its own accumulators
+	kb   bool // cut a.k into blocks of a.kc elements, as MatMul does for GEMM (R=1, u=0)
 }
 
 func (k kernel) name() string {
@@ -80,6 +82,9 @@ func (k kernel) name() string {
 	}
 	if k.u > 1 {
 		m += fmt.Sprintf("u%d", k.u)
+	}
+	if k.kb {
+		m += "b"
 	}
 	return fmt.Sprintf("k%s%sR%dC%d%s", k.isa.name, k.dt.name, k.r, k.c, m)
 }
@@ -120,7 +125,14 @@ func (g *gen) kernel(k kernel) {
 	if U > 1 && k.r+k.c >= len(gprs) {
 		log.Fatalf("%s: no register left for the unrolled loop", k.name())
 	}
+	if k.kb && (k.r != 1 || U != 1 || k.xmem || k.c > 8 || k.r+k.c >= len(gprs)) {
+		log.Fatalf("%s: blocks of a.kc need one register row, no unrolling and a free DI", k.name())
+	}
 	v := func(i int) string { return fmt.Sprintf("%s%d", I.reg, i) }
+	xr := func(s string) string { return "X" + s[1:] }
+	// The running sums of the blocks of a.kc elements (kb): one register
+	// per four weight rows, past the activations.
+	run := func(r0 int) string { return xr(v(xbase + nx + r0/4)) }
 	accSet := func(u int) func(t, r int) string {
 		return func(t, r int) string { return v(u*nacc + t*k.c + r) }
 	}
@@ -151,12 +163,34 @@ func (g *gen) kernel(k kernel) {
 			g.p("VPBROADCASTD X%d, %s", mask, v(mask))
 		}
 	}
+	if k.kb {
+		// The running sums start at -0, which adding the first block's
+		// sums leaves exact (-0 + x is x, for x = ±0 too). DI = elements
+		// left, AX = offset of the block in weight bytes.
+		g.p("MOVL $0x80000000, AX")
+		g.p("VMOVD AX, %s", run(0))
+		g.p("VPBROADCASTD %s, %s", run(0), run(0))
+		for r0 := 4; r0 < k.c; r0 += 4 {
+			g.p("VMOVAPS %s, %s", run(0), run(r0))
+		}
+		g.p("MOVQ CX, DI")
+		g.p("XORQ AX, AX")
+		g.label(name + "_block")
+	}
 	for i := 0; i < U*nacc; i++ {
 		if I.masks {
 			g.p("VPXORD %s, %s, %s", v(i), v(i), v(i))
 		} else {
 			g.p("VXORPS %s, %s, %s", v(i), v(i), v(i))
 		}
+	}
+	if k.kb {
+		// CX = elements of this block: min(a.kc, DI).
+		g.p("MOVQ a+0(FP), CX")
+		g.p("MOVQ %d(CX), CX", offKC)
+		g.p("CMPQ DI, CX")
+		g.p("CMOVQLT DI, CX")
+		g.p("SUBQ CX, DI")
 	}
 	// DX = elements left for the masked tail, CX = end of the main loop in
 	// weight bytes.
@@ -168,7 +202,11 @@ func (g *gen) kernel(k kernel) {
 	} else {
 		g.p("SHLQ $2, CX")
 	}
-	g.p("XORQ AX, AX")
+	if k.kb {
+		g.p("ADDQ AX, CX")
+	} else {
+		g.p("XORQ AX, AX")
+	}
 	prefetch := func(boff int) {
 		if k.pf > 0 {
 			for r := 0; r < k.c; r++ {
@@ -218,7 +256,23 @@ func (g *gen) kernel(k kernel) {
 			g.p("VADDPS %s, %s, %s", v(u*nacc+i), v(i), v(i))
 		}
 	}
-	g.reduce(k, v, acc, xbase)
+	if !k.kb {
+		g.reduce(k, v, acc, xbase)
+		return
+	}
+	// Add the block's sums to the running ones, in the order MatMul adds
+	// the sums of a GEMM kernel's blocks; a masked tail is only ever in
+	// the last block, a.kc being a multiple of I.blk.
+	g.sums(k, v, acc, xbase)
+	for r0 := 0; r0 < k.c; r0 += 4 {
+		g.p("VADDPS %s, %s, %s", xr(acc(0, r0)), run(r0), run(r0))
+	}
+	g.p("TESTQ DI, DI")
+	g.p("JNZ %s_block", name)
+	for r0 := 0; r0 < k.c; r0 += 4 {
+		g.p("VMOVAPS %s, %s", run(r0), xr(acc(0, r0)))
+	}
+	g.store(k, v, acc, xbase)
 }
 
 // step emits one block of I.blk elements: two halves, each loading the
@@ -302,6 +356,13 @@ func (g *gen) step(k kernel, v func(int) string, acc func(int, int) string,
 // a.dst + t*a.ldd (adding to what is there when a.acc is set) or, when
 // a.dst is nil, to a.out[t*8:].
 func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xbase int) {
+	g.sums(k, v, acc, xbase)
+	g.store(k, v, acc, xbase)
+}
+
+// sums leaves in acc(t, r0) the four sums of the rows r0..r0+3 of token
+// t, for each r0 a multiple of 4.
+func (g *gen) sums(k kernel, v func(int) string, acc func(int, int) string, xbase int) {
 	I := k.isa
 	x := func(s string) string { return "X" + s[1:] }
 	y := func(s string) string { return "Y" + s[1:] }
@@ -338,6 +399,16 @@ func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xb
 			g.p("VUNPCKHPD %s, %s, %s", x(t1), x(t0), x(t0))
 			g.p("VADDPS %s, %s, %s", x(t2), x(t0), s[0])
 		}
+	}
+}
+
+// store writes the sums that sums left: to a.dst + t*a.ldd (adding to
+// what is there when a.acc is set) or, when a.dst is nil, to a.out[t*8:].
+func (g *gen) store(k kernel, v func(int) string, acc func(int, int) string, xbase int) {
+	x := func(s string) string { return "X" + s[1:] }
+	t1 := v(xbase + 1)
+	if k.xmem || k.r < 3 {
+		t1 = v(k.isa.nreg - 3)
 	}
 	name := k.name()
 	g.p("MOVQ a+0(FP), DI")
@@ -396,6 +467,13 @@ func (g *gen) reduce(k kernel, v func(int) string, acc func(int, int) string, xb
 
 // The kernels MatMul uses: one for blocks of tokens (GEMM) and one for a
 // single token (GEMV), per instruction set and weight type.
+//
+// The GEMV kernel sums each dot product in the order of the GEMM kernel:
+// one accumulator vector per weight row (no unrolling over several
+// accumulator sets), the two halves of each step in turn, the same masked
+// tail and the same reduction of the lanes. So a row computed alone has
+// the bits it has in a block of rows, and MatMul needs no row-stable mode
+// for float weights.
 type config struct {
 	isa        isa
 	gemm, gemv kernel
@@ -405,25 +483,32 @@ func configs() []config {
 	var cs []config
 	for _, dt := range []dtype{bf16, f16, f32} {
 		cs = append(cs, config{avx512,
-			kernel{avx512, dt, 4, 6, false, 0, 0},
-			kernel{avx512, dt, 1, 8, false, 1024, 2}})
+			kernel{avx512, dt, 4, 6, false, 0, 0, false},
+			kernel{avx512, dt, 1, 8, false, 1024, 0, true}})
 	}
 	for _, dt := range []dtype{bf16, f16, f32} {
 		cs = append(cs, config{avx2,
-			kernel{avx2, dt, 3, 4, true, 0, 0},
-			kernel{avx2, dt, 1, 6, false, 1024, 2}})
+			kernel{avx2, dt, 3, 4, true, 0, 0, false},
+			kernel{avx2, dt, 1, 8, false, 1024, 0, true}})
 	}
 	return cs
 }
 
-// extra kernels generated for benchmarking other block shapes.
+// extra kernels generated for benchmarking other block shapes. The
+// unrolled one-row kernels (u2) sum in another order than the GEMM
+// kernels: they are the speed the row-stable GEMV kernels are measured
+// against.
 var extra = []kernel{
-	{avx512, bf16, 4, 5, false, 0, 0},
-	{avx512, bf16, 6, 4, true, 0, 0},
-	{avx512, bf16, 1, 8, false, 0, 0},
-	{avx512, bf16, 1, 8, false, 512, 0},
-	{avx2, bf16, 2, 5, false, 0, 0},
-	{avx2, bf16, 1, 8, false, 512, 0},
+	{avx512, bf16, 4, 5, false, 0, 0, false},
+	{avx512, bf16, 6, 4, true, 0, 0, false},
+	{avx512, bf16, 1, 8, false, 0, 0, false},
+	{avx512, bf16, 1, 8, false, 512, 0, false},
+	{avx512, bf16, 1, 8, false, 1024, 2, false},
+	{avx2, bf16, 2, 5, false, 0, 0, false},
+	{avx2, bf16, 1, 8, false, 512, 0, false},
+	{avx2, bf16, 1, 6, false, 1024, 0, false},
+	{avx2, bf16, 1, 6, false, 1024, 2, false},
+	{avx512, bf16, 1, 8, false, 1024, 0, false},
 }
 
 func main() {
@@ -450,8 +535,8 @@ func main() {
 	}
 	decl.WriteString("// asmKernels lists the generated kernels per instruction set and weight type.\nvar asmKernels = []kernelSet{\n")
 	for _, c := range cs {
-		fmt.Fprintf(&decl, "\t{level: level%s, dtype: compute.%s, blk: %d, masked: %v, gemm: %s, gemmR: %d, gemmC: %d, gemv: %s, gemvC: %d},\n",
-			c.isa.name, c.gemm.dt.name, c.isa.blk, c.isa.masks, c.gemm.name(), c.gemm.r, c.gemm.c, c.gemv.name(), c.gemv.c)
+		fmt.Fprintf(&decl, "\t{level: level%s, dtype: compute.%s, blk: %d, masked: %v, gemm: %s, gemmR: %d, gemmC: %d, gemv: %s, gemvC: %d, gemvKC: %v},\n",
+			c.isa.name, c.gemm.dt.name, c.isa.blk, c.isa.masks, c.gemm.name(), c.gemm.r, c.gemm.c, c.gemv.name(), c.gemv.c, c.gemv.kb)
 	}
 	decl.WriteString("}\n\n// extraKernels are other block shapes, for benchmarks.\nvar extraKernels = []kernelSet{\n")
 	for _, k := range extra {

@@ -15,9 +15,13 @@ import (
 // of dot products, R activation rows by C weight rows, keeping R·C vector
 // accumulators in registers and widening each weight vector once for the R
 // activation rows: AVX-512 uses R=4, C=6 (24 of the 32 zmm registers) for
-// prefill and R=1, C=8 (unrolled twice, with software prefetch) for decode;
-// AVX2 uses R=3, C=4 and R=1, C=6. bf16 widens without shuffles (see
-// gen_kernels.go), f16 with VCVTPH2PS, and the sums accumulate with FMA.
+// prefill and R=1, C=8 (with software prefetch) for decode; AVX2 uses R=3,
+// C=4 and R=1, C=8. bf16 widens without shuffles (see gen_kernels.go), f16
+// with VCVTPH2PS, and the sums accumulate with FMA. Both kernels of a
+// level sum a dot product in the same order (one accumulator vector per
+// activation row and weight row, the same reduction of its lanes), and
+// MatMul cuts the shared dimension alike for one row and for many, so a
+// row of a product has the same bits whatever the number of rows.
 // Activations are first copied to a zero-padded scratch buffer (packX),
 // in the element order the bf16 trick needs, so that the kernels can read
 // whole vectors past the end of a row; weight rows are never copied, and
@@ -104,6 +108,10 @@ type kargs struct {
 	ldd int // bytes
 	acc int
 
+	// kc is the block of a.k that gemv kernels with gemvKC sum on their
+	// own before adding it to the blocks before (gemmKC).
+	kc int
+
 	// Read by the generic kernel only.
 	nt, nr int           // activation and weight rows
 	dt     compute.DType // weight type
@@ -126,6 +134,9 @@ type kernelSet struct {
 	gemmC  int // weight rows per gemm call
 	gemv   func(*kargs)
 	gemvC  int // weight rows per gemv call (one activation row)
+	// gemvKC: the gemv kernel cuts a.k into blocks of a.kc elements and
+	// adds up their sums as MatMul adds up the blocks of GEMM kernels.
+	gemvKC bool
 }
 
 // evenOdd reports whether activations are packed as the even elements of
@@ -207,6 +218,22 @@ func genericKernel(a *kargs) {
 				u := (t + 1) * 8
 				acc[u], acc[u+1], acc[u+2], acc[u+3] = acc[u]+s10, acc[u+1]+s11, acc[u+2]+s12, acc[u+3]+s13
 			}
+		}
+		if nr == 4 && t < nt {
+			// A last single row (the one-row product) sums as the rows
+			// of a pair do, so that it has their bits.
+			w0, w1, w2, w3 := wb[0][:kl], wb[1][:kl], wb[2][:kl], wb[3][:kl]
+			x0 := unsafe.Slice(a.x[t], k)[k0 : k0+kl]
+			var s0, s1, s2, s3 float32
+			for i := range x0 {
+				p := x0[i]
+				s0 += p * w0[i]
+				s1 += p * w1[i]
+				s2 += p * w2[i]
+				s3 += p * w3[i]
+			}
+			acc[t*8], acc[t*8+1], acc[t*8+2], acc[t*8+3] = acc[t*8]+s0, acc[t*8+1]+s1, acc[t*8+2]+s2, acc[t*8+3]+s3
+			t++
 		}
 		for ; t < nt; t++ {
 			xs := unsafe.Slice(a.x[t], k)[k0 : k0+kl]

@@ -62,7 +62,9 @@ func MatMul(dst, x []float32, n int, w Weights, pool *Pool) {
 	if !ks.masked {
 		t.kmain = k / ks.blk * ks.blk
 	}
-	if n == 1 && !s.rowStable {
+	// One row takes the one-row kernels, which sum as the many-row ones:
+	// no row-stable mode needed.
+	if n == 1 {
 		t.pack(0)
 		rows := max(gemvChunkRows/ks.gemvC, 1) * ks.gemvC
 		t.rowsPerChunk = rows
@@ -101,7 +103,12 @@ func (t *matmulTask) pack(c int) {
 	packX(t.xp[lo*t.kpad:], t.x[lo*t.k:], hi-lo, t.k, t.kpad, t.ks.blk, t.ks.evenOdd())
 }
 
-// gemv computes chunk c of the output rows of a one-row product.
+// gemv computes chunk c of the output rows of a one-row product. Each
+// output sums as in gemm: the shared dimension in blocks of gemmKC
+// elements, each block's sum stored or added to dst in turn, then the
+// elements past kmain. With the one-row kernels summing each dot product
+// as the many-row ones do, a row computed alone has the bits it has in a
+// product of many rows.
 func (t *matmulTask) gemv(a *kargs, c int) {
 	ks := t.ks
 	C := ks.gemvC
@@ -109,24 +116,69 @@ func (t *matmulTask) gemv(a *kargs, c int) {
 	j1 := min(j0+t.rowsPerChunk, t.m)
 	es := ks.dtype.Size()
 	rb := t.k * es
-	*a = kargs{k: t.kmain, nt: 1, nr: C, dt: ks.dtype}
-	a.x[0] = &t.xp[0]
+	*a = kargs{nt: 1, nr: C, dt: ks.dtype, kc: gemmKC}
 	for j := j0; j < j1; j += C {
 		nr := min(C, j1-j)
-		for r := range C {
-			a.w[r] = &t.w[(j+min(r, nr-1))*rb]
-		}
 		d := t.dst[j : j+nr]
-		switch {
-		case t.kmain == 0:
-			clear(d)
-		case nr == C:
-			a.dst = &d[0]
-			ks.gemv(a)
-		default:
+		if ks.gemvKC && t.kmain > 0 {
+			// The kernel takes the blocks of gemmKC itself.
+			a.k = t.kmain
+			a.x[0] = &t.xp[0]
+			for r := range C {
+				a.w[r] = &t.w[(j+min(r, nr-1))*rb]
+			}
+			if nr == C {
+				a.dst, a.acc = &d[0], 0
+				ks.gemv(a)
+			} else {
+				a.dst = nil
+				ks.gemv(a)
+				copy(d, a.out[:nr])
+			}
+			if t.kmain%gemmKC == 0 && t.kmain < t.k {
+				// gemm adds the empty block that ends at kmain: +0,
+				// which turns a -0 sum into +0.
+				for r := range d {
+					d[r] += 0
+				}
+			}
+			if t.kmain < t.k {
+				for r := range d {
+					d[r] += t.tail(0, j+r)
+				}
+			}
+			continue
+		}
+		for kb := 0; kb < t.k; kb += gemmKC {
+			a.k = min(gemmKC, t.kmain-kb)
+			first := kb == 0
+			a.x[0] = &t.xp[kb]
+			for r := range C {
+				a.w[r] = &t.w[(j+min(r, nr-1))*rb+kb*es]
+			}
+			if nr == C && a.k > 0 {
+				// A full block: the kernel stores to dst itself.
+				a.dst, a.acc = &d[0], 0
+				if !first {
+					a.acc = 1
+				}
+				ks.gemv(a)
+				continue
+			}
 			a.dst = nil
-			ks.gemv(a)
-			copy(d, a.out[:nr])
+			if a.k > 0 {
+				ks.gemv(a)
+			} else {
+				clear(a.out[:nr])
+			}
+			o := a.out[:nr]
+			if first {
+				copy(d, o)
+			} else {
+				for r := range d {
+					d[r] += o[r]
+				}
+			}
 		}
 		if t.kmain < t.k {
 			for r := range d {
@@ -147,7 +199,7 @@ func (t *matmulTask) gemm(a *kargs, c int) {
 	es := ks.dtype.Size()
 	rb := t.k * es
 	m, kpad := t.ldd, t.kpad
-	*a = kargs{nt: R, nr: C, dt: ks.dtype}
+	*a = kargs{nt: R, nr: C, dt: ks.dtype, kc: gemmKC}
 	for kb := 0; kb < t.k; kb += gemmKC {
 		a.k = min(gemmKC, t.kmain-kb)
 		first := kb == 0

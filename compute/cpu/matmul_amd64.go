@@ -10,37 +10,37 @@ import "lem/compute"
 func kAVX512BF16R4C6(a *kargs)
 
 //go:noescape
-func kAVX512BF16R1C8p1024u2(a *kargs)
+func kAVX512BF16R1C8p1024b(a *kargs)
 
 //go:noescape
 func kAVX512F16R4C6(a *kargs)
 
 //go:noescape
-func kAVX512F16R1C8p1024u2(a *kargs)
+func kAVX512F16R1C8p1024b(a *kargs)
 
 //go:noescape
 func kAVX512F32R4C6(a *kargs)
 
 //go:noescape
-func kAVX512F32R1C8p1024u2(a *kargs)
+func kAVX512F32R1C8p1024b(a *kargs)
 
 //go:noescape
 func kAVX2BF16R3C4m(a *kargs)
 
 //go:noescape
-func kAVX2BF16R1C6p1024u2(a *kargs)
+func kAVX2BF16R1C8p1024b(a *kargs)
 
 //go:noescape
 func kAVX2F16R3C4m(a *kargs)
 
 //go:noescape
-func kAVX2F16R1C6p1024u2(a *kargs)
+func kAVX2F16R1C8p1024b(a *kargs)
 
 //go:noescape
 func kAVX2F32R3C4m(a *kargs)
 
 //go:noescape
-func kAVX2F32R1C6p1024u2(a *kargs)
+func kAVX2F32R1C8p1024b(a *kargs)
 
 //go:noescape
 func kAVX512BF16R4C5(a *kargs)
@@ -55,19 +55,31 @@ func kAVX512BF16R1C8(a *kargs)
 func kAVX512BF16R1C8p512(a *kargs)
 
 //go:noescape
+func kAVX512BF16R1C8p1024u2(a *kargs)
+
+//go:noescape
 func kAVX2BF16R2C5(a *kargs)
 
 //go:noescape
 func kAVX2BF16R1C8p512(a *kargs)
 
+//go:noescape
+func kAVX2BF16R1C6p1024(a *kargs)
+
+//go:noescape
+func kAVX2BF16R1C6p1024u2(a *kargs)
+
+//go:noescape
+func kAVX512BF16R1C8p1024(a *kargs)
+
 // asmKernels lists the generated kernels per instruction set and weight type.
 var asmKernels = []kernelSet{
-	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R4C6, gemmR: 4, gemmC: 6, gemv: kAVX512BF16R1C8p1024u2, gemvC: 8},
-	{level: levelAVX512, dtype: compute.F16, blk: 32, masked: true, gemm: kAVX512F16R4C6, gemmR: 4, gemmC: 6, gemv: kAVX512F16R1C8p1024u2, gemvC: 8},
-	{level: levelAVX512, dtype: compute.F32, blk: 32, masked: true, gemm: kAVX512F32R4C6, gemmR: 4, gemmC: 6, gemv: kAVX512F32R1C8p1024u2, gemvC: 8},
-	{level: levelAVX2, dtype: compute.BF16, blk: 16, masked: false, gemm: kAVX2BF16R3C4m, gemmR: 3, gemmC: 4, gemv: kAVX2BF16R1C6p1024u2, gemvC: 6},
-	{level: levelAVX2, dtype: compute.F16, blk: 16, masked: false, gemm: kAVX2F16R3C4m, gemmR: 3, gemmC: 4, gemv: kAVX2F16R1C6p1024u2, gemvC: 6},
-	{level: levelAVX2, dtype: compute.F32, blk: 16, masked: false, gemm: kAVX2F32R3C4m, gemmR: 3, gemmC: 4, gemv: kAVX2F32R1C6p1024u2, gemvC: 6},
+	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R4C6, gemmR: 4, gemmC: 6, gemv: kAVX512BF16R1C8p1024b, gemvC: 8, gemvKC: true},
+	{level: levelAVX512, dtype: compute.F16, blk: 32, masked: true, gemm: kAVX512F16R4C6, gemmR: 4, gemmC: 6, gemv: kAVX512F16R1C8p1024b, gemvC: 8, gemvKC: true},
+	{level: levelAVX512, dtype: compute.F32, blk: 32, masked: true, gemm: kAVX512F32R4C6, gemmR: 4, gemmC: 6, gemv: kAVX512F32R1C8p1024b, gemvC: 8, gemvKC: true},
+	{level: levelAVX2, dtype: compute.BF16, blk: 16, masked: false, gemm: kAVX2BF16R3C4m, gemmR: 3, gemmC: 4, gemv: kAVX2BF16R1C8p1024b, gemvC: 8, gemvKC: true},
+	{level: levelAVX2, dtype: compute.F16, blk: 16, masked: false, gemm: kAVX2F16R3C4m, gemmR: 3, gemmC: 4, gemv: kAVX2F16R1C8p1024b, gemvC: 8, gemvKC: true},
+	{level: levelAVX2, dtype: compute.F32, blk: 16, masked: false, gemm: kAVX2F32R3C4m, gemmR: 3, gemmC: 4, gemv: kAVX2F32R1C8p1024b, gemvC: 8, gemvKC: true},
 }
 
 // extraKernels are other block shapes, for benchmarks.
@@ -76,6 +88,10 @@ var extraKernels = []kernelSet{
 	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R6C4m, gemmR: 6, gemmC: 4},
 	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R1C8, gemmR: 1, gemmC: 8},
 	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R1C8p512, gemmR: 1, gemmC: 8},
+	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R1C8p1024u2, gemmR: 1, gemmC: 8},
 	{level: levelAVX2, dtype: compute.BF16, blk: 16, masked: false, gemm: kAVX2BF16R2C5, gemmR: 2, gemmC: 5},
 	{level: levelAVX2, dtype: compute.BF16, blk: 16, masked: false, gemm: kAVX2BF16R1C8p512, gemmR: 1, gemmC: 8},
+	{level: levelAVX2, dtype: compute.BF16, blk: 16, masked: false, gemm: kAVX2BF16R1C6p1024, gemmR: 1, gemmC: 6},
+	{level: levelAVX2, dtype: compute.BF16, blk: 16, masked: false, gemm: kAVX2BF16R1C6p1024u2, gemmR: 1, gemmC: 6},
+	{level: levelAVX512, dtype: compute.BF16, blk: 32, masked: true, gemm: kAVX512BF16R1C8p1024, gemmR: 1, gemmC: 8},
 }

@@ -56,6 +56,7 @@ func TestKargsLayout(t *testing.T) {
 		{"dst", unsafe.Offsetof(a.dst), 392},
 		{"ldd", unsafe.Offsetof(a.ldd), 400},
 		{"acc", unsafe.Offsetof(a.acc), 408},
+		{"kc", unsafe.Offsetof(a.kc), 416},
 	} {
 		if c.got != c.want {
 			t.Errorf("kargs.%s at offset %d, the assembly reads it at %d", c.name, c.got, c.want)
@@ -369,7 +370,7 @@ func TestExtraKernels(t *testing.T) {
 				k := ks
 				k.gemv, k.gemvC = ks.gemm, ks.gemmC
 				if ks.gemmR > 1 {
-					k.gemv, k.gemvC = saved.gemv, saved.gemvC
+					k.gemv, k.gemvC, k.gemvKC = saved.gemv, saved.gemvC, saved.gemvKC
 				}
 				kernels[ks.level][ks.dtype] = &k
 				dst := make([]float32, sh.n*sh.m)

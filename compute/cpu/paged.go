@@ -195,17 +195,17 @@ func (j *pagedJob) chunk(c int) {
 	}
 }
 
-// SetRowStable implements compute.RowStable. The many-row products of
-// every weight type compute each row alike whatever the number of rows;
-// the one-row products of float weights, of the quantized types that are
-// not packed (see packable) and of those dequantized to float32 sum in
-// another order, so with it on they take the many-row kernels: 15–35%
-// slower for float weights, a few percent for the others. Packed types
-// are unaffected at one row; at 32 rows and more their products stay on
-// the VNNI kernels instead of AMX (amx.go), whose bf16 operands would
-// give those rows other numbers than fewer rows get. The experts of one
-// token (ApplyExperts of one row) sum their outputs in the order of many
-// rows' (by expert), so that routed layers are row-stable too.
+// SetRowStable implements compute.RowStable. The products of float
+// weights give each row the same bits whatever the number of rows, with
+// it on or off: the one-row kernels sum as the many-row ones. The
+// one-row products of the quantized types that are not packed (see
+// packable) and of those dequantized to float32 take the many-row kernels
+// with it on, a few percent slower. Packed types are unaffected at one
+// row; at 32 rows and more their products stay on the VNNI kernels
+// instead of AMX (amx.go), whose bf16 operands would give those rows
+// other numbers than fewer rows get. The experts of one token
+// (ApplyExperts of one row) sum their outputs in the order of many rows'
+// (by expert), so that routed layers are row-stable too.
 func (b *Backend) SetRowStable(on bool) {
 	s := b.pool.lock()
 	s.rowStable = on

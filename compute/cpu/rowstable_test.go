@@ -24,13 +24,16 @@ type rowStableCase struct {
 // ggml block type (unpacked, and packed where the backend packs it), and
 // the MLX affine types, with shapes whose rows end in a partial kernel
 // block and, for the packed ones, in rows after the last packed group.
+// The float shapes also span several blocks of gemmKC elements, with a
+// last partial vector that the AVX2 kernels leave to Go, alone (k=2050)
+// or after part of a block (k=4133).
 func rowStableCases(t *testing.T, rng *rand.Rand) []rowStableCase {
 	var cs []rowStableCase
 	add := func(name string, w Weights) {
 		cs = append(cs, rowStableCase{fmt.Sprintf("%s/m=%d,k=%d", name, w.Rows, w.Cols), w})
 	}
 	for _, dt := range []compute.DType{compute.F32, compute.F16, compute.BF16} {
-		for _, sh := range []struct{ m, k int }{{37, 100}, {19, 2112}} {
+		for _, sh := range []struct{ m, k int }{{37, 100}, {19, 2112}, {9, 2050}, {11, 4133}, {67, 64}} {
 			w, _ := randWeights(rng, dt, sh.m, sh.k, 1)
 			add(dt.String(), w)
 		}
@@ -57,10 +60,16 @@ func rowStableCases(t *testing.T, rng *rand.Rand) []rowStableCase {
 // rowStablePool returns a pool of the given threads with row-stable
 // products on.
 func rowStablePool(t *testing.T, threads int) *Pool {
+	return rowStableModePool(t, threads, true)
+}
+
+// rowStableModePool returns a pool of the given threads with row-stable
+// products on or off.
+func rowStableModePool(t *testing.T, threads int, on bool) *Pool {
 	p := NewPool(threads)
 	t.Cleanup(p.Close)
 	s := p.lock()
-	s.rowStable = true
+	s.rowStable = on
 	s.mu.Unlock()
 	return p
 }
@@ -91,21 +100,26 @@ func checkRowStable(t *testing.T, w Weights, x []float32, pool *Pool) {
 	}
 }
 
-// TestRowStableMatMul checks that with row-stable products on, every row
-// of a product has the bits it has computed alone, whatever the number of
-// rows of the call, for every weight type, kernel level and pool size.
+// TestRowStableMatMul checks that every row of a product has the bits it
+// has computed alone, whatever the number of rows of the call, for every
+// weight type, kernel level and pool size, with row-stable products on
+// and, where AMX is not in use (TestRowStableAMX), off too: the one-row
+// kernels of float weights, and of the types dequantized to float, sum as
+// the many-row ones.
 func TestRowStableMatMul(t *testing.T) {
-	noAMX(t) // TestRowStableAMX
+	noAMX(t)
 	rng := rand.New(rand.NewPCG(61, 62))
 	cases := rowStableCases(t, rng)
-	for _, threads := range testThreads() {
-		pool := rowStablePool(t, threads)
-		for _, c := range cases {
-			x := randVec(rng, 70*c.w.Cols)
-			for _, l := range levels() {
-				t.Run(fmt.Sprintf("%s/%s/threads=%d", levelNames[l], c.name, threads), func(t *testing.T) {
-					atLevel(t, l, func() { checkRowStable(t, c.w, x, pool) })
-				})
+	for _, on := range []bool{true, false} {
+		for _, threads := range testThreads() {
+			pool := rowStableModePool(t, threads, on)
+			for _, c := range cases {
+				x := randVec(rng, 70*c.w.Cols)
+				for _, l := range levels() {
+					t.Run(fmt.Sprintf("rowstable=%t/%s/%s/threads=%d", on, levelNames[l], c.name, threads), func(t *testing.T) {
+						atLevel(t, l, func() { checkRowStable(t, c.w, x, pool) })
+					})
+				}
 			}
 		}
 	}
@@ -130,21 +144,29 @@ func TestRowStableAMX(t *testing.T) {
 	}
 }
 
-// TestSetRowStable checks that the backend's switch reaches its products:
-// a one-row product of float weights sums in another order than the
-// many-row one unless it is on.
+// TestSetRowStable checks that the backend's switch reaches its products.
+// Products of float and unpacked weights give every row the bits it has
+// alone whether it is on or off (TestFloatMatMulRowIndependent); what it
+// changes is that packed weights of many rows keep off AMX, whose bf16
+// operands give other numbers (here through the Go tile kernel, which
+// every CPU runs).
 func TestSetRowStable(t *testing.T) {
+	amxOn()
+	saved, savedKernel := amxOnce.on, amxKernel
+	amxOnce.on, amxKernel = true, amxTileGo
+	t.Cleanup(func() { amxOnce.on, amxKernel = saved, savedKernel })
 	rng := rand.New(rand.NewPCG(65, 66))
 	b := New(2)
-	const m, k, n = 40, 1000, 4
-	w, err := b.Weight(compute.BF16, []int{m, k}, randBytes(rng, 2*m*k))
+	const m, k, n = 2 * packRows, 256, amxMinRows
+	qw, _ := randQuantWeights(t, rng, compute.Q8_0, m, k, 0, true)
+	w, err := b.Weight(compute.Q8_0, []int{m, k}, qw.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := tensorOf(b, randVec(rng, n*k), n, k)
-	many := b.Alloc(compute.F32, n, m)
-	b.MatMul(many, x, w)
 	differ := func() bool {
+		many := b.Alloc(compute.F32, n, m)
+		b.MatMul(many, x, w)
 		for i := range n {
 			one := b.Alloc(compute.F32, 1, m)
 			b.MatMul(one, b.View(x, i, i+1), w)
@@ -156,11 +178,8 @@ func TestSetRowStable(t *testing.T) {
 		}
 		return false
 	}
-	if level := detectLevel(); level == levelGeneric {
-		t.Skip("the pure-Go one-row kernel sums as the many-row one")
-	}
 	if !differ() {
-		t.Fatal("with row-stable off, one-row products have the bits of many-row ones: this test cannot see the switch")
+		t.Fatal("with row-stable off, one-row products have the bits of AMX many-row ones: this test cannot see the switch")
 	}
 	b.SetRowStable(true)
 	if differ() {
