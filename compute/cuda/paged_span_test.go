@@ -52,7 +52,7 @@ func (p *pagedRun) stepSpans(r *rand.Rand, rows []int, window int) (seq, pos []i
 // agree with the CPU to f32 precision.
 func TestAttendPagedSpans(t *testing.T) {
 	h := newHarness(t)
-	defer h.g.pinAttention(attnAuto)()
+	defer h.g.pinAttention(attnFlash)()
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, tc := range []pagedCase{
 		{"gqa 128 mixed", 32, 8, 128, 0, 0, false, 16, [][]int{{600, 40, 1, 300}, {1, 64, 1, 1}, {1, 1, 200, 37}, {1, 1, 1, 1}}},
@@ -171,7 +171,7 @@ func TestAttendPagedSpansRowsIndependent(t *testing.T) {
 func spanRowsIndependent(t *testing.T, dt compute.DType) {
 	h := newHarness(t)
 	g := h.g
-	defer g.pinAttention(attnAuto)()
+	defer g.pinAttention(attnFlash)()
 	r := rand.New(rand.NewPCG(13, 14))
 	const bs, maxb, heads, kvHeads, hd, chunk = 16, 80, 8, 2, 128, 100
 	kc, qc := kvHeads*hd, heads*hd
