@@ -94,11 +94,9 @@ func parsePoolType(s string) (compute.DType, error) {
 // With LEM_CUDA_ATTENTION=flash (for now: the path has not yet been
 // measured on a device), when pg.Spans says where the sequences' rows lie,
 // a prompt chunk of flashMinRows rows or more whose head dim flash_attend
-// has is
-// attended on the tensor cores:
-// kv_half_paged gathers its keys and values (cached and new, from the
-// pool) into contiguous bf16 rows and flash_attend runs over them for the
-// chunk's rows alone, so a chunk row depends only on its own sequence's
+// has is attended on the tensor cores: kv_half_paged gathers its keys and
+// values (cached and new, from the pool) into contiguous bf16 rows and
+// flash_attend runs over them for the chunk's rows alone, so a chunk row depends only on its own sequence's
 // chunk and cache. The other rows take the paged kernels, in launches of
 // the runs of rows between chunks.
 func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
