@@ -324,8 +324,8 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 // gemm: R activation rows (a.x, a.xstride apart) times one group of 16
 // rows; row t's 16 sums to a.dst + t·a.ldd. Z0..Z(R-1) integer
 // accumulators, Z8.. float accumulators, Z20 scales, Z21 a temporary.
-func (g *gen) gemm(q qtype, R int) string {
-	name := fmt.Sprintf("qpAVX512%sR%d", q, R)
+func (g *gen) gemm(q qtype, R int, pfs ...pfspec) string {
+	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
 	g.constants(q)
@@ -344,6 +344,16 @@ func (g *gen) gemm(q qtype, R int) string {
 			g.p("VPBROADCASTD %d(%s), %s", xo+64, xp, z(t))
 		}
 		g.blockCodes(q, xs, func(t, j int) int { return t }, o, xo)
+		cb := q.codeBytes()
+		half := (2*cb + 64 + 127) / 128 * 64
+		switch {
+		case o == cb:
+			g.prefetch(pfs, half, 2*cb+64-half)
+		case so == cb:
+			g.prefetch(pfs, 0, cb+64)
+		default:
+			g.prefetch(pfs, 0, half)
+		}
 		g.p("VCVTPH2PS %s, Z20", off(so, "SI"))
 		for t, xp := range xs {
 			g.p("VCVTDQ2PS %s, %s", z(t), z(t))
@@ -429,6 +439,28 @@ func main() {
 	}
 	s.gfni = false
 	decl.WriteString("}\n\n")
+	decl.WriteString("// qpackGemmExtra are the many-row kernels with software prefetch (named\n// by their prefetch field), among which packGemmPrefetch picks each type's\n// default for the CPU.\nvar qpackGemmExtra = []qpackSet{\n")
+	for _, q := range []qtype{q8_0, q4_0, q5_0, q4_k, q6_k} {
+		for _, pfs := range gemmVariants {
+			maxR := len(xregs)
+			if q == q4_k || q == q6_k {
+				maxR = kmaxR
+			}
+			var gemm []string
+			for R := 2; R <= maxR; R++ {
+				var n string
+				if q == q4_k || q == q6_k {
+					n = s.kquant(q, R, false, pfs...)
+				} else {
+					n = s.gemm(q, R, pfs...)
+				}
+				gemm = append(gemm, fmt.Sprintf("%d: %s", R, n))
+				fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
+			}
+			fmt.Fprintf(&decl, "\t{dtype: compute.%s, maxR: %d, prefetch: %q, gemm: [qpmaxR + 1]func(*qpargs){%s}},\n", q, maxR, pfsetting(pfs), strings.Join(gemm, ", "))
+		}
+	}
+	decl.WriteString("}\n\n")
 	decl.Write(decls.Bytes())
 	src, err := format.Source(decl.Bytes())
 	if err != nil {
@@ -440,6 +472,18 @@ func main() {
 	if err := os.WriteFile("qpack_amd64.go", src, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// gemmVariants are the software prefetches of the many-row kernels in
+// qpackGemmExtra. A many-row kernel spends R times the instructions of the
+// one-row kernel on each line of weights, so that the lines its
+// out-of-order window keeps in flight fall R times short of the one-row
+// kernel's: without prefetch, 8 decode rows read weights from memory at a
+// fraction of the bandwidth (BenchmarkBatchedDecode). They prefetch
+// further ahead than the one-row kernels, as they consume slower.
+var gemmVariants = [][]pfspec{
+	{{4096, "PREFETCHT0"}}, {{8192, "PREFETCHT0"}}, {{16384, "PREFETCHT0"}},
+	{{8192, "PREFETCHNTA"}}, {{16384, "PREFETCHNTA"}},
 }
 
 // kmaxR is the most activation rows of the k-quant kernels (registers).
