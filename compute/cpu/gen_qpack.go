@@ -487,7 +487,16 @@ var gemmVariants = [][]pfspec{
 }
 
 // kmaxR is the most activation rows of the k-quant kernels (registers).
-const kmaxR = 3
+// Up to kwideR rows a kernel keeps the integer sums of all the sub-blocks
+// in hand (2 per row for Q4_K, 4 for Q6_K); with more, it takes the
+// sub-blocks one at a time, reading their codes again, and needs 4
+// vectors per row: the sums of the sub-block, of the super-block, the
+// correction and the float sums. Both add every row's products in the
+// same order, so that a row's sums have the same bits in any kernel.
+const (
+	kmaxR  = 4
+	kwideR = 3
+)
 
 // kquant: Q4_K and Q6_K, R activation rows (layouts xfK4, xfK6) times
 // groups of 16 rows, one super-block per step; with loop set, a.groups
@@ -535,8 +544,13 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	xs := xregs[:R]
 	// Registers of the super-block sums, corrections and float sums.
 	S, M, F := 2*R, 3*R, 4*R
+	if R > kwideR {
+		S, M, F = R, 2*R, 3*R
+	}
 	if q == q6_k {
-		S, M, F = 4*R, 5*R, 6*R
+		if R <= kwideR {
+			S, M, F = 4*R, 5*R, 6*R
+		}
 		sb = 3328 // the scales d follow all the super-blocks of a group
 		g.p("MOVQ %d(DI), R12", offNB)
 		g.p("IMUL3Q $%d, R12, R12", sb)
@@ -562,9 +576,14 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VPXORD %s, %s, %s", z(S+t), z(S+t), z(S+t))
 		g.p("VPXORD %s, %s, %s", z(M+t), z(M+t), z(M+t))
 	}
-	if q == q4_k {
+	switch {
+	case q == q4_k && R > kwideR:
+		g.q4kNarrow(R, xs)
+	case q == q4_k:
 		g.q4k(R, xs)
-	} else {
+	case R > kwideR:
+		g.q6kNarrow(R, xs)
+	default:
 		g.q6k(R, xs)
 	}
 	g.prefetch(pfs, 0, sb)
@@ -637,34 +656,7 @@ func (g *gen) q4k(R int, xs []string) {
 			}
 		}
 		for h := 0; h < 2; h++ {
-			j := 2*p + h
-			// Z17: scale, Z18: min of sub-block j, as int32 lanes.
-			if j < 4 {
-				g.shr(8*j, "Z21", "Z17")
-				g.p("VPANDD Z30, Z17, Z17")
-				g.shr(8*j, "Z22", "Z18")
-				g.p("VPANDD Z30, Z18, Z18")
-			} else {
-				jj := j - 4
-				g.shr(8*jj, "Z23", "Z17")
-				g.p("VPANDD Z29, Z17, Z17")
-				g.shr(8*jj+2, "Z21", "Z19")
-				g.p("VPTERNLOGD $0xF8, Z28, Z19, Z17") // Z17 |= Z19 & 0x30
-				g.shr(8*jj+4, "Z23", "Z18")
-				g.p("VPANDD Z29, Z18, Z18")
-				g.shr(8*jj+2, "Z22", "Z19")
-				g.p("VPTERNLOGD $0xF8, Z28, Z19, Z18")
-			}
-			g.p("VCVTDQ2PS Z18, Z18")
-			for t, xp := range xs {
-				I := z(h*R + t)
-				if h == 1 {
-					g.p("VPSRAD $4, %s, %s", I, I) // 16 times the sum
-				}
-				g.p("VPMULLD Z17, %s, %s", I, I)
-				g.p("VPADDD %s, %s, %s", I, z(2*R+t), z(2*R+t))
-				g.p("VFMADD231PS.BCST %s, Z18, %s", off(256+4*j, xp), z(3*R+t))
-			}
+			g.q4kScale(2*p+h, R, xs, func(t int) string { return z(h*R + t) }, h == 1)
 		}
 	}
 }
@@ -727,6 +719,119 @@ func (g *gen) q6k(R int, xs []string) {
 				g.p("VPMULLD Z27, %s, %s", I, I)
 				g.p("VPADDD %s, %s, %s", I, z(4*R+t), z(4*R+t))
 				g.p("VFMADD231PS.BCST %s, Z26, %s", off(256+4*j, xp), z(5*R+t))
+			}
+		}
+	}
+}
+
+// q4kNarrow is q4k for more than kwideR rows: per pair of sub-blocks, the
+// low nibbles of the 8 code vectors (sub-block 2p) and then their high
+// nibbles (2p+1), each sub-block's sums (Z0..Z(R-1)) scaled as soon as
+// they are whole. Z16 holds the codes.
+func (g *gen) q4kNarrow(R int, xs []string) {
+	g.p("VMOVDQU64 (SI), Z21")
+	g.p("VMOVDQU64 64(SI), Z22")
+	g.p("VMOVDQU64 128(SI), Z23")
+	for p := 0; p < 4; p++ {
+		for h := 0; h < 2; h++ {
+			for t := 0; t < R; t++ {
+				g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
+			}
+			mask := "Z31"
+			if h == 1 {
+				mask = "Z27"
+			}
+			for v := 0; v < 8; v++ {
+				g.p("VPANDD %s, %s, Z16", off(256+512*p+64*v, "SI"), mask)
+				for t, xp := range xs {
+					g.p("VPDPBUSD.BCST %s, Z16, %s", off(64*p+32*h+4*v, xp), z(t))
+				}
+			}
+			g.q4kScale(2*p+h, R, xs, func(t int) string { return z(t) }, h == 1)
+		}
+	}
+}
+
+// q4kScale emits the scaling of sub-block j's integer sums I(t) of each
+// row by its 6-bit scale into the super-block sums Z(S+t) and the
+// correction of its min into Z(M+t) (S, M as kquant places them), the
+// sums shifted right by 4 first if they are of the high nibbles in place.
+func (g *gen) q4kScale(j, R int, xs []string, I func(t int) string, high bool) {
+	S, M := 2*R, 3*R
+	if R > kwideR {
+		S, M = R, 2*R
+	}
+	// Z17: scale, Z18: min of sub-block j, as int32 lanes.
+	if j < 4 {
+		g.shr(8*j, "Z21", "Z17")
+		g.p("VPANDD Z30, Z17, Z17")
+		g.shr(8*j, "Z22", "Z18")
+		g.p("VPANDD Z30, Z18, Z18")
+	} else {
+		jj := j - 4
+		g.shr(8*jj, "Z23", "Z17")
+		g.p("VPANDD Z29, Z17, Z17")
+		g.shr(8*jj+2, "Z21", "Z19")
+		g.p("VPTERNLOGD $0xF8, Z28, Z19, Z17") // Z17 |= Z19 & 0x30
+		g.shr(8*jj+4, "Z23", "Z18")
+		g.p("VPANDD Z29, Z18, Z18")
+		g.shr(8*jj+2, "Z22", "Z19")
+		g.p("VPTERNLOGD $0xF8, Z28, Z19, Z18")
+	}
+	g.p("VCVTDQ2PS Z18, Z18")
+	for t, xp := range xs {
+		if high {
+			g.p("VPSRAD $4, %s, %s", I(t), I(t)) // 16 times the sum
+		}
+		g.p("VPMULLD Z17, %s, %s", I(t), I(t))
+		g.p("VPADDD %s, %s, %s", I(t), z(S+t), z(S+t))
+		g.p("VFMADD231PS.BCST %s, Z18, %s", off(256+4*j, xp), z(M+t))
+	}
+}
+
+// q6kNarrow is q6k for more than kwideR rows: per half h and chunk group
+// ch, the 4 sub-blocks one at a time, each from the codes of its quarter
+// of the 4 chunks' vectors A, B and C (read again per quarter), its sums
+// (Z0..Z(R-1)) scaled as soon as they are whole. Z24 holds the codes,
+// Z25 a temporary, Z26 and Z27 the scales.
+func (g *gen) q6kNarrow(R int, xs []string) {
+	S, M := R, 2*R
+	for hc := 0; hc < 4; hc++ {
+		h, ch := hc/2, hc%2
+		base := 832 * hc
+		for q := 0; q < 4; q++ {
+			for t := 0; t < R; t++ {
+				g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
+			}
+			for ci := 0; ci < 4; ci++ {
+				c := 4*ch + ci
+				o := base + 192*ci
+				if q < 3 {
+					g.p("VPANDD %s, Z31, Z24", off(o+64*q, "SI"))
+				} else {
+					g.p("VMOVDQU64 %s, Z25", off(o, "SI"))
+					g.p("VPSRLW $2, %s, Z24", off(o+64, "SI"))
+					g.p("VPTERNLOGD $0xE4, Z31, Z25, Z24") // bits 0-5 of B>>2, 6-7 of A
+					g.p("VPSRLW $4, %s, Z25", off(o+128, "SI"))
+					g.p("VPTERNLOGD $0xE4, Z30, Z24, Z25") // bits 0-3 of C>>4, 4-7 of the above
+					g.p("VPANDD Z29, Z25, Z24")
+				}
+				e := 128*h + 4*c
+				for t, xp := range xs {
+					g.p("VPDPBUSD.BCST %s, Z24, %s", off(e+32*q, xp), z(t))
+				}
+			}
+			j := 8*h + 2*q + ch
+			g.p("VPMOVSXBD %d(SI), Z27", base+768+16*q)
+			g.p("VCVTDQ2PS Z27, Z26")
+			for t, xp := range xs {
+				I := z(t)
+				if q == 3 {
+					g.p("VPSRAD $2, %s, %s", I, I)
+				}
+				g.p("VPMULLD Z27, %s, %s", I, I)
+				g.p("VPADDD %s, %s, %s", I, z(S+t), z(S+t))
+				g.p("VFMADD231PS.BCST %s, Z26, %s", off(256+4*j, xp), z(M+t))
 			}
 		}
 	}
