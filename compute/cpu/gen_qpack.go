@@ -482,19 +482,20 @@ func main() {
 // fraction of the bandwidth (BenchmarkBatchedDecode). They prefetch
 // further ahead than the one-row kernels, as they consume slower.
 var gemmVariants = [][]pfspec{
-	{{4096, "PREFETCHT0"}}, {{8192, "PREFETCHT0"}}, {{16384, "PREFETCHT0"}},
-	{{8192, "PREFETCHNTA"}}, {{16384, "PREFETCHNTA"}},
+	{{8192, "PREFETCHT0"}}, {{16384, "PREFETCHT0"}}, {{16384, "PREFETCHNTA"}},
 }
 
 // kmaxR is the most activation rows of the k-quant kernels (registers).
 // Up to kwideR rows a kernel keeps the integer sums of all the sub-blocks
-// in hand (2 per row for Q4_K, 4 for Q6_K); with more, it takes the
-// sub-blocks one at a time, reading their codes again, and needs 4
-// vectors per row: the sums of the sub-block, of the super-block, the
-// correction and the float sums. Both add every row's products in the
-// same order, so that a row's sums have the same bits in any kernel.
+// in hand (2 per row for Q4_K, 4 for Q6_K) and its float sums in
+// registers; with more, it takes the sub-blocks one at a time, reading
+// their codes again, keeps 3 vectors per row in registers (the sums of
+// the sub-block and of the super-block, and the correction) and the float
+// sums on its stack, updated once per super-block. Both add every row's
+// products in the same order, so that a row's sums have the same bits in
+// any kernel.
 const (
-	kmaxR  = 4
+	kmaxR  = 8
 	kwideR = 3
 )
 
@@ -510,11 +511,23 @@ const (
 // masks.
 func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
-	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
+	narrow := R > kwideR
+	frame := 0
+	if narrow {
+		frame = 64 * R // the float sums of the rows
+	}
+	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $%d-8\n", name, name, frame)
 	g.p("MOVQ a+0(FP), DI")
 	g.p("MOVL $0x0f0f0f0f, AX")
 	g.p("VPBROADCASTD AX, Z31")
-	if q == q4_k {
+	if q == q4_k && narrow {
+		g.p("MOVL $0xf0f0f0f0, AX") // the high nibbles in place (see hiShift)
+		g.p("VPBROADCASTD AX, Z30")
+		g.p("MOVL $63, AX")
+		g.p("VPBROADCASTD AX, Z28")
+		g.p("MOVL $15, AX")
+		g.p("VPBROADCASTD AX, Z29")
+	} else if q == q4_k {
 		g.p("MOVL $63, AX")
 		g.p("VPBROADCASTD AX, Z30")
 		g.p("MOVL $15, AX")
@@ -544,8 +557,8 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	xs := xregs[:R]
 	// Registers of the super-block sums, corrections and float sums.
 	S, M, F := 2*R, 3*R, 4*R
-	if R > kwideR {
-		S, M, F = R, 2*R, 3*R
+	if narrow {
+		S, M, F = R, 2*R, -1
 	}
 	if q == q6_k {
 		if R <= kwideR {
@@ -568,7 +581,13 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("MOVQ %d(DI), R14", offDst)
 	}
 	g.p("MOVQ %d(DI), CX", offNB)
-	for t := 0; t < R; t++ {
+	if narrow {
+		g.p("VPXORD Z24, Z24, Z24")
+		for t := 0; t < R; t++ {
+			g.p("VMOVUPS Z24, %s", off(64*t, "SP"))
+		}
+	}
+	for t := 0; t < R && !narrow; t++ {
 		g.p("VPXORD %s, %s, %s", z(F+t), z(F+t), z(F+t))
 	}
 	g.label(name + "_block")
@@ -577,11 +596,11 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VPXORD %s, %s, %s", z(M+t), z(M+t), z(M+t))
 	}
 	switch {
-	case q == q4_k && R > kwideR:
+	case q == q4_k && narrow:
 		g.q4kNarrow(R, xs)
 	case q == q4_k:
 		g.q4k(R, xs)
-	case R > kwideR:
+	case narrow:
 		g.q6kNarrow(R, xs)
 	default:
 		g.q6k(R, xs)
@@ -597,10 +616,18 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VMULPS.BCST ·q6kOffset(SB), Z24, Z25") // 32·d, for the codes' offset of 32
 	}
 	for t, xp := range xs {
+		f := z(F + t)
+		if narrow {
+			f = "Z27"
+			g.p("VMOVUPS %s, Z27", off(64*t, "SP"))
+		}
 		g.p("VCVTDQ2PS %s, %s", z(S+t), z(S+t))
 		g.p("VMULPS.BCST 320(%s), Z24, Z26", xp)
-		g.p("VFMADD231PS %s, Z26, %s", z(S+t), z(F+t))
-		g.p("VFNMADD231PS %s, Z25, %s", z(M+t), z(F+t))
+		g.p("VFMADD231PS %s, Z26, %s", z(S+t), f)
+		g.p("VFNMADD231PS %s, Z25, %s", z(M+t), f)
+		if narrow {
+			g.p("VMOVUPS Z27, %s", off(64*t, "SP"))
+		}
 	}
 	g.p("ADDQ $%d, SI", sb)
 	for _, xp := range xs {
@@ -619,7 +646,12 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	} else {
 		g.p("MOVQ %d(DI), AX", offLdd)
 		for t := 0; t < R; t++ {
-			g.p("VMOVUPS %s, (R14)", z(F+t))
+			if narrow {
+				g.p("VMOVUPS %s, Z27", off(64*t, "SP"))
+				g.p("VMOVUPS Z27, (R14)")
+			} else {
+				g.p("VMOVUPS %s, (R14)", z(F+t))
+			}
 			if t < R-1 {
 				g.p("ADDQ AX, R14")
 			}
@@ -656,15 +688,38 @@ func (g *gen) q4k(R int, xs []string) {
 			}
 		}
 		for h := 0; h < 2; h++ {
-			g.q4kScale(2*p+h, R, xs, func(t int) string { return z(h*R + t) }, h == 1)
+			g.q4kScale(2*p+h, R, xs, q4kWide, func(t int) string { return z(h*R + t) }, h == 1)
 		}
 	}
 }
 
+// q4kRegs are the operands q4kScale unpacks a sub-block's scale and min
+// with: three temporaries, the vectors A, B and C of the rows' scale bytes
+// (registers or memory), and the masks 63, 15 and 0x30 (0x30 a register,
+// or memory to broadcast).
+type q4kRegs struct {
+	scale, min, tmp string
+	abc             [3]string
+	m63, m15, m30   string
+	m30Bcst         bool
+}
+
+var (
+	// q4kWide are the operands of the kernels of up to kwideR rows.
+	q4kWide = q4kRegs{"Z17", "Z18", "Z19", [3]string{"Z21", "Z22", "Z23"}, "Z30", "Z29", "Z28", false}
+	// q4kNarrowRegs are those of the kernels of more rows, whose
+	// registers Z0-Z23 hold the sums.
+	q4kNarrowRegs = q4kRegs{"Z25", "Z26", "Z27", [3]string{"(SI)", "64(SI)", "128(SI)"}, "Z28", "Z29", "·q4kMask30(SB)", true}
+)
+
 // shr emits dst = src >> n (dword lanes), or a copy for n = 0.
 func (g *gen) shr(n int, src, dst string) {
-	if n == 0 {
+	if n == 0 && strings.HasPrefix(src, "Z") {
 		g.p("VMOVDQA64 %s, %s", src, dst)
+		return
+	}
+	if n == 0 {
+		g.p("VMOVDQU64 %s, %s", src, dst)
 		return
 	}
 	g.p("VPSRLD $%d, %s, %s", n, src, dst)
@@ -727,11 +782,9 @@ func (g *gen) q6k(R int, xs []string) {
 // q4kNarrow is q4k for more than kwideR rows: per pair of sub-blocks, the
 // low nibbles of the 8 code vectors (sub-block 2p) and then their high
 // nibbles (2p+1), each sub-block's sums (Z0..Z(R-1)) scaled as soon as
-// they are whole. Z16 holds the codes.
+// they are whole. Z24 holds the codes; the masks are 0x0F (Z31) and 0xF0
+// (Z30) per byte.
 func (g *gen) q4kNarrow(R int, xs []string) {
-	g.p("VMOVDQU64 (SI), Z21")
-	g.p("VMOVDQU64 64(SI), Z22")
-	g.p("VMOVDQU64 128(SI), Z23")
 	for p := 0; p < 4; p++ {
 		for h := 0; h < 2; h++ {
 			for t := 0; t < R; t++ {
@@ -739,15 +792,15 @@ func (g *gen) q4kNarrow(R int, xs []string) {
 			}
 			mask := "Z31"
 			if h == 1 {
-				mask = "Z27"
+				mask = "Z30"
 			}
 			for v := 0; v < 8; v++ {
-				g.p("VPANDD %s, %s, Z16", off(256+512*p+64*v, "SI"), mask)
+				g.p("VPANDD %s, %s, Z24", off(256+512*p+64*v, "SI"), mask)
 				for t, xp := range xs {
-					g.p("VPDPBUSD.BCST %s, Z16, %s", off(64*p+32*h+4*v, xp), z(t))
+					g.p("VPDPBUSD.BCST %s, Z24, %s", off(64*p+32*h+4*v, xp), z(t))
 				}
 			}
-			g.q4kScale(2*p+h, R, xs, func(t int) string { return z(t) }, h == 1)
+			g.q4kScale(2*p+h, R, xs, q4kNarrowRegs, func(t int) string { return z(t) }, h == 1)
 		}
 	}
 }
@@ -756,36 +809,44 @@ func (g *gen) q4kNarrow(R int, xs []string) {
 // row by its 6-bit scale into the super-block sums Z(S+t) and the
 // correction of its min into Z(M+t) (S, M as kquant places them), the
 // sums shifted right by 4 first if they are of the high nibbles in place.
-func (g *gen) q4kScale(j, R int, xs []string, I func(t int) string, high bool) {
+func (g *gen) q4kScale(j, R int, xs []string, r q4kRegs, I func(t int) string, high bool) {
 	S, M := 2*R, 3*R
 	if R > kwideR {
 		S, M = R, 2*R
 	}
-	// Z17: scale, Z18: min of sub-block j, as int32 lanes.
+	or30 := func(src, dst string) { // dst |= src & 0x30
+		if r.m30Bcst {
+			g.p("VPTERNLOGD.BCST $0xF8, %s, %s, %s", r.m30, src, dst)
+		} else {
+			g.p("VPTERNLOGD $0xF8, %s, %s, %s", r.m30, src, dst)
+		}
+	}
+	// scale and min of sub-block j, as int32 lanes.
+	A, B, C := r.abc[0], r.abc[1], r.abc[2]
 	if j < 4 {
-		g.shr(8*j, "Z21", "Z17")
-		g.p("VPANDD Z30, Z17, Z17")
-		g.shr(8*j, "Z22", "Z18")
-		g.p("VPANDD Z30, Z18, Z18")
+		g.shr(8*j, A, r.scale)
+		g.p("VPANDD %s, %s, %s", r.m63, r.scale, r.scale)
+		g.shr(8*j, B, r.min)
+		g.p("VPANDD %s, %s, %s", r.m63, r.min, r.min)
 	} else {
 		jj := j - 4
-		g.shr(8*jj, "Z23", "Z17")
-		g.p("VPANDD Z29, Z17, Z17")
-		g.shr(8*jj+2, "Z21", "Z19")
-		g.p("VPTERNLOGD $0xF8, Z28, Z19, Z17") // Z17 |= Z19 & 0x30
-		g.shr(8*jj+4, "Z23", "Z18")
-		g.p("VPANDD Z29, Z18, Z18")
-		g.shr(8*jj+2, "Z22", "Z19")
-		g.p("VPTERNLOGD $0xF8, Z28, Z19, Z18")
+		g.shr(8*jj, C, r.scale)
+		g.p("VPANDD %s, %s, %s", r.m15, r.scale, r.scale)
+		g.shr(8*jj+2, A, r.tmp)
+		or30(r.tmp, r.scale)
+		g.shr(8*jj+4, C, r.min)
+		g.p("VPANDD %s, %s, %s", r.m15, r.min, r.min)
+		g.shr(8*jj+2, B, r.tmp)
+		or30(r.tmp, r.min)
 	}
-	g.p("VCVTDQ2PS Z18, Z18")
+	g.p("VCVTDQ2PS %s, %s", r.min, r.min)
 	for t, xp := range xs {
 		if high {
 			g.p("VPSRAD $4, %s, %s", I(t), I(t)) // 16 times the sum
 		}
-		g.p("VPMULLD Z17, %s, %s", I(t), I(t))
+		g.p("VPMULLD %s, %s, %s", r.scale, I(t), I(t))
 		g.p("VPADDD %s, %s, %s", I(t), z(S+t), z(S+t))
-		g.p("VFMADD231PS.BCST %s, Z18, %s", off(256+4*j, xp), z(M+t))
+		g.p("VFMADD231PS.BCST %s, %s, %s", off(256+4*j, xp), r.min, z(M+t))
 	}
 }
 
@@ -793,7 +854,7 @@ func (g *gen) q4kScale(j, R int, xs []string, I func(t int) string, high bool) {
 // ch, the 4 sub-blocks one at a time, each from the codes of its quarter
 // of the 4 chunks' vectors A, B and C (read again per quarter), its sums
 // (Z0..Z(R-1)) scaled as soon as they are whole. Z24 holds the codes,
-// Z25 a temporary, Z26 and Z27 the scales.
+// Z25 a temporary, Z26 and Z27 the scales; the masks are kquant's.
 func (g *gen) q6kNarrow(R int, xs []string) {
 	S, M := R, 2*R
 	for hc := 0; hc < 4; hc++ {

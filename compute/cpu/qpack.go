@@ -68,6 +68,11 @@ var packLongTiles = true
 // kernels read from memory (qpack_amd64.s).
 var q6kOffset float32 = 32
 
+// q4kMask30 is the mask of the two high bits of Q4_K's 6-bit scales and
+// mins in their 12 bytes, which the packed Q4_K kernels of many rows read
+// from memory.
+var q4kMask30 uint32 = 0x30
+
 const (
 	packRows = 16 // weight rows per packed group
 	qpmaxR   = 8  // activation rows per packed many-row kernel call, at most
