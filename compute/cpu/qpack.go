@@ -706,13 +706,15 @@ func (t *qmatmulTask) packedGEMM(a *qpargs, c int) {
 	if t.ps != nil {
 		step = t.ps.maxR
 	}
+	// The fields that stay are set once, and the others one at a time: the
+	// kernels read each with a load of its size, which a store of the same
+	// size forwards. (A copy of a whole qpargs per call, in 16-byte moves,
+	// held 9% of the samples of an 8-stream decode of qwen2.5-0.5b.)
+	*a = qpargs{nb: t.nb, groups: 1, ldd: 4 * t.m, xstride: t.xrb}
 	for g := g0; g < g1; g++ {
 		for i := t0; i < t1; i += step {
 			R := min(step, t1-i)
-			*a = qpargs{
-				w: &t.w[g*gb], x: &t.xq[i*t.xrb], nb: t.nb, groups: 1,
-				dst: &t.dst[i*t.m+g*packRows], ldd: 4 * t.m, xstride: t.xrb,
-			}
+			a.w, a.x, a.dst = &t.w[g*gb], &t.xq[i*t.xrb], &t.dst[i*t.m+g*packRows]
 			if t.ps != nil {
 				if i == t0 {
 					t.ps.gemm[R](a)
