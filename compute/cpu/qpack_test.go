@@ -284,6 +284,48 @@ func TestPackedExtraKernels(t *testing.T) {
 	}
 }
 
+// TestPackedKernelRows calls the many-row kernels of every packed type
+// directly, for every count of rows up to qpmaxR, so that 8 decode rows
+// read a group's weights once: each row's 16 sums must have the bits the
+// one-row kernel gives that row alone.
+func TestPackedKernelRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, ks := range qpackKernels {
+		if ks == nil {
+			continue
+		}
+		dt := ks.dtype
+		if ks.maxR != qpmaxR {
+			t.Errorf("%s: the many-row kernels take %d rows, want %d", dt, ks.maxR, qpmaxR)
+		}
+		const k = 768
+		w, _ := randQuantWeights(t, rng, dt, packRows, k, 0, false)
+		p := withPack(w)
+		xf, xrb := packXf(dt), packXf(dt).rowBytes(k)
+		xq := make([]byte, qpmaxR*xrb)
+		for i := range qpmaxR {
+			quantizeX(xq[i*xrb:(i+1)*xrb], randVec(rng, k), xf, packXoff(dt))
+		}
+		want := make([]float32, qpmaxR*packRows)
+		for i := range qpmaxR {
+			ks.gemv(&qpargs{w: &p.pack[0], x: &xq[i*xrb], nb: k / dt.BlockSize(), groups: 1, dst: &want[i*packRows]})
+		}
+		for R := 2; R <= qpmaxR; R++ {
+			for name, set := range map[string][qpmaxR + 1]func(*qpargs){"prefetch " + ks.gemmPrefetch: ks.gemm, "cached": ks.gemmCached} {
+				if set[R] == nil {
+					t.Errorf("%s: no kernel of %d rows (%s)", dt, R, name)
+					continue
+				}
+				got := make([]float32, R*packRows)
+				set[R](&qpargs{w: &p.pack[0], x: &xq[0], nb: k / dt.BlockSize(), groups: 1, dst: &got[0], ldd: 4 * packRows, xstride: xrb})
+				if !slices.Equal(got, want[:R*packRows]) {
+					t.Errorf("%s, %d rows (%s): sums differ from the one-row kernel's", dt, R, name)
+				}
+			}
+		}
+	}
+}
+
 // TestPackedGemmPrefetchKernels checks the many-row kernels that prefetch
 // the weights (qpackGemmExtra; the defaults on some CPUs, see
 // packGemmPrefetch): every row's sums are bitwise those of the kernels
