@@ -595,17 +595,26 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VPXORD %s, %s, %s", z(S+t), z(S+t), z(S+t))
 		g.p("VPXORD %s, %s, %s", z(M+t), z(M+t), z(M+t))
 	}
+	// The narrow kernels spread their prefetches over the super-block
+	// (a burst of them at its end stalls: they run several times longer
+	// per line than the wide ones).
+	pf := func(i, n int) {
+		lines := sb / 64
+		g.prefetch(pfs, 64*(i*lines/n), 64*((i+1)*lines/n-i*lines/n))
+	}
 	switch {
 	case q == q4_k && narrow:
-		g.q4kNarrow(R, xs)
+		g.q4kNarrow(R, xs, pf)
 	case q == q4_k:
 		g.q4k(R, xs)
 	case narrow:
-		g.q6kNarrow(R, xs)
+		g.q6kNarrow(R, xs, pf)
 	default:
 		g.q6k(R, xs)
 	}
-	g.prefetch(pfs, 0, sb)
+	if !narrow {
+		g.prefetch(pfs, 0, sb)
+	}
 	// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
 	if q == q4_k {
 		g.p("VCVTPH2PS 192(SI), Z24")
@@ -784,9 +793,10 @@ func (g *gen) q6k(R int, xs []string) {
 // nibbles (2p+1), each sub-block's sums (Z0..Z(R-1)) scaled as soon as
 // they are whole. Z24 holds the codes; the masks are 0x0F (Z31) and 0xF0
 // (Z30) per byte.
-func (g *gen) q4kNarrow(R int, xs []string) {
+func (g *gen) q4kNarrow(R int, xs []string, pf func(i, n int)) {
 	for p := 0; p < 4; p++ {
 		for h := 0; h < 2; h++ {
+			pf(2*p+h, 8)
 			for t := 0; t < R; t++ {
 				g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
 			}
@@ -855,12 +865,13 @@ func (g *gen) q4kScale(j, R int, xs []string, r q4kRegs, I func(t int) string, h
 // of the 4 chunks' vectors A, B and C (read again per quarter), its sums
 // (Z0..Z(R-1)) scaled as soon as they are whole. Z24 holds the codes,
 // Z25 a temporary, Z26 and Z27 the scales; the masks are kquant's.
-func (g *gen) q6kNarrow(R int, xs []string) {
+func (g *gen) q6kNarrow(R int, xs []string, pf func(i, n int)) {
 	S, M := R, 2*R
 	for hc := 0; hc < 4; hc++ {
 		h, ch := hc/2, hc%2
 		base := 832 * hc
 		for q := 0; q < 4; q++ {
+			pf(4*hc+q, 16)
 			for t := 0; t < R; t++ {
 				g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
 			}
