@@ -46,7 +46,9 @@ func benchWeightBytes(rng *rand.Rand, dt compute.DType, m, k int) []byte {
 // once per call, so a batch of decode rows should cost little more than
 // one row. For n = 8, "shorttiles" is the tiling of packed weights that
 // prefill uses (two groups of 16 rows per tile), the tiling of every
-// many-row product before decode rows took long runs of groups.
+// many-row product before decode rows took long runs of groups, and
+// "noprefetch" the many-row kernels of packed weights without software
+// prefetch (the kernels of every many-row product before they had it).
 func BenchmarkBatchedDecode(b *testing.B) {
 	rng := rand.New(rand.NewPCG(81, 82))
 	for _, sh := range []struct {
@@ -65,7 +67,8 @@ func BenchmarkBatchedDecode(b *testing.B) {
 				n      int
 				stable bool
 				short  bool
-			}{{1, false, false}, {1, true, false}, {2, true, false}, {4, true, false}, {8, true, true}, {8, true, false}, {16, true, false}} {
+				plain  bool
+			}{{1, false, false, false}, {1, true, false, false}, {2, true, false, false}, {4, true, false, false}, {8, true, true, false}, {8, true, false, true}, {8, true, false, false}, {16, true, false, false}} {
 				n := v.n
 				name := fmt.Sprintf("%s/%s/n=%d", dt, sh.name, n)
 				if v.stable {
@@ -74,12 +77,19 @@ func BenchmarkBatchedDecode(b *testing.B) {
 				if v.short {
 					name += "/shorttiles" // packed weights: tiles of 2 groups
 				}
+				if v.plain {
+					name += "/noprefetch"
+				}
 				be.SetRowStable(v.stable)
 				dst := be.Alloc(compute.F32, n, sh.m)
 				xv := be.View(x, 0, n)
 				b.Run(name, func(b *testing.B) {
 					defer func(l bool) { packLongTiles = l }(packLongTiles)
 					packLongTiles = !v.short
+					if ks := qpackKernels[dt]; ks != nil && v.plain {
+						defer func(g [qpmaxR + 1]func(*qpargs)) { ks.gemm = g }(ks.gemm)
+						ks.gemm = ks.gemmCached
+					}
 					for b.Loop() {
 						be.MatMul(dst, xv, w)
 					}

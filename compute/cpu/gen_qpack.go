@@ -324,8 +324,8 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 // gemm: R activation rows (a.x, a.xstride apart) times one group of 16
 // rows; row t's 16 sums to a.dst + t·a.ldd. Z0..Z(R-1) integer
 // accumulators, Z8.. float accumulators, Z20 scales, Z21 a temporary.
-func (g *gen) gemm(q qtype, R int) string {
-	name := fmt.Sprintf("qpAVX512%sR%d", q, R)
+func (g *gen) gemm(q qtype, R int, pfs ...pfspec) string {
+	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
 	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
 	g.p("MOVQ a+0(FP), DI")
 	g.constants(q)
@@ -344,6 +344,16 @@ func (g *gen) gemm(q qtype, R int) string {
 			g.p("VPBROADCASTD %d(%s), %s", xo+64, xp, z(t))
 		}
 		g.blockCodes(q, xs, func(t, j int) int { return t }, o, xo)
+		cb := q.codeBytes()
+		half := (2*cb + 64 + 127) / 128 * 64
+		switch {
+		case o == cb:
+			g.prefetch(pfs, half, 2*cb+64-half)
+		case so == cb:
+			g.prefetch(pfs, 0, cb+64)
+		default:
+			g.prefetch(pfs, 0, half)
+		}
 		g.p("VCVTPH2PS %s, Z20", off(so, "SI"))
 		for t, xp := range xs {
 			g.p("VCVTDQ2PS %s, %s", z(t), z(t))
@@ -429,6 +439,28 @@ func main() {
 	}
 	s.gfni = false
 	decl.WriteString("}\n\n")
+	decl.WriteString("// qpackGemmExtra are the many-row kernels with software prefetch (named\n// by their prefetch field), among which packGemmPrefetch picks each type's\n// default for the CPU.\nvar qpackGemmExtra = []qpackSet{\n")
+	for _, q := range []qtype{q8_0, q4_0, q5_0, q4_k, q6_k} {
+		for _, pfs := range gemmVariants {
+			maxR := len(xregs)
+			if q == q4_k || q == q6_k {
+				maxR = kmaxR
+			}
+			var gemm []string
+			for R := 2; R <= maxR; R++ {
+				var n string
+				if q == q4_k || q == q6_k {
+					n = s.kquant(q, R, false, pfs...)
+				} else {
+					n = s.gemm(q, R, pfs...)
+				}
+				gemm = append(gemm, fmt.Sprintf("%d: %s", R, n))
+				fmt.Fprintf(&decls, "//go:noescape\nfunc %s(a *qpargs)\n\n", n)
+			}
+			fmt.Fprintf(&decl, "\t{dtype: compute.%s, maxR: %d, prefetch: %q, gemm: [qpmaxR + 1]func(*qpargs){%s}},\n", q, maxR, pfsetting(pfs), strings.Join(gemm, ", "))
+		}
+	}
+	decl.WriteString("}\n\n")
 	decl.Write(decls.Bytes())
 	src, err := format.Source(decl.Bytes())
 	if err != nil {
@@ -442,8 +474,30 @@ func main() {
 	}
 }
 
+// gemmVariants are the software prefetches of the many-row kernels in
+// qpackGemmExtra. A many-row kernel spends R times the instructions of the
+// one-row kernel on each line of weights, so that the lines its
+// out-of-order window keeps in flight fall R times short of the one-row
+// kernel's: without prefetch, 8 decode rows read weights from memory at a
+// fraction of the bandwidth (BenchmarkBatchedDecode). They prefetch
+// further ahead than the one-row kernels, as they consume slower.
+var gemmVariants = [][]pfspec{
+	{{8192, "PREFETCHT0"}}, {{16384, "PREFETCHT0"}}, {{16384, "PREFETCHNTA"}},
+}
+
 // kmaxR is the most activation rows of the k-quant kernels (registers).
-const kmaxR = 3
+// Up to kwideR rows a kernel keeps the integer sums of all the sub-blocks
+// in hand (2 per row for Q4_K, 4 for Q6_K) and its float sums in
+// registers; with more, it takes the sub-blocks one at a time, reading
+// their codes again, keeps 3 vectors per row in registers (the sums of
+// the sub-block and of the super-block, and the correction) and the float
+// sums on its stack, updated once per super-block. Both add every row's
+// products in the same order, so that a row's sums have the same bits in
+// any kernel.
+const (
+	kmaxR  = 8
+	kwideR = 3
+)
 
 // kquant: Q4_K and Q6_K, R activation rows (layouts xfK4, xfK6) times
 // groups of 16 rows, one super-block per step; with loop set, a.groups
@@ -457,11 +511,23 @@ const kmaxR = 3
 // masks.
 func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	name := fmt.Sprintf("qpAVX512%sR%d", q, R) + pfname(pfs)
-	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $0-8\n", name, name)
+	narrow := R > kwideR
+	frame := 0
+	if narrow {
+		frame = 64 * R // the float sums of the rows
+	}
+	fmt.Fprintf(&g.b, "\n// func %s(a *qpargs)\nTEXT ·%s(SB), NOSPLIT, $%d-8\n", name, name, frame)
 	g.p("MOVQ a+0(FP), DI")
 	g.p("MOVL $0x0f0f0f0f, AX")
 	g.p("VPBROADCASTD AX, Z31")
-	if q == q4_k {
+	if q == q4_k && narrow {
+		g.p("MOVL $0xf0f0f0f0, AX") // the high nibbles in place (see hiShift)
+		g.p("VPBROADCASTD AX, Z30")
+		g.p("MOVL $63, AX")
+		g.p("VPBROADCASTD AX, Z28")
+		g.p("MOVL $15, AX")
+		g.p("VPBROADCASTD AX, Z29")
+	} else if q == q4_k {
 		g.p("MOVL $63, AX")
 		g.p("VPBROADCASTD AX, Z30")
 		g.p("MOVL $15, AX")
@@ -491,8 +557,13 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	xs := xregs[:R]
 	// Registers of the super-block sums, corrections and float sums.
 	S, M, F := 2*R, 3*R, 4*R
+	if narrow {
+		S, M, F = R, 2*R, -1
+	}
 	if q == q6_k {
-		S, M, F = 4*R, 5*R, 6*R
+		if R <= kwideR {
+			S, M, F = 4*R, 5*R, 6*R
+		}
 		sb = 3328 // the scales d follow all the super-blocks of a group
 		g.p("MOVQ %d(DI), R12", offNB)
 		g.p("IMUL3Q $%d, R12, R12", sb)
@@ -510,7 +581,13 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("MOVQ %d(DI), R14", offDst)
 	}
 	g.p("MOVQ %d(DI), CX", offNB)
-	for t := 0; t < R; t++ {
+	if narrow {
+		g.p("VPXORD Z24, Z24, Z24")
+		for t := 0; t < R; t++ {
+			g.p("VMOVUPS Z24, %s", off(64*t, "SP"))
+		}
+	}
+	for t := 0; t < R && !narrow; t++ {
 		g.p("VPXORD %s, %s, %s", z(F+t), z(F+t), z(F+t))
 	}
 	g.label(name + "_block")
@@ -518,12 +595,26 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VPXORD %s, %s, %s", z(S+t), z(S+t), z(S+t))
 		g.p("VPXORD %s, %s, %s", z(M+t), z(M+t), z(M+t))
 	}
-	if q == q4_k {
+	// The narrow kernels spread their prefetches over the super-block
+	// (a burst of them at its end stalls: they run several times longer
+	// per line than the wide ones).
+	pf := func(i, n int) {
+		lines := sb / 64
+		g.prefetch(pfs, 64*(i*lines/n), 64*((i+1)*lines/n-i*lines/n))
+	}
+	switch {
+	case q == q4_k && narrow:
+		g.q4kNarrow(R, xs, pf)
+	case q == q4_k:
 		g.q4k(R, xs)
-	} else {
+	case narrow:
+		g.q6kNarrow(R, xs, pf)
+	default:
 		g.q6k(R, xs)
 	}
-	g.prefetch(pfs, 0, sb)
+	if !narrow {
+		g.prefetch(pfs, 0, sb)
+	}
 	// F += S·(d·dx) − corr·dmin (Q4_K) or S·(d·dx) − corr·32·d (Q6_K).
 	if q == q4_k {
 		g.p("VCVTPH2PS 192(SI), Z24")
@@ -534,10 +625,18 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 		g.p("VMULPS.BCST ·q6kOffset(SB), Z24, Z25") // 32·d, for the codes' offset of 32
 	}
 	for t, xp := range xs {
+		f := z(F + t)
+		if narrow {
+			f = "Z27"
+			g.p("VMOVUPS %s, Z27", off(64*t, "SP"))
+		}
 		g.p("VCVTDQ2PS %s, %s", z(S+t), z(S+t))
 		g.p("VMULPS.BCST 320(%s), Z24, Z26", xp)
-		g.p("VFMADD231PS %s, Z26, %s", z(S+t), z(F+t))
-		g.p("VFNMADD231PS %s, Z25, %s", z(M+t), z(F+t))
+		g.p("VFMADD231PS %s, Z26, %s", z(S+t), f)
+		g.p("VFNMADD231PS %s, Z25, %s", z(M+t), f)
+		if narrow {
+			g.p("VMOVUPS Z27, %s", off(64*t, "SP"))
+		}
 	}
 	g.p("ADDQ $%d, SI", sb)
 	for _, xp := range xs {
@@ -556,7 +655,12 @@ func (g *gen) kquant(q qtype, R int, loop bool, pfs ...pfspec) string {
 	} else {
 		g.p("MOVQ %d(DI), AX", offLdd)
 		for t := 0; t < R; t++ {
-			g.p("VMOVUPS %s, (R14)", z(F+t))
+			if narrow {
+				g.p("VMOVUPS %s, Z27", off(64*t, "SP"))
+				g.p("VMOVUPS Z27, (R14)")
+			} else {
+				g.p("VMOVUPS %s, (R14)", z(F+t))
+			}
 			if t < R-1 {
 				g.p("ADDQ AX, R14")
 			}
@@ -593,42 +697,38 @@ func (g *gen) q4k(R int, xs []string) {
 			}
 		}
 		for h := 0; h < 2; h++ {
-			j := 2*p + h
-			// Z17: scale, Z18: min of sub-block j, as int32 lanes.
-			if j < 4 {
-				g.shr(8*j, "Z21", "Z17")
-				g.p("VPANDD Z30, Z17, Z17")
-				g.shr(8*j, "Z22", "Z18")
-				g.p("VPANDD Z30, Z18, Z18")
-			} else {
-				jj := j - 4
-				g.shr(8*jj, "Z23", "Z17")
-				g.p("VPANDD Z29, Z17, Z17")
-				g.shr(8*jj+2, "Z21", "Z19")
-				g.p("VPTERNLOGD $0xF8, Z28, Z19, Z17") // Z17 |= Z19 & 0x30
-				g.shr(8*jj+4, "Z23", "Z18")
-				g.p("VPANDD Z29, Z18, Z18")
-				g.shr(8*jj+2, "Z22", "Z19")
-				g.p("VPTERNLOGD $0xF8, Z28, Z19, Z18")
-			}
-			g.p("VCVTDQ2PS Z18, Z18")
-			for t, xp := range xs {
-				I := z(h*R + t)
-				if h == 1 {
-					g.p("VPSRAD $4, %s, %s", I, I) // 16 times the sum
-				}
-				g.p("VPMULLD Z17, %s, %s", I, I)
-				g.p("VPADDD %s, %s, %s", I, z(2*R+t), z(2*R+t))
-				g.p("VFMADD231PS.BCST %s, Z18, %s", off(256+4*j, xp), z(3*R+t))
-			}
+			g.q4kScale(2*p+h, R, xs, q4kWide, func(t int) string { return z(h*R + t) }, h == 1)
 		}
 	}
 }
 
+// q4kRegs are the operands q4kScale unpacks a sub-block's scale and min
+// with: three temporaries, the vectors A, B and C of the rows' scale bytes
+// (registers or memory), and the masks 63, 15 and 0x30 (0x30 a register,
+// or memory to broadcast).
+type q4kRegs struct {
+	scale, min, tmp string
+	abc             [3]string
+	m63, m15, m30   string
+	m30Bcst         bool
+}
+
+var (
+	// q4kWide are the operands of the kernels of up to kwideR rows.
+	q4kWide = q4kRegs{"Z17", "Z18", "Z19", [3]string{"Z21", "Z22", "Z23"}, "Z30", "Z29", "Z28", false}
+	// q4kNarrowRegs are those of the kernels of more rows, whose
+	// registers Z0-Z23 hold the sums.
+	q4kNarrowRegs = q4kRegs{"Z25", "Z26", "Z27", [3]string{"(SI)", "64(SI)", "128(SI)"}, "Z28", "Z29", "·q4kMask30(SB)", true}
+)
+
 // shr emits dst = src >> n (dword lanes), or a copy for n = 0.
 func (g *gen) shr(n int, src, dst string) {
-	if n == 0 {
+	if n == 0 && strings.HasPrefix(src, "Z") {
 		g.p("VMOVDQA64 %s, %s", src, dst)
+		return
+	}
+	if n == 0 {
+		g.p("VMOVDQU64 %s, %s", src, dst)
 		return
 	}
 	g.p("VPSRLD $%d, %s, %s", n, src, dst)
@@ -683,6 +783,127 @@ func (g *gen) q6k(R int, xs []string) {
 				g.p("VPMULLD Z27, %s, %s", I, I)
 				g.p("VPADDD %s, %s, %s", I, z(4*R+t), z(4*R+t))
 				g.p("VFMADD231PS.BCST %s, Z26, %s", off(256+4*j, xp), z(5*R+t))
+			}
+		}
+	}
+}
+
+// q4kNarrow is q4k for more than kwideR rows: per pair of sub-blocks, the
+// low nibbles of the 8 code vectors (sub-block 2p) and then their high
+// nibbles (2p+1), each sub-block's sums (Z0..Z(R-1)) scaled as soon as
+// they are whole. Z24 holds the codes; the masks are 0x0F (Z31) and 0xF0
+// (Z30) per byte.
+func (g *gen) q4kNarrow(R int, xs []string, pf func(i, n int)) {
+	for p := 0; p < 4; p++ {
+		for h := 0; h < 2; h++ {
+			pf(2*p+h, 8)
+			for t := 0; t < R; t++ {
+				g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
+			}
+			mask := "Z31"
+			if h == 1 {
+				mask = "Z30"
+			}
+			for v := 0; v < 8; v++ {
+				g.p("VPANDD %s, %s, Z24", off(256+512*p+64*v, "SI"), mask)
+				for t, xp := range xs {
+					g.p("VPDPBUSD.BCST %s, Z24, %s", off(64*p+32*h+4*v, xp), z(t))
+				}
+			}
+			g.q4kScale(2*p+h, R, xs, q4kNarrowRegs, func(t int) string { return z(t) }, h == 1)
+		}
+	}
+}
+
+// q4kScale emits the scaling of sub-block j's integer sums I(t) of each
+// row by its 6-bit scale into the super-block sums Z(S+t) and the
+// correction of its min into Z(M+t) (S, M as kquant places them), the
+// sums shifted right by 4 first if they are of the high nibbles in place.
+func (g *gen) q4kScale(j, R int, xs []string, r q4kRegs, I func(t int) string, high bool) {
+	S, M := 2*R, 3*R
+	if R > kwideR {
+		S, M = R, 2*R
+	}
+	or30 := func(src, dst string) { // dst |= src & 0x30
+		if r.m30Bcst {
+			g.p("VPTERNLOGD.BCST $0xF8, %s, %s, %s", r.m30, src, dst)
+		} else {
+			g.p("VPTERNLOGD $0xF8, %s, %s, %s", r.m30, src, dst)
+		}
+	}
+	// scale and min of sub-block j, as int32 lanes.
+	A, B, C := r.abc[0], r.abc[1], r.abc[2]
+	if j < 4 {
+		g.shr(8*j, A, r.scale)
+		g.p("VPANDD %s, %s, %s", r.m63, r.scale, r.scale)
+		g.shr(8*j, B, r.min)
+		g.p("VPANDD %s, %s, %s", r.m63, r.min, r.min)
+	} else {
+		jj := j - 4
+		g.shr(8*jj, C, r.scale)
+		g.p("VPANDD %s, %s, %s", r.m15, r.scale, r.scale)
+		g.shr(8*jj+2, A, r.tmp)
+		or30(r.tmp, r.scale)
+		g.shr(8*jj+4, C, r.min)
+		g.p("VPANDD %s, %s, %s", r.m15, r.min, r.min)
+		g.shr(8*jj+2, B, r.tmp)
+		or30(r.tmp, r.min)
+	}
+	g.p("VCVTDQ2PS %s, %s", r.min, r.min)
+	for t, xp := range xs {
+		if high {
+			g.p("VPSRAD $4, %s, %s", I(t), I(t)) // 16 times the sum
+		}
+		g.p("VPMULLD %s, %s, %s", r.scale, I(t), I(t))
+		g.p("VPADDD %s, %s, %s", I(t), z(S+t), z(S+t))
+		g.p("VFMADD231PS.BCST %s, %s, %s", off(256+4*j, xp), r.min, z(M+t))
+	}
+}
+
+// q6kNarrow is q6k for more than kwideR rows: per half h and chunk group
+// ch, the 4 sub-blocks one at a time, each from the codes of its quarter
+// of the 4 chunks' vectors A, B and C (read again per quarter), its sums
+// (Z0..Z(R-1)) scaled as soon as they are whole. Z24 holds the codes,
+// Z25 a temporary, Z26 and Z27 the scales; the masks are kquant's.
+func (g *gen) q6kNarrow(R int, xs []string, pf func(i, n int)) {
+	S, M := R, 2*R
+	for hc := 0; hc < 4; hc++ {
+		h, ch := hc/2, hc%2
+		base := 832 * hc
+		for q := 0; q < 4; q++ {
+			pf(4*hc+q, 16)
+			for t := 0; t < R; t++ {
+				g.p("VPXORD %s, %s, %s", z(t), z(t), z(t))
+			}
+			for ci := 0; ci < 4; ci++ {
+				c := 4*ch + ci
+				o := base + 192*ci
+				if q < 3 {
+					g.p("VPANDD %s, Z31, Z24", off(o+64*q, "SI"))
+				} else {
+					g.p("VMOVDQU64 %s, Z25", off(o, "SI"))
+					g.p("VPSRLW $2, %s, Z24", off(o+64, "SI"))
+					g.p("VPTERNLOGD $0xE4, Z31, Z25, Z24") // bits 0-5 of B>>2, 6-7 of A
+					g.p("VPSRLW $4, %s, Z25", off(o+128, "SI"))
+					g.p("VPTERNLOGD $0xE4, Z30, Z24, Z25") // bits 0-3 of C>>4, 4-7 of the above
+					g.p("VPANDD Z29, Z25, Z24")
+				}
+				e := 128*h + 4*c
+				for t, xp := range xs {
+					g.p("VPDPBUSD.BCST %s, Z24, %s", off(e+32*q, xp), z(t))
+				}
+			}
+			j := 8*h + 2*q + ch
+			g.p("VPMOVSXBD %d(SI), Z27", base+768+16*q)
+			g.p("VCVTDQ2PS Z27, Z26")
+			for t, xp := range xs {
+				I := z(t)
+				if q == 3 {
+					g.p("VPSRAD $2, %s, %s", I, I)
+				}
+				g.p("VPMULLD Z27, %s, %s", I, I)
+				g.p("VPADDD %s, %s, %s", I, z(S+t), z(S+t))
+				g.p("VFMADD231PS.BCST %s, Z26, %s", off(256+4*j, xp), z(M+t))
 			}
 		}
 	}

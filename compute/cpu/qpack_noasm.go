@@ -4,3 +4,4 @@ package cpu
 
 var asmPackKernels []qpackSet
 var qpackExtra []qpackSet
+var qpackGemmExtra []qpackSet

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"unsafe"
@@ -283,6 +284,95 @@ func TestPackedExtraKernels(t *testing.T) {
 	}
 }
 
+// TestPackedKernelRows calls the many-row kernels of every packed type
+// directly, for every count of rows up to qpmaxR, so that 8 decode rows
+// read a group's weights once: each row's 16 sums must have the bits the
+// one-row kernel gives that row alone.
+func TestPackedKernelRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, ks := range qpackKernels {
+		if ks == nil {
+			continue
+		}
+		dt := ks.dtype
+		if ks.maxR != qpmaxR {
+			t.Errorf("%s: the many-row kernels take %d rows, want %d", dt, ks.maxR, qpmaxR)
+		}
+		const k = 768
+		w, _ := randQuantWeights(t, rng, dt, packRows, k, 0, false)
+		p := withPack(w)
+		xf, xrb := packXf(dt), packXf(dt).rowBytes(k)
+		xq := make([]byte, qpmaxR*xrb)
+		for i := range qpmaxR {
+			quantizeX(xq[i*xrb:(i+1)*xrb], randVec(rng, k), xf, packXoff(dt))
+		}
+		want := make([]float32, qpmaxR*packRows)
+		for i := range qpmaxR {
+			ks.gemv(&qpargs{w: &p.pack[0], x: &xq[i*xrb], nb: k / dt.BlockSize(), groups: 1, dst: &want[i*packRows]})
+		}
+		for R := 2; R <= qpmaxR; R++ {
+			for name, set := range map[string][qpmaxR + 1]func(*qpargs){"prefetch " + ks.gemmPrefetch: ks.gemm, "cached": ks.gemmCached} {
+				if set[R] == nil {
+					t.Errorf("%s: no kernel of %d rows (%s)", dt, R, name)
+					continue
+				}
+				got := make([]float32, R*packRows)
+				set[R](&qpargs{w: &p.pack[0], x: &xq[0], nb: k / dt.BlockSize(), groups: 1, dst: &got[0], ldd: 4 * packRows, xstride: xrb})
+				if !slices.Equal(got, want[:R*packRows]) {
+					t.Errorf("%s, %d rows (%s): sums differ from the one-row kernel's", dt, R, name)
+				}
+			}
+		}
+	}
+}
+
+// TestPackedGemmPrefetchKernels checks the many-row kernels that prefetch
+// the weights (qpackGemmExtra; the defaults on some CPUs, see
+// packGemmPrefetch): every row's sums are bitwise those of the kernels
+// without prefetch, for every count of rows per call, whether a product
+// takes them for every block of rows or only for each group's first.
+func TestPackedGemmPrefetchKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	pool := NewPool(2)
+	defer pool.Close()
+	plain := map[compute.DType][qpmaxR + 1]func(*qpargs){}
+	for _, ks := range asmPackKernels {
+		plain[ks.dtype] = ks.gemm
+	}
+	for _, gs := range qpackGemmExtra {
+		dt := gs.dtype
+		ks := qpackKernels[dt]
+		if ks == nil {
+			continue
+		}
+		const m, k = 83, 768 // 5 groups and 3 rows in their stored form
+		w, wv := randQuantWeights(t, rng, dt, m, k, 0, false)
+		p := withPack(w)
+		for _, n := range []int{2, 3, 4, 5, 6, 7, 8, 9, 16, 19} {
+			x := randVec(rng, n*k)
+			run := func(gemm, cached [qpmaxR + 1]func(*qpargs)) []float32 {
+				saved := *ks
+				defer func() { *ks = saved }()
+				ks.gemm, ks.gemmCached = gemm, cached
+				ks.gemm[1], ks.gemmCached[1] = ks.gemv, ks.gemv
+				dst := make([]float32, n*m)
+				atLevel(t, levelAVX512, func() { MatMul(dst, x, n, p, pool) })
+				return dst
+			}
+			want := run(plain[dt], plain[dt])
+			checkQuantMatMul(t, want, x, wv, n, m, k, dt)
+			for _, c := range []struct {
+				name         string
+				gemm, cached [qpmaxR + 1]func(*qpargs)
+			}{{"every block", gs.gemm, gs.gemm}, {"first block", gs.gemm, plain[dt]}} {
+				if got := run(c.gemm, c.cached); !slices.Equal(got, want) {
+					t.Errorf("%s prefetch %s n=%d, %s: sums differ from the kernels without prefetch", dt, gs.prefetch, n, c.name)
+				}
+			}
+		}
+	}
+}
+
 func TestPackPrefetch(t *testing.T) {
 	q4, q8 := compute.Q4_0, compute.Q8_0
 	intel := prefetchIntel[q4]
@@ -322,6 +412,49 @@ func TestPackPrefetch(t *testing.T) {
 	}
 }
 
+func TestPackGemmPrefetch(t *testing.T) {
+	q4, q8, q6 := compute.Q4_0, compute.Q8_0, compute.Q6_K
+	amd := gemmPrefetchAMD[q4]
+	for _, tc := range []struct {
+		vendor, setting string
+		dt              compute.DType
+		want            string
+	}{
+		{"AuthenticAMD", "", q4, amd},
+		{"AuthenticAMD", "", q6, gemmPrefetchAMD[q6]},
+		{"GenuineIntel", "", q8, or(gemmPrefetchIntel[q8], "0")},
+		{"", "", q4, "0"},
+		{"SomeVendor", "", q4, "0"},
+		{"AuthenticAMD", "0", q4, "0"},
+		{"AuthenticAMD", "8192", q4, "8192"},
+		{"AuthenticAMD", "far", q4, amd},
+		{"AuthenticAMD", "q4_0=0", q4, "0"},
+		{"AuthenticAMD", "q4_0=0", q8, gemmPrefetchAMD[q8]},
+		{"GenuineIntel", "q6_k=8192nta,q4_0=0", q6, "8192nta"},
+	} {
+		if got := packGemmPrefetch(tc.vendor, tc.setting, tc.dt); got != tc.want {
+			t.Errorf("packGemmPrefetch(%q, %q, %s) = %q, want %q", tc.vendor, tc.setting, tc.dt, got, tc.want)
+		}
+	}
+	// On an AMD CPU with the packed kernels, the many-row products of
+	// every packed type prefetch (BenchmarkBatchedDecode: without, 8 decode
+	// rows read the weights at a fraction of the bandwidth).
+	if vendor() == "AuthenticAMD" && os.Getenv("LEM_CPU_GEMM_PREFETCH") == "" {
+		for _, dt := range packTypes {
+			if ks := qpackKernels[dt]; ks != nil && ks.gemmPrefetch != gemmPrefetchAMD[dt] {
+				t.Errorf("%s: many-row kernels prefetch %q, want %q", dt, ks.gemmPrefetch, gemmPrefetchAMD[dt])
+			}
+		}
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
 // TestPackPrefetchChoices checks that every vendor's choice names a
 // generated kernel of its type, so that none silently means no prefetch.
 func TestPackPrefetchChoices(t *testing.T) {
@@ -342,6 +475,27 @@ func TestPackPrefetchChoices(t *testing.T) {
 	for _, x := range qpackExtra {
 		if !validPrefetch(x.prefetch) {
 			t.Errorf("%s: prefetch %q is no setting", packFuncName(x.gemv), x.prefetch)
+		}
+	}
+	for vendor, choice := range map[string]map[compute.DType]string{"GenuineIntel": gemmPrefetchIntel, "AuthenticAMD": gemmPrefetchAMD} {
+		for dt, pf := range choice {
+			found := false
+			for _, x := range qpackGemmExtra {
+				found = found || x.dtype == dt && x.prefetch == pf
+			}
+			if !found {
+				t.Errorf("%s %s: many-row prefetch %q names no kernels", vendor, dt, pf)
+			}
+		}
+	}
+	for _, x := range qpackGemmExtra {
+		if !validPrefetch(x.prefetch) || x.prefetch == "0" {
+			t.Errorf("%s many-row kernels: prefetch %q is no setting", x.dtype, x.prefetch)
+		}
+		for R := 2; R <= x.maxR; R++ {
+			if x.gemm[R] == nil {
+				t.Errorf("%s many-row kernels, prefetch %q: none of %d rows", x.dtype, x.prefetch, R)
+			}
 		}
 	}
 }
