@@ -481,9 +481,7 @@ func main() {
 // kernel's: without prefetch, 8 decode rows read weights from memory at a
 // fraction of the bandwidth (BenchmarkBatchedDecode). They prefetch
 // further ahead than the one-row kernels, as they consume slower.
-var gemmVariants = [][]pfspec{
-	{{8192, "PREFETCHT0"}}, {{16384, "PREFETCHT0"}}, {{16384, "PREFETCHNTA"}},
-}
+var gemmVariants = [][]pfspec{{{16384, "PREFETCHT0"}}, {{16384, "PREFETCHNTA"}}}
 
 // kmaxR is the most activation rows of the k-quant kernels (registers).
 // Up to kwideR rows a kernel keeps the integer sums of all the sub-blocks

@@ -219,19 +219,14 @@ var qpackExtra = []qpackSet{
 // by their prefetch field), among which packGemmPrefetch picks each type's
 // default for the CPU.
 var qpackGemmExtra = []qpackSet{
-	{dtype: compute.Q8_0, maxR: 8, prefetch: "8192", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q8_0R2p8192, 3: qpAVX512Q8_0R3p8192, 4: qpAVX512Q8_0R4p8192, 5: qpAVX512Q8_0R5p8192, 6: qpAVX512Q8_0R6p8192, 7: qpAVX512Q8_0R7p8192, 8: qpAVX512Q8_0R8p8192}},
 	{dtype: compute.Q8_0, maxR: 8, prefetch: "16384", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q8_0R2p16384, 3: qpAVX512Q8_0R3p16384, 4: qpAVX512Q8_0R4p16384, 5: qpAVX512Q8_0R5p16384, 6: qpAVX512Q8_0R6p16384, 7: qpAVX512Q8_0R7p16384, 8: qpAVX512Q8_0R8p16384}},
 	{dtype: compute.Q8_0, maxR: 8, prefetch: "16384nta", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q8_0R2p16384nta, 3: qpAVX512Q8_0R3p16384nta, 4: qpAVX512Q8_0R4p16384nta, 5: qpAVX512Q8_0R5p16384nta, 6: qpAVX512Q8_0R6p16384nta, 7: qpAVX512Q8_0R7p16384nta, 8: qpAVX512Q8_0R8p16384nta}},
-	{dtype: compute.Q4_0, maxR: 8, prefetch: "8192", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_0R2p8192, 3: qpAVX512Q4_0R3p8192, 4: qpAVX512Q4_0R4p8192, 5: qpAVX512Q4_0R5p8192, 6: qpAVX512Q4_0R6p8192, 7: qpAVX512Q4_0R7p8192, 8: qpAVX512Q4_0R8p8192}},
 	{dtype: compute.Q4_0, maxR: 8, prefetch: "16384", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_0R2p16384, 3: qpAVX512Q4_0R3p16384, 4: qpAVX512Q4_0R4p16384, 5: qpAVX512Q4_0R5p16384, 6: qpAVX512Q4_0R6p16384, 7: qpAVX512Q4_0R7p16384, 8: qpAVX512Q4_0R8p16384}},
 	{dtype: compute.Q4_0, maxR: 8, prefetch: "16384nta", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_0R2p16384nta, 3: qpAVX512Q4_0R3p16384nta, 4: qpAVX512Q4_0R4p16384nta, 5: qpAVX512Q4_0R5p16384nta, 6: qpAVX512Q4_0R6p16384nta, 7: qpAVX512Q4_0R7p16384nta, 8: qpAVX512Q4_0R8p16384nta}},
-	{dtype: compute.Q5_0, maxR: 8, prefetch: "8192", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q5_0R2p8192, 3: qpAVX512Q5_0R3p8192, 4: qpAVX512Q5_0R4p8192, 5: qpAVX512Q5_0R5p8192, 6: qpAVX512Q5_0R6p8192, 7: qpAVX512Q5_0R7p8192, 8: qpAVX512Q5_0R8p8192}},
 	{dtype: compute.Q5_0, maxR: 8, prefetch: "16384", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q5_0R2p16384, 3: qpAVX512Q5_0R3p16384, 4: qpAVX512Q5_0R4p16384, 5: qpAVX512Q5_0R5p16384, 6: qpAVX512Q5_0R6p16384, 7: qpAVX512Q5_0R7p16384, 8: qpAVX512Q5_0R8p16384}},
 	{dtype: compute.Q5_0, maxR: 8, prefetch: "16384nta", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q5_0R2p16384nta, 3: qpAVX512Q5_0R3p16384nta, 4: qpAVX512Q5_0R4p16384nta, 5: qpAVX512Q5_0R5p16384nta, 6: qpAVX512Q5_0R6p16384nta, 7: qpAVX512Q5_0R7p16384nta, 8: qpAVX512Q5_0R8p16384nta}},
-	{dtype: compute.Q4_K, maxR: 8, prefetch: "8192", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_KR2p8192, 3: qpAVX512Q4_KR3p8192, 4: qpAVX512Q4_KR4p8192, 5: qpAVX512Q4_KR5p8192, 6: qpAVX512Q4_KR6p8192, 7: qpAVX512Q4_KR7p8192, 8: qpAVX512Q4_KR8p8192}},
 	{dtype: compute.Q4_K, maxR: 8, prefetch: "16384", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_KR2p16384, 3: qpAVX512Q4_KR3p16384, 4: qpAVX512Q4_KR4p16384, 5: qpAVX512Q4_KR5p16384, 6: qpAVX512Q4_KR6p16384, 7: qpAVX512Q4_KR7p16384, 8: qpAVX512Q4_KR8p16384}},
 	{dtype: compute.Q4_K, maxR: 8, prefetch: "16384nta", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q4_KR2p16384nta, 3: qpAVX512Q4_KR3p16384nta, 4: qpAVX512Q4_KR4p16384nta, 5: qpAVX512Q4_KR5p16384nta, 6: qpAVX512Q4_KR6p16384nta, 7: qpAVX512Q4_KR7p16384nta, 8: qpAVX512Q4_KR8p16384nta}},
-	{dtype: compute.Q6_K, maxR: 8, prefetch: "8192", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q6_KR2p8192, 3: qpAVX512Q6_KR3p8192, 4: qpAVX512Q6_KR4p8192, 5: qpAVX512Q6_KR5p8192, 6: qpAVX512Q6_KR6p8192, 7: qpAVX512Q6_KR7p8192, 8: qpAVX512Q6_KR8p8192}},
 	{dtype: compute.Q6_K, maxR: 8, prefetch: "16384", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q6_KR2p16384, 3: qpAVX512Q6_KR3p16384, 4: qpAVX512Q6_KR4p16384, 5: qpAVX512Q6_KR5p16384, 6: qpAVX512Q6_KR6p16384, 7: qpAVX512Q6_KR7p16384, 8: qpAVX512Q6_KR8p16384}},
 	{dtype: compute.Q6_K, maxR: 8, prefetch: "16384nta", gemm: [qpmaxR + 1]func(*qpargs){2: qpAVX512Q6_KR2p16384nta, 3: qpAVX512Q6_KR3p16384nta, 4: qpAVX512Q6_KR4p16384nta, 5: qpAVX512Q6_KR5p16384nta, 6: qpAVX512Q6_KR6p16384nta, 7: qpAVX512Q6_KR7p16384nta, 8: qpAVX512Q6_KR8p16384nta}},
 }
@@ -441,27 +436,6 @@ func qpAVX512GFNIQ4_0R1p2048(a *qpargs)
 func qpAVX512GFNIQ4_0R1p8192(a *qpargs)
 
 //go:noescape
-func qpAVX512Q8_0R2p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q8_0R3p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q8_0R4p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q8_0R5p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q8_0R6p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q8_0R7p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q8_0R8p8192(a *qpargs)
-
-//go:noescape
 func qpAVX512Q8_0R2p16384(a *qpargs)
 
 //go:noescape
@@ -502,27 +476,6 @@ func qpAVX512Q8_0R7p16384nta(a *qpargs)
 
 //go:noescape
 func qpAVX512Q8_0R8p16384nta(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R2p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R3p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R4p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R5p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R6p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R7p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_0R8p8192(a *qpargs)
 
 //go:noescape
 func qpAVX512Q4_0R2p16384(a *qpargs)
@@ -567,27 +520,6 @@ func qpAVX512Q4_0R7p16384nta(a *qpargs)
 func qpAVX512Q4_0R8p16384nta(a *qpargs)
 
 //go:noescape
-func qpAVX512Q5_0R2p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q5_0R3p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q5_0R4p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q5_0R5p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q5_0R6p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q5_0R7p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q5_0R8p8192(a *qpargs)
-
-//go:noescape
 func qpAVX512Q5_0R2p16384(a *qpargs)
 
 //go:noescape
@@ -630,27 +562,6 @@ func qpAVX512Q5_0R7p16384nta(a *qpargs)
 func qpAVX512Q5_0R8p16384nta(a *qpargs)
 
 //go:noescape
-func qpAVX512Q4_KR2p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_KR3p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_KR4p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_KR5p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_KR6p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_KR7p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q4_KR8p8192(a *qpargs)
-
-//go:noescape
 func qpAVX512Q4_KR2p16384(a *qpargs)
 
 //go:noescape
@@ -691,27 +602,6 @@ func qpAVX512Q4_KR7p16384nta(a *qpargs)
 
 //go:noescape
 func qpAVX512Q4_KR8p16384nta(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR2p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR3p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR4p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR5p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR6p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR7p8192(a *qpargs)
-
-//go:noescape
-func qpAVX512Q6_KR8p8192(a *qpargs)
 
 //go:noescape
 func qpAVX512Q6_KR2p16384(a *qpargs)
