@@ -247,7 +247,7 @@ func FuzzResponsesInput(f *testing.F) {
 		if !json.Valid(input) {
 			return
 		}
-		if _, err := respMessages(input); err != nil {
+		if _, err := respMessages(input, nil); err != nil {
 			if e := AsError(err); e.Status != 400 {
 				t.Fatalf("%s: %v", input, err)
 			}

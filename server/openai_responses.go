@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"lem/chat"
+	"lem/constrain"
 )
 
 // responseStore keeps recent responses of /v1/responses so that a later
@@ -21,6 +23,7 @@ type responseStore struct {
 	max   int
 	order *list.List // of string ids, most recent at the front
 	byID  map[string]*storedResponse
+	items map[string]map[string]any // output item id → item, of the stored responses
 }
 
 // storedResponse is a response with the conversation that led to it.
@@ -32,7 +35,7 @@ type storedResponse struct {
 }
 
 func newResponseStore(max int) *responseStore {
-	return &responseStore{max: max, order: list.New(), byID: map[string]*storedResponse{}}
+	return &responseStore{max: max, order: list.New(), byID: map[string]*storedResponse{}, items: map[string]map[string]any{}}
 }
 
 func (s *responseStore) put(r *storedResponse) {
@@ -40,14 +43,56 @@ func (s *responseStore) put(r *storedResponse) {
 	defer s.mu.Unlock()
 	if old := s.byID[r.id]; old != nil {
 		s.order.Remove(old.elem)
+		s.forget(old)
 	}
 	r.elem = s.order.PushFront(r.id)
 	s.byID[r.id] = r
+	for _, it := range r.outputItems() {
+		if id, _ := it["id"].(string); id != "" {
+			s.items[id] = it
+		}
+	}
 	for s.order.Len() > s.max {
 		last := s.order.Back()
 		s.order.Remove(last)
-		delete(s.byID, last.Value.(string))
+		id := last.Value.(string)
+		s.forget(s.byID[id])
+		delete(s.byID, id)
 	}
+}
+
+// forget drops the output items of r from the item index.
+func (s *responseStore) forget(r *storedResponse) {
+	if r == nil {
+		return
+	}
+	for _, it := range r.outputItems() {
+		if id, _ := it["id"].(string); id != "" {
+			delete(s.items, id)
+		}
+	}
+}
+
+// outputItems returns the output items of a stored response.
+func (r *storedResponse) outputItems() []map[string]any {
+	out, _ := r.body["output"].([]map[string]any)
+	return out
+}
+
+// item returns the output item of a stored response with the given id,
+// encoded as an input item, or nil if no stored response holds it.
+func (s *responseStore) item(id string) json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it := s.items[id]
+	if it == nil {
+		return nil
+	}
+	data, err := json.Marshal(it)
+	if err != nil {
+		return nil
+	}
+	return data
 }
 
 func (s *responseStore) get(id string) *storedResponse {
@@ -68,6 +113,7 @@ func (s *responseStore) delete(id string) bool {
 		return false
 	}
 	s.order.Remove(r.elem)
+	s.forget(r)
 	delete(s.byID, id)
 	return true
 }
@@ -96,7 +142,8 @@ type respRequest struct {
 	PreviousResponseID string            `json:"previous_response_id"`
 	Store              *bool             `json:"store"`
 	Reasoning          *struct {
-		Effort *string `json:"effort"`
+		Effort  *string `json:"effort"`
+		Summary *string `json:"summary"`
 	} `json:"reasoning"`
 	Text *struct {
 		Format *struct {
@@ -114,6 +161,7 @@ type respRequest struct {
 // respInputItem is one item of a Responses input list.
 type respInputItem struct {
 	Type      string          `json:"type"`
+	ID        string          `json:"id"`
 	Role      string          `json:"role"`
 	Content   json.RawMessage `json:"content"`
 	CallID    string          `json:"call_id"`
@@ -152,8 +200,9 @@ func respText(raw json.RawMessage, where string) (string, error) {
 	return b.String(), nil
 }
 
-// respMessages converts Responses input into chat messages.
-func respMessages(raw json.RawMessage) ([]chat.Message, error) {
+// respMessages converts Responses input into chat messages. item returns
+// the stored output item an item_reference names, or nil.
+func respMessages(raw json.RawMessage, item func(id string) json.RawMessage) ([]chat.Message, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, invalid("input", "is required")
@@ -170,6 +219,22 @@ func respMessages(raw json.RawMessage) ([]chat.Message, error) {
 	names := map[string]string{} // call id → function name
 	for i, it := range items {
 		where := fmt.Sprintf("input[%d]", i)
+		if it.Type == "item_reference" {
+			if it.ID == "" {
+				return nil, invalid(where+".id", "is required")
+			}
+			var ref json.RawMessage
+			if item != nil {
+				ref = item(it.ID)
+			}
+			if ref == nil {
+				return nil, invalid(where+".id", "no stored response holds an item with id %q (items are kept when store is true, until evicted or deleted)", it.ID)
+			}
+			it = respInputItem{}
+			if err := json.Unmarshal(ref, &it); err != nil {
+				return nil, fmt.Errorf("stored item %q: %w", items[i].ID, err)
+			}
+		}
 		switch it.Type {
 		case "", "message":
 			if err := checkRole(it.Role, where+".role", responsesRoles); err != nil {
@@ -310,7 +375,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 // conversation it continues (for the store).
 func (s *Server) respRequest(m *Model, o *respRequest) (*Request, []chat.Message, error) {
 	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "max_output_tokens", PromptParam: "input"}
-	input, err := respMessages(o.Input)
+	input, err := respMessages(o.Input, s.store.item)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -348,8 +413,15 @@ func (s *Server) respRequest(m *Model, o *respRequest) (*Request, []chat.Message
 		case "json_object":
 			req.JSON = true
 		case "json_schema":
+			strict := o.Text.Format.Strict == nil || *o.Text.Format.Strict
 			if req.Schema, err = compileSchema(o.Text.Format.Schema, "text.format.schema"); err != nil {
-				return nil, nil, err
+				// strict false asks for the schema's shape where a keyword
+				// cannot be enforced: the keyword is left out.
+				var e *Error
+				if strict || !errors.As(err, &e) || !json.Valid(o.Text.Format.Schema) {
+					return nil, nil, err
+				}
+				req.Schema = constrain.CompileToolSchema(o.Text.Format.Schema)
 			}
 		default:
 			return nil, nil, invalid("text.format.type", "%q is not supported; use \"text\", \"json_object\" or \"json_schema\"", o.Text.Format.Type)
@@ -492,12 +564,33 @@ func nilIfEmpty(s string) any {
 }
 
 // item constructors.
-func reasoningItem(id, text, status string) map[string]any {
+
+// reasoningItem is a reasoning output item. Its text is also given as the
+// summary when summary is set: the model's reasoning is its own summary,
+// for clients that read reasoning.summary only.
+func reasoningItem(id, text, status string, summary bool) map[string]any {
 	content := []map[string]any{}
+	sum := []map[string]any{}
 	if text != "" || status == "completed" {
-		content = append(content, map[string]any{"type": "reasoning_text", "text": text})
+		content = append(content, reasoningTextPart(text))
+		if summary {
+			sum = append(sum, summaryTextPart(text))
+		}
 	}
-	return map[string]any{"type": "reasoning", "id": id, "summary": []any{}, "content": content, "status": status}
+	return map[string]any{"type": "reasoning", "id": id, "summary": sum, "content": content, "status": status}
+}
+
+func reasoningTextPart(text string) map[string]any {
+	return map[string]any{"type": "reasoning_text", "text": text}
+}
+
+func summaryTextPart(text string) map[string]any {
+	return map[string]any{"type": "summary_text", "text": text}
+}
+
+// summary reports whether the request asked for a reasoning summary.
+func (o *respRequest) summary() bool {
+	return o.Reasoning != nil && o.Reasoning.Summary != nil && *o.Reasoning.Summary != "" && *o.Reasoning.Summary != "none"
 }
 
 func messageItem(id, text, status string) map[string]any {
@@ -520,7 +613,7 @@ func functionCallItem(id string, c *ToolCall, status string) map[string]any {
 // build fills the output of a non-streamed response from its choice.
 func (rs *respState) build(c *Choice) {
 	if c.Reasoning != "" {
-		rs.output = append(rs.output, reasoningItem(NewID("rs_"), c.Reasoning, "completed"))
+		rs.output = append(rs.output, reasoningItem(NewID("rs_"), c.Reasoning, "completed", rs.req.summary()))
 	}
 	if c.Content != "" || len(c.ToolCalls) == 0 {
 		rs.output = append(rs.output, messageItem(NewID("msg_"), c.Content, "completed"))
@@ -611,16 +704,20 @@ func (rs *respState) openItem(kind EventKind) error {
 	idx := len(rs.output)
 	rs.curKind = kind
 	rs.curText.Reset()
+	part := outputTextPart("")
 	if kind == EventReasoning {
-		rs.cur = reasoningItem(NewID("rs_"), "", "in_progress")
-		return rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.cur})
+		rs.cur = reasoningItem(NewID("rs_"), "", "in_progress", rs.req.summary())
+		part = reasoningTextPart("")
+	} else {
+		rs.cur = messageItem(NewID("msg_"), "", "in_progress")
 	}
-	rs.cur = messageItem(NewID("msg_"), "", "in_progress")
 	if err := rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.cur}); err != nil {
 		return err
 	}
+	// The part is announced before its deltas, as clients that accumulate
+	// the stream need.
 	return rs.send("response.content_part.added", map[string]any{"item_id": rs.cur["id"], "output_index": idx,
-		"content_index": 0, "part": outputTextPart("")})
+		"content_index": 0, "part": part})
 }
 
 func (rs *respState) closeItem() error {
@@ -635,7 +732,15 @@ func (rs *respState) closeItem() error {
 		if err := rs.send("response.reasoning_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "text": text}); err != nil {
 			return err
 		}
-		item = reasoningItem(id, text, "completed")
+		if err := rs.send("response.content_part.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": reasoningTextPart(text)}); err != nil {
+			return err
+		}
+		if rs.req.summary() {
+			if err := rs.summaryEvents(id, idx, text); err != nil {
+				return err
+			}
+		}
+		item = reasoningItem(id, text, "completed", rs.req.summary())
 	} else {
 		if err := rs.send("response.output_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "text": text, "logprobs": []any{}}); err != nil {
 			return err
@@ -648,6 +753,30 @@ func (rs *respState) closeItem() error {
 	rs.output = append(rs.output, item)
 	rs.cur = nil
 	return rs.send("response.output_item.done", map[string]any{"output_index": idx, "item": item})
+}
+
+// summaryEvents streams the reasoning text of item id as its summary: one
+// summary part, added, filled in one delta and done.
+func (rs *respState) summaryEvents(id string, idx int, text string) error {
+	f := func() map[string]any { return map[string]any{"item_id": id, "output_index": idx, "summary_index": 0} }
+	ev := f()
+	ev["part"] = summaryTextPart("")
+	if err := rs.send("response.reasoning_summary_part.added", ev); err != nil {
+		return err
+	}
+	ev = f()
+	ev["delta"] = text
+	if err := rs.send("response.reasoning_summary_text.delta", ev); err != nil {
+		return err
+	}
+	ev = f()
+	ev["text"] = text
+	if err := rs.send("response.reasoning_summary_text.done", ev); err != nil {
+		return err
+	}
+	ev = f()
+	ev["part"] = summaryTextPart(text)
+	return rs.send("response.reasoning_summary_part.done", ev)
 }
 
 func (s *Server) getResponse(w http.ResponseWriter, r *http.Request) {
