@@ -219,7 +219,9 @@ func respMessages(raw json.RawMessage, item func(id string) json.RawMessage) ([]
 	names := map[string]string{} // call id → function name
 	for i, it := range items {
 		where := fmt.Sprintf("input[%d]", i)
-		if it.Type == "item_reference" {
+		// An item reference may leave its type out (the openai SDKs do):
+		// then it is an id alone.
+		if it.Type == "item_reference" || it.Type == "" && it.ID != "" && it.Role == "" && len(it.Content) == 0 {
 			if it.ID == "" {
 				return nil, invalid(where+".id", "is required")
 			}

@@ -307,6 +307,7 @@ func TestResponsesItemReference(t *testing.T) {
 		{`[{"type":"item_reference","id":"msg_nope"}]`, "input[0].id"},
 		{`[{"role":"user","content":"hi"},` + refs[0] + `]`, "input[1].id"},
 		{`[{"type":"item_reference"}]`, "input[0].id"},
+		{`[{"id":"fc_nope"}]`, "input[0].id"},
 	} {
 		code, v, raw := post(t, ts.URL+"/v1/responses", `{"model":"chat","max_output_tokens":5,"input":`+tc.input+`}`)
 		e, _ := v["error"].(map[string]any)
