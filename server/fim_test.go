@@ -108,3 +108,48 @@ func TestFillInTheMiddleUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreLoglikelihood sends lm-evaluation-harness's loglikelihood
+// request (token-id prompts in a batch, max_tokens 1, echo, logprobs 1,
+// temperature 0) and checks what it reads: per choice, the prompt's
+// tokens scored (the first null) and then the generated token, also when
+// that token is the model's stop token, so that cutting the last entry
+// off leaves exactly the prompt's scores.
+func TestScoreLoglikelihood(t *testing.T) {
+	_, ts := newTestServer(t, Config{})
+	// The chat model ends the first prompt with its stop token.
+	prompts := [][]int32{{100, 200, 300, 400}, {10, 20, 30}}
+	code, v, raw := post(t, ts.URL+"/v1/completions", `{"model":"chat","prompt":`+mustJSON(prompts)+`,"temperature":0,"max_tokens":1,"logprobs":1,"seed":1234,"echo":true}`)
+	if code != 200 {
+		t.Fatalf("%d %s", code, raw)
+	}
+	stops := 0
+	for i, c := range v["choices"].([]any) {
+		c := c.(map[string]any)
+		lp := c["logprobs"].(map[string]any)
+		logps, tops := lp["token_logprobs"].([]any), lp["top_logprobs"].([]any)
+		if len(logps) != len(prompts[i])+1 || len(tops) != len(logps) || logps[0] != nil {
+			t.Fatalf("choice %d (%s): %d logprobs for a prompt of %d and one generated token: %v", i, c["finish_reason"], len(logps), len(prompts[i]), logps)
+		}
+		if c["finish_reason"] == "stop" {
+			stops++
+		}
+		// The prompt's scores are those of scoring it alone (max_tokens 0),
+		// and the generated token's is that of scoring the prompt and it.
+		gen := lp["tokens"].([]any)[len(prompts[i])].(string)
+		ids := openChatModel(t).Tokenizer.Encode(gen, false)
+		if len(ids) != 1 {
+			t.Fatalf("choice %d: generated token %q encodes as %v", i, gen, ids)
+		}
+		_, w, raw := post(t, ts.URL+"/v1/completions", `{"model":"chat","prompt":`+mustJSON(append(slices.Clone(prompts[i]), ids[0]))+`,"max_tokens":0,"logprobs":1,"echo":true}`)
+		want := w["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)["token_logprobs"].([]any)
+		for j := 1; j < len(want); j++ {
+			if d := logps[j].(float64) - want[j].(float64); d > 1e-3 || d < -1e-3 {
+				t.Errorf("choice %d token %d: logprob %v, scored alone %v (%s)", i, j, logps[j], want[j], raw)
+			}
+		}
+	}
+	if stops == 0 {
+		t.Error("no choice ended on the stop token: the test no longer covers it")
+	}
+}
