@@ -26,9 +26,3 @@ func (m *Model) fimPrompt(prefix, suffix, promptParam, param string) ([]int32, e
 	}
 	return ids, nil
 }
-
-// fimStyle names the fill-in-the-middle markers of the model, or "".
-func (m *Model) fimStyle() string {
-	f, _ := m.eng.Tokenizer.FIM()
-	return f.Style
-}
