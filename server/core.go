@@ -879,6 +879,10 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 	default:
 		if res.StopReason == engine.StopToken {
 			c.Finish = FinishStop
+			if err := r.scoreStop(ctx, res); err != nil {
+				r.finish()
+				return kept, err
+			}
 		} else {
 			c.Finish = FinishLength
 		}

@@ -51,7 +51,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"top_logprobs without logprobs", "/v1/chat/completions", `{"model":"chat",` + japan + `,"top_logprobs":3}`, 400, "top_logprobs"},
 		{"stop type", "/v1/chat/completions", `{"model":"chat",` + japan + `,"stop":5}`, 400, ""},
 		{"logit bias key", "/v1/chat/completions", `{"model":"chat",` + japan + `,"logit_bias":{"abc":1}}`, 400, "logit_bias"},
-		{"suffix", "/v1/completions", `{"model":"chat","prompt":"a","suffix":"b"}`, 400, "suffix"},
+		{"suffix with ids", "/v1/completions", `{"model":"chat","prompt":[1,2],"suffix":"b"}`, 400, "suffix"},
 		{"no prompt", "/v1/completions", `{"model":"chat"}`, 400, "prompt"},
 		{"prompt type", "/v1/completions", `{"model":"chat","prompt":{"a":1}}`, 400, "prompt"},
 		{"responses no input", "/v1/responses", `{"model":"chat"}`, 400, "input"},

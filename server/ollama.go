@@ -31,8 +31,12 @@ import (
 //     constrains it to a value the schema accepts (a keyword lem cannot
 //     enforce is a 400 naming it).
 //   - /api/generate returns no context and refuses one (Ollama deprecates
-//     it): multi-turn conversations go through /api/chat. template,
-//     suffix and images are refused.
+//     it): multi-turn conversations go through /api/chat. template and
+//     images are refused.
+//   - suffix asks to fill in the middle between prompt and suffix, with
+//     the fill-in-the-middle tokens the model's tokenizer declares (a 400
+//     for a model without them); system and the chat template do not
+//     apply then.
 
 // ollamaVersion is the version of the Ollama API lem speaks, which
 // /api/version reports: clients compare it to decide what to send.
@@ -412,8 +416,6 @@ type olGenerateFields struct {
 // (after system) through the chat template, or verbatim when raw.
 func (o *olGenerateRequest) toRequest(m *Model) (*Request, int, error) {
 	switch {
-	case o.Suffix != "":
-		return nil, 0, invalid("suffix", "is not supported: this server does not do fill-in-the-middle")
 	case o.Template != "":
 		return nil, 0, invalid("template", "is not supported: lem renders prompts with the model's own chat template (or none, with raw)")
 	case len(o.Context) > 0:
@@ -422,10 +424,20 @@ func (o *olGenerateRequest) toRequest(m *Model) (*Request, int, error) {
 		return nil, 0, invalid("images", "images are not supported: this server takes text only")
 	}
 	req := &Request{Sample: m.SampleDefaults(), MaxTokensParam: "options.num_predict", Params: olParams}
-	if o.Raw || m.eng.Templates == nil {
+	switch {
+	case o.Suffix != "":
+		// Fill in the middle: the prompt is the text before the gap, the
+		// suffix the text after it, in the model's FIM markers (no chat
+		// template, as Ollama's code templates do).
+		ids, err := m.fimPrompt(o.Prompt, o.Suffix, "prompt", "suffix")
+		if err != nil {
+			return nil, 0, err
+		}
+		req.PromptIDs, req.PromptParam = ids, "prompt"
+	case o.Raw || m.eng.Templates == nil:
 		req.Prompt = o.System + o.Prompt
 		req.PromptParam = "prompt"
-	} else {
+	default:
 		if o.System != "" {
 			req.Messages = append(req.Messages, chat.Message{Role: "system", Content: chat.Text(o.System)})
 		}

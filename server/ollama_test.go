@@ -167,7 +167,6 @@ func TestOllamaHTTPErrors(t *testing.T) {
 		{"top_logprobs", "/api/chat", `{"model":"chat",` + msgs + `,"top_logprobs":99}`, 400, "top_logprobs"},
 		{"generate images", "/api/generate", `{"model":"chat","prompt":"hi","images":["aGk="]}`, 400, "images"},
 		{"generate template", "/api/generate", `{"model":"chat","prompt":"hi","template":"{{ .Prompt }}"}`, 400, "template"},
-		{"generate suffix", "/api/generate", `{"model":"chat","prompt":"hi","suffix":"x"}`, 400, "suffix"},
 		{"generate context", "/api/generate", `{"model":"chat","prompt":"hi","context":[1,2,3]}`, 400, "context"},
 		{"show without a model", "/api/show", `{}`, 400, "model"},
 		{"show unknown", "/api/show", `{"name":"llama3"}`, 404, "not found"},

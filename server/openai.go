@@ -669,8 +669,9 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
-	if o.Suffix != nil && *o.Suffix != "" {
-		openaiErrors(w, invalid("suffix", "is not supported: this server does not do fill-in-the-middle"))
+	fim := o.Suffix != nil && *o.Suffix != ""
+	if fim && o.Echo {
+		openaiErrors(w, invalid("echo", "cannot be used with suffix: a fill-in-the-middle prompt is not the text the client sent"))
 		return
 	}
 	if o.BestOf != nil && *o.BestOf > 1 {
@@ -713,13 +714,27 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	preps := make([]*Prepared, nPrompts)
 	for i := range preps {
 		req := base
-		if texts != nil {
-			req.Prompt = texts[i]
-		} else {
-			req.PromptIDs = idss[i]
-		}
 		if nPrompts > 1 {
 			req.PromptParam = fmt.Sprintf("prompt[%d]", i)
+		}
+		switch {
+		case fim && texts == nil:
+			openaiErrors(w, invalid("suffix", "needs a text prompt, not token ids"))
+			return
+		case fim:
+			// Fill in the middle: the prompt is the text before the gap.
+			param := req.PromptParam
+			if param == "" {
+				param = "prompt"
+			}
+			if req.PromptIDs, err = m.fimPrompt(texts[i], *o.Suffix, param, "suffix"); err != nil {
+				openaiErrors(w, AsError(err))
+				return
+			}
+		case texts != nil:
+			req.Prompt = texts[i]
+		default:
+			req.PromptIDs = idss[i]
 		}
 		if preps[i], err = m.PrepareContext(r.Context(), &req); err != nil {
 			openaiErrors(w, AsError(err))

@@ -1,6 +1,12 @@
 package server
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"lem/engine"
+)
 
 // scorePrompt runs p's prompt through the model from its start and
 // returns each prompt token with its log-probability given the tokens
@@ -24,4 +30,23 @@ func (m *Model) scorePrompt(ctx context.Context, p *Prepared) ([]TokenLogprob, e
 		out[i+1] = lp
 	}
 	return out, nil
+}
+
+// scoreStop adds the stop token that ended a choice to its logprobs when
+// the prompt is scored too (echo): the engine does not report the stop
+// token, and a client that scores a continuation by cutting the generated
+// token off the end of the echoed list (lm-evaluation-harness) must find
+// it there. It scores the whole sequence again, on the prefix cache.
+func (r *choiceRun) scoreStop(ctx context.Context, res *engine.Result) error {
+	req := r.p.req
+	if !req.PromptLogprobs || !req.Logprobs || res.StopID < 0 {
+		return nil
+	}
+	ids := slices.Concat(r.p.ids, res.IDs, []int32{res.StopID})
+	scored, err := r.m.sched.PromptLogprobs(ctx, ids, req.TopLogprobs)
+	if err != nil {
+		return fmt.Errorf("scoring the stop token: %w", err)
+	}
+	r.addLogprob(scored[len(scored)-1])
+	return nil
 }
