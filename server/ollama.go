@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -23,8 +24,7 @@ import (
 //   - Sampling starts from the model's generation_config.json, not from
 //     Ollama's defaults (temperature 0.8, top_k 40, …); options override
 //     it. Options for Ollama's runner (num_ctx, num_gpu, num_thread, …)
-//     are accepted and ignored: lem sets the context when it loads a
-//     model.
+//     are accepted and ignored (num_ctx aside: see below).
 //   - num_predict is a bound, cut to what the context leaves after the
 //     prompt.
 //   - format "json" constrains the reply to one JSON object; a JSON schema
@@ -37,6 +37,13 @@ import (
 //     the fill-in-the-middle tokens the model's tokenizer declares (a 400
 //     for a model without them); system and the chat template do not
 //     apply then.
+//   - options.num_ctx bounds a request's context (prompt and output) within
+//     the context the server was started with; a larger one is clamped to
+//     it. The KV cache stays the size the server set.
+//   - truncate (default true) drops the oldest non-system messages of an
+//     /api/chat history that does not fit (see olPrepare); the reply's
+//     truncated_messages counts them, and the server logs it. With
+//     truncate false such a history is a 400 context_length_exceeded.
 
 // ollamaVersion is the version of the Ollama API lem speaks, which
 // /api/version reports: clients compare it to decide what to send.
@@ -110,9 +117,30 @@ type olCommon struct {
 	Think       json.RawMessage            `json:"think"`
 	Logprobs    bool                       `json:"logprobs"`
 	TopLogprobs int                        `json:"top_logprobs"`
-	// Truncate and Shift are accepted and ignored.
-	Truncate json.RawMessage `json:"truncate"`
-	Shift    json.RawMessage `json:"shift"`
+	// Truncate, when not false, lets a chat history that does not fit
+	// lose its oldest messages (see olPrepare).
+	Truncate *bool `json:"truncate"`
+	// Shift is accepted and ignored.
+	Shift json.RawMessage `json:"shift"`
+}
+
+// fit returns how the request fits its prompt: options.num_ctx, clamped
+// to the served context (unset, zero or negative: the served context),
+// and truncate.
+func (c *olCommon) fit(m *Model) (olFit, error) {
+	f := olFit{ctx: m.ctxLen, truncate: c.Truncate == nil || *c.Truncate}
+	raw := bytes.TrimSpace(c.Options["num_ctx"])
+	if len(raw) == 0 || string(raw) == "null" {
+		return f, nil
+	}
+	var v float64
+	if err := json.Unmarshal(raw, &v); err != nil || v != math.Trunc(v) {
+		return f, invalid("options.num_ctx", "want an integer, got %s", raw)
+	}
+	if v > 0 && v < float64(m.ctxLen) {
+		f.ctx = int(v)
+	}
+	return f, nil
 }
 
 // stream reports whether the reply is streamed (Ollama's default).
@@ -191,7 +219,7 @@ func olFormat(raw json.RawMessage) (bool, *constrain.Schema, error) {
 // olIgnored are options of Ollama's runner and samplers lem does not
 // have; they are accepted and have no effect.
 var olIgnored = map[string]bool{
-	"num_ctx": true, "num_keep": true, "typical_p": true, "tfs_z": true, "mirostat": true,
+	"num_keep": true, "typical_p": true, "tfs_z": true, "mirostat": true,
 	"mirostat_tau": true, "mirostat_eta": true, "penalize_newline": true, "numa": true,
 	"num_batch": true, "num_gpu": true, "main_gpu": true, "low_vram": true, "f16_kv": true,
 	"vocab_only": true, "use_mmap": true, "use_mlock": true, "num_thread": true,
@@ -216,7 +244,7 @@ func olOptions(opts map[string]json.RawMessage, req *Request) (int, error) {
 	disablePenalties := false
 	for key, raw := range opts {
 		raw = bytes.TrimSpace(raw)
-		if string(raw) == "null" || olIgnored[key] {
+		if string(raw) == "null" || olIgnored[key] || key == "num_ctx" {
 			continue
 		}
 		where := "options." + key
@@ -580,6 +608,9 @@ type olChatResponse struct {
 	Done       bool         `json:"done"`
 	DoneReason string       `json:"done_reason,omitempty"`
 	Logprobs   []olLogprob  `json:"logprobs,omitempty"`
+	// TruncatedMessages counts the oldest messages dropped so that the
+	// history fits the context (lem's own field; Ollama only logs it).
+	TruncatedMessages int `json:"truncated_messages,omitempty"`
 	*olMetrics
 }
 
@@ -627,7 +658,12 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, AsError(err))
 		return
 	}
-	s.olRun(w, r, m, req, limit, &t, newOlEncoder(name, true), o.stream())
+	fit, err := o.fit(m)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	s.olRun(w, r, m, req, limit, fit, &t, newOlEncoder(name, true), o.stream())
 }
 
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -659,16 +695,26 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, AsError(err))
 		return
 	}
-	s.olRun(w, r, m, req, limit, &t, newOlEncoder(name, false), o.stream())
+	fit, err := o.fit(m)
+	if err != nil {
+		ollamaErrors(w, AsError(err))
+		return
+	}
+	s.olRun(w, r, m, req, limit, fit, &t, newOlEncoder(name, false), o.stream())
 }
 
 // olRun generates a chat or generate reply, streamed as NDJSON chunks
 // ended by one with done: true and the metrics, or whole.
-func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Request, limit int, t *olTimer, enc *olEncoder, streamed bool) {
-	p, err := prepareBounded(r.Context(), m, req, limit)
+func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Request, limit int, fit olFit, t *olTimer, enc *olEncoder, streamed bool) {
+	p, dropped, err := olPrepare(r.Context(), m, req, limit, fit)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return
+	}
+	if dropped > 0 {
+		s.log.Info("chat history truncated to fit the context", "request_id", RequestID(r.Context()), "model", m.id,
+			"dropped_messages", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
+		enc.truncated = dropped
 	}
 	if !streamed {
 		res, err := m.Generate(r.Context(), p, func(ev Event) error { t.mark(ev); return nil })
@@ -682,7 +728,7 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Re
 		if enc.chat {
 			writeJSON(w, http.StatusOK, olChatResponse{Model: enc.model, CreatedAt: now, Done: true, DoneReason: olDoneReason(c.Finish),
 				Message:  olMessageOut{Role: "assistant", Content: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls)},
-				Logprobs: olLogprobs(c.Logprobs), olMetrics: met})
+				Logprobs: olLogprobs(c.Logprobs), TruncatedMessages: enc.truncated, olMetrics: met})
 		} else {
 			writeJSON(w, http.StatusOK, olGenerateResponse{Model: enc.model, CreatedAt: now, Done: true, DoneReason: olDoneReason(c.Finish),
 				Response: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls), Logprobs: olLogprobs(c.Logprobs), olMetrics: met})
@@ -726,6 +772,152 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Re
 	st.write(enc.done(olDoneReason(finish), t.metrics(res.Usage)))
 }
 
+// olFit is how a request fits its prompt into the context.
+type olFit struct {
+	ctx      int  // the request's context: options.num_ctx, at most the served one
+	truncate bool // drop the oldest messages of a chat history that does not fit
+}
+
+// olReserve is the room for output a truncated history leaves when
+// num_predict does not say: this many tokens, at most a quarter of the
+// context.
+const olReserve = 1024
+
+// olPrepare prepares a request within its context fit.ctx: the prompt must
+// leave room for output there, and the output is cut to what it leaves.
+//
+// When a chat history does not fit, or leaves less room for output than
+// num_predict (or olReserve when unset; either at most a quarter of the
+// context), and fit.truncate holds, the oldest non-system messages are
+// dropped: whole turns, so that what is kept starts at a user message
+// (or is the last message alone), and the system messages and the last
+// message always stay. The longest history that leaves that room is
+// kept; failing that, the longest that fits at all. It returns the
+// number of messages dropped.
+func olPrepare(ctx context.Context, m *Model, req *Request, limit int, fit olFit) (*Prepared, int, error) {
+	reserve := min(olReserve, fit.ctx/4)
+	if limit > 0 {
+		reserve = min(limit, fit.ctx/4)
+	}
+	try := func(r *Request) (*Prepared, error) {
+		p, err := prepareBounded(ctx, m, r, limit)
+		if err != nil {
+			return nil, err
+		}
+		if n := p.PromptTokens(); n >= fit.ctx {
+			promptParam := param(r.PromptParam, "prompt")
+			if len(r.Messages) > 0 {
+				promptParam = param(r.PromptParam, "messages")
+			}
+			return nil, &Error{Status: http.StatusBadRequest, Code: CodeContextExceeded, Param: promptParam,
+				Message: fmt.Sprintf("the prompt has %d tokens; the request's context (options.num_ctx, at most the server's %d) holds %d, leaving no room for output",
+					n, m.ctxLen, fit.ctx)}
+		}
+		p.maxTokens = min(p.maxTokens, fit.ctx-p.PromptTokens())
+		return p, nil
+	}
+	full := req.Messages
+	p, err := try(req)
+	roomy := func(p *Prepared) bool { return p.PromptTokens()+reserve <= fit.ctx }
+	if err == nil && roomy(p) {
+		return p, 0, nil
+	}
+	if err != nil && AsError(err).Code != CodeContextExceeded {
+		return nil, 0, err
+	}
+	cuts := olCuts(full)
+	if !fit.truncate || len(cuts) == 0 {
+		return p, 0, err
+	}
+	// Each cut keeps less than the one before; the prompt shrinks with it.
+	type attempt struct {
+		p   *Prepared
+		err error
+	}
+	tried := map[int]attempt{}
+	at := func(i int) attempt {
+		if a, ok := tried[i]; ok {
+			return a
+		}
+		r := *req
+		r.Messages = olKeep(full, cuts[i])
+		p, err := try(&r)
+		tried[i] = attempt{p, err}
+		return tried[i]
+	}
+	// search finds the first cut whose prompt passes ok, or -1.
+	search := func(ok func(*Prepared) bool) (int, error) {
+		lo, hi := 0, len(cuts)
+		for lo < hi {
+			mid := (lo + hi) / 2
+			a := at(mid)
+			if a.err != nil && AsError(a.err).Code != CodeContextExceeded {
+				return 0, a.err
+			}
+			if a.err == nil && ok(a.p) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		if lo == len(cuts) {
+			return -1, nil
+		}
+		return lo, nil
+	}
+	i, err2 := search(roomy)
+	if err2 != nil {
+		return nil, 0, err2
+	}
+	if i < 0 {
+		if err == nil {
+			// The whole history fits, if tightly, and no cut gives it
+			// more room: keep it.
+			return p, 0, nil
+		}
+		if i, err2 = search(func(*Prepared) bool { return true }); err2 != nil {
+			return nil, 0, err2
+		}
+		if i < 0 {
+			return nil, 0, at(len(cuts) - 1).err
+		}
+	}
+	return at(i).p, olDropped(full, cuts[i]), nil
+}
+
+// olCuts lists, in order, where a chat history may be cut so that what is
+// kept (the system messages before it and everything from it) starts a
+// turn: each user message after a non-system one, and the last message.
+func olCuts(msgs []chat.Message) []int {
+	var cuts []int
+	seen := false
+	for i, msg := range msgs {
+		if seen && (msg.Role == "user" || i == len(msgs)-1) {
+			cuts = append(cuts, i)
+		}
+		if msg.Role != "system" {
+			seen = true
+		}
+	}
+	return cuts
+}
+
+// olKeep returns the system messages of msgs before cut, then msgs from it.
+func olKeep(msgs []chat.Message, cut int) []chat.Message {
+	var kept []chat.Message
+	for _, msg := range msgs[:cut] {
+		if msg.Role == "system" {
+			kept = append(kept, msg)
+		}
+	}
+	return append(kept, msgs[cut:]...)
+}
+
+// olDropped counts the messages olKeep drops.
+func olDropped(msgs []chat.Message, cut int) int {
+	return cut - (len(olKeep(msgs, cut)) - (len(msgs) - cut))
+}
+
 // olEncoder encodes the chunks of a streamed chat or generate reply.
 // Text chunks are appended by hand into a reused buffer: encoding one
 // allocates nothing.
@@ -734,6 +926,10 @@ type olEncoder struct {
 	chat  bool   // /api/chat chunks (a message) or /api/generate (response)
 	head  []byte // {"model":…,"created_at":"
 	buf   []byte
+
+	// truncated counts the messages dropped from the history, reported
+	// in the last chunk.
+	truncated int
 }
 
 func newOlEncoder(model string, chat bool) *olEncoder {
@@ -798,7 +994,8 @@ func (e *olEncoder) done(reason string, met *olMetrics) []byte {
 	now := time.Now().UTC()
 	var v any
 	if e.chat {
-		v = olChatResponse{Model: e.model, CreatedAt: now, Message: olMessageOut{Role: "assistant"}, Done: true, DoneReason: reason, olMetrics: met}
+		v = olChatResponse{Model: e.model, CreatedAt: now, Message: olMessageOut{Role: "assistant"}, Done: true, DoneReason: reason,
+			TruncatedMessages: e.truncated, olMetrics: met}
 	} else {
 		v = olGenerateResponse{Model: e.model, CreatedAt: now, Done: true, DoneReason: reason, olMetrics: met}
 	}
@@ -962,7 +1159,7 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		"general.architecture":                     arch,
 		"general.basename":                         m.id,
 		"general.parameter_count":                  m.paramCount(),
-		arch + ".context_length":                   cfg.MaxPositionEmbeddings,
+		arch + ".context_length":                   m.ctxLen, // served, not trained: what a prompt may fill
 		arch + ".embedding_length":                 cfg.HiddenSize,
 		arch + ".block_count":                      cfg.NumHiddenLayers,
 		arch + ".feed_forward_length":              cfg.IntermediateSize,
@@ -1014,11 +1211,12 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// olParameters lists the model's default sampling parameters and stop
-// tokens as a Modelfile's parameters.
+// olParameters lists the served context (num_ctx), the model's default
+// sampling parameters and stop tokens as a Modelfile's parameters.
 func (m *Model) olParameters() string {
 	var b strings.Builder
 	line := func(k, v string) { fmt.Fprintf(&b, "%-30s %s\n", k, v) }
+	line("num_ctx", strconv.Itoa(m.ctxLen))
 	if tok := m.eng.Tokenizer; tok != nil {
 		for _, id := range m.eng.StopIDs {
 			if t := tok.Token(id); t != "" {

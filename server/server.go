@@ -187,13 +187,19 @@ func (s *Server) routes() {
 	s.ollamaRoutes()
 	s.mux.HandleFunc("OPTIONS /", s.preflight)
 	s.handle("/", openaiErrors, open, func(w http.ResponseWriter, r *http.Request) {
+		// Under /api/ the Ollama dialect's shape, {"error": "…"}, which
+		// its clients show; elsewhere OpenAI's.
+		errors := openaiErrors
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			errors = ollamaErrors
+		}
 		if methods := s.methods[r.URL.Path]; len(methods) > 0 {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
-			openaiErrors(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeInvalidRequest,
+			errors(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeInvalidRequest,
 				Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
 			return
 		}
-		openaiErrors(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
+		errors(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
 			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
 }

@@ -1,0 +1,197 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// newContextServer serves the chat model as "chat" with a context of ctx
+// tokens on a loopback port.
+func newContextServer(t *testing.T, ctx int) *httptest.Server {
+	t.Helper()
+	m, err := NewModel("chat", openChatModel(t), ModelOptions{Context: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); ts.Close() })
+	return ts
+}
+
+// longHistory is a system message and turns user/assistant turns of about
+// 30 tokens each, then a last user question.
+func longHistory(turns int) []map[string]string {
+	msgs := []map[string]string{{"role": "system", "content": "You are terse."}}
+	for i := range turns {
+		msgs = append(msgs,
+			map[string]string{"role": "user", "content": fmt.Sprintf("question %d: %s", i, strings.Repeat("tell me more about it ", 5))},
+			map[string]string{"role": "assistant", "content": fmt.Sprintf("answer %d: %s", i, strings.Repeat("here is more about it ", 5))})
+	}
+	return append(msgs, map[string]string{"role": "user", "content": "and now?"})
+}
+
+func olChatBody(msgs []map[string]string, extra string) string {
+	data, _ := json.Marshal(msgs)
+	return `{"model":"chat","stream":false,"messages":` + string(data) + extra + `}`
+}
+
+func TestOllamaTruncate(t *testing.T) {
+	const ctx = 256
+	ts := newContextServer(t, ctx)
+	msgs := longHistory(12)
+	opts := `,"options":{"temperature":0,"num_predict":8}`
+
+	// The whole history is over the context: OpenAI's dialect refuses it,
+	// and so does Ollama's with truncate false.
+	code, v, raw := post(t, ts.URL+"/v1/chat/completions", `{"model":"chat","max_tokens":8,"messages":`+mustJSON(msgs)+`}`)
+	if e, _ := v["error"].(map[string]any); code != 400 || e["code"] != CodeContextExceeded {
+		t.Fatalf("openai: %d %s, want a 400 %s", code, raw, CodeContextExceeded)
+	}
+	code, v, raw = post(t, ts.URL+"/api/chat", olChatBody(msgs, opts+`,"truncate":false`))
+	if msg, _ := v["error"].(string); code != 400 || !strings.Contains(msg, "context") {
+		t.Fatalf("truncate false: %d %s, want a 400 about the context", code, raw)
+	}
+
+	// By default the oldest turns go, and the reply says how many.
+	code, v, raw = post(t, ts.URL+"/api/chat", olChatBody(msgs, opts))
+	if code != 200 {
+		t.Fatalf("truncated: %d %s", code, raw)
+	}
+	dropped, _ := v["truncated_messages"].(float64)
+	n, _ := v["prompt_eval_count"].(float64)
+	if dropped <= 0 || int(dropped)%2 != 0 || n+8 > ctx || n < ctx/2 {
+		t.Fatalf("truncated: dropped %v messages, prompt %v tokens, want whole turns and room for 8 of %d: %s", dropped, n, ctx, raw)
+	}
+	// What was kept is the system message and the newest turns: sent
+	// alone, it is the same prompt, and it fits without dropping.
+	kept := append([]map[string]string{msgs[0]}, msgs[1+int(dropped):]...)
+	code, v2, raw := post(t, ts.URL+"/api/chat", olChatBody(kept, opts+`,"truncate":false`))
+	if code != 200 || v2["prompt_eval_count"] != n || v2["truncated_messages"] != nil {
+		t.Errorf("kept history: %d %s, want a prompt of %v tokens", code, raw, n)
+	}
+	// Keeping one turn more would not have left the room.
+	more := append([]map[string]string{msgs[0]}, msgs[int(dropped)-1:]...)
+	if code, v3, raw := post(t, ts.URL+"/api/chat", olChatBody(more, opts+`,"truncate":false`)); code == 200 && v3["prompt_eval_count"].(float64)+8 <= ctx {
+		t.Errorf("one turn more fits too (%s): the truncation dropped more than it needed", raw)
+	}
+
+	// Streamed: the last chunk says it.
+	resp, err := http.Post(ts.URL+"/api/chat", "application/json", strings.NewReader(strings.Replace(olChatBody(msgs, opts), `"stream":false`, `"stream":true`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := olLines(t, resp)
+	resp.Body.Close()
+	if last := lines[len(lines)-1]; last["done"] != true || last["truncated_messages"] != dropped {
+		t.Errorf("streamed: last chunk %v, want truncated_messages %v", last, dropped)
+	}
+
+	// A last message too long for the context on its own is still a 400.
+	huge := []map[string]string{msgs[0], msgs[1], msgs[2], {"role": "user", "content": strings.Repeat("x ", 400)}}
+	if code, v, raw := post(t, ts.URL+"/api/chat", olChatBody(huge, opts)); code != 400 || !strings.Contains(fmt.Sprint(v["error"]), "context") {
+		t.Errorf("huge last message: %d %s, want a 400", code, raw)
+	}
+}
+
+func TestOllamaNumCtx(t *testing.T) {
+	_, ts := newTestServer(t, Config{}) // a context of 2048
+	prompt := `"prompt":"` + strings.Repeat("tell me more about it ", 10) + `"`
+	tests := []struct {
+		name    string
+		body    string
+		status  int
+		wantCtx int // prompt plus output at most this, when status is 200
+	}{
+		{"num_ctx bounds prompt and output", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":120}}`, 200, 120},
+		{"num_predict within num_ctx", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":120,"num_predict":500}}`, 200, 120},
+		{"larger than served is clamped", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":1000000,"num_predict":4}}`, 200, 2048},
+		{"prompt over num_ctx", `{"model":"chat","stream":false,` + prompt + `,"options":{"num_ctx":20}}`, 400, 0},
+		{"not an integer", `{"model":"chat","stream":false,` + prompt + `,"options":{"num_ctx":"big"}}`, 400, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, v, raw := post(t, ts.URL+"/api/generate", tt.body)
+			if code != tt.status {
+				t.Fatalf("%d %s, want %d", code, raw, tt.status)
+			}
+			if code != 200 {
+				if msg, _ := v["error"].(string); !strings.Contains(msg, "num_ctx") {
+					t.Errorf("error %s does not name num_ctx", raw)
+				}
+				return
+			}
+			n, out := v["prompt_eval_count"].(float64), v["eval_count"].(float64)
+			if n+out > float64(tt.wantCtx) {
+				t.Errorf("prompt %v + output %v tokens, over the context of %d", n, out, tt.wantCtx)
+			}
+			if tt.wantCtx < 2048 && v["done_reason"] == "length" && n+out != float64(tt.wantCtx) {
+				t.Errorf("cut by length at %v tokens, want %d", n+out, tt.wantCtx)
+			}
+		})
+	}
+}
+
+func TestOllamaShowContext(t *testing.T) {
+	ts := newContextServer(t, 512) // the model was trained for 2048
+	code, v, raw := post(t, ts.URL+"/api/show", `{"model":"chat"}`)
+	info, _ := v["model_info"].(map[string]any)
+	if code != 200 || info["qwen3.context_length"] != 512.0 {
+		t.Errorf("show: %d %s, want context_length 512", code, raw)
+	}
+	params, _ := v["parameters"].(string)
+	found := false
+	for _, line := range strings.Split(params, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "num_ctx" && f[1] == "512" {
+			found = true
+		}
+	}
+	if !found || !strings.Contains(v["modelfile"].(string), "PARAMETER num_ctx") {
+		t.Errorf("parameters %q (modelfile %q), want a num_ctx 512 line", params, v["modelfile"])
+	}
+}
+
+func TestNotFoundShapes(t *testing.T) {
+	_, ts := newTestServer(t, Config{})
+	tests := []struct {
+		method, path string
+		status       int
+		ollama       bool // {"error": "…"}, else OpenAI's {"error": {"message": …}}
+	}{
+		{"POST", "/api/embed-nothing", 404, true},
+		{"GET", "/api/nothing", 404, true},
+		{"GET", "/api/chat", 405, true},
+		{"POST", "/v1/nothing", 404, false},
+		{"GET", "/v1/chat/completions", 405, false},
+	}
+	for _, tt := range tests {
+		req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader(`{}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tt.status {
+			t.Errorf("%s %s: %d (%v), want %d", tt.method, tt.path, resp.StatusCode, err, tt.status)
+			continue
+		}
+		msg, isString := v["error"].(string)
+		if tt.ollama && (!isString || !strings.Contains(msg, tt.path)) {
+			t.Errorf("%s %s: %v, want {\"error\": \"…%s…\"}", tt.method, tt.path, v, tt.path)
+		}
+		if e, ok := v["error"].(map[string]any); !tt.ollama && (!ok || e["message"] == nil) {
+			t.Errorf("%s %s: %v, want OpenAI's error object", tt.method, tt.path, v)
+		}
+	}
+}
