@@ -58,21 +58,28 @@ func tinyModel(t *testing.T) *engine.Model {
 // on a loopback port until the test ends. It returns the base URL.
 func startServer(t *testing.T, cfg server.Config) (string, *server.Server) {
 	t.Helper()
-	return serve(t, cfg, "chat-model", chatModel(t))
+	return serve(t, cfg, "chat-model", chatModel(t), server.ModelOptions{})
+}
+
+// startOneAtATime is startServer with one sequence running at a time
+// (lem serve --parallel 1), for tests of requests that wait in the queue.
+func startOneAtATime(t *testing.T, cfg server.Config) (string, *server.Server) {
+	t.Helper()
+	return serve(t, cfg, "chat-model", chatModel(t), server.ModelOptions{Parallel: 1})
 }
 
 // startTinyServer runs the real server serving lem-tiny as tiny.Name, as
 // `lem serve` with no model does.
 func startTinyServer(t *testing.T, cfg server.Config) (string, *server.Server) {
 	t.Helper()
-	return serve(t, cfg, tiny.Name, tinyModel(t))
+	return serve(t, cfg, tiny.Name, tinyModel(t), server.ModelOptions{})
 }
 
-// serve runs the real server, serving eng as id, on a loopback port until
-// the test ends. It returns the base URL.
-func serve(t *testing.T, cfg server.Config, id string, eng *engine.Model) (string, *server.Server) {
+// serve runs the real server, serving eng as id with opts, on a loopback
+// port until the test ends. It returns the base URL.
+func serve(t *testing.T, cfg server.Config, id string, eng *engine.Model, opts server.ModelOptions) (string, *server.Server) {
 	t.Helper()
-	m, err := server.NewModel(id, eng, server.ModelOptions{})
+	m, err := server.NewModel(id, eng, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -394,7 +394,6 @@ func TestOllamaErrors(t *testing.T) {
 	for name, req := range map[string]*api.GenerateRequest{
 		"template": {Model: "chat-model", Prompt: "hi", Template: "{{ .Prompt }}"},
 		"context":  {Model: "chat-model", Prompt: "hi", Context: []int{1, 2}},
-		"suffix":   {Model: "chat-model", Prompt: "hi", Suffix: "end"},
 	} {
 		if err := c.Generate(ctx, req, func(api.GenerateResponse) error { return nil }); !isStatus(err, 400) {
 			t.Errorf("generate with %s: %v", name, err)

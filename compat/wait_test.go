@@ -125,7 +125,7 @@ func queuedBehind(t *testing.T, base string, call func() error) {
 }
 
 func TestQueuedOpenAIStream(t *testing.T) {
-	base, _ := startServer(t, server.Config{KeepAlive: keepAlive})
+	base, _ := startOneAtATime(t, server.Config{KeepAlive: keepAlive})
 	client := newClient(base, option.WithHTTPClient(idleClient(idle)))
 	ctx := context.Background()
 	t.Run("chat", func(t *testing.T) {
@@ -170,7 +170,7 @@ func TestQueuedOpenAIStream(t *testing.T) {
 }
 
 func TestQueuedAnthropicStream(t *testing.T) {
-	base, _ := startServer(t, server.Config{KeepAlive: keepAlive})
+	base, _ := startOneAtATime(t, server.Config{KeepAlive: keepAlive})
 	client := newAnthropic(base, aopt.WithHTTPClient(idleClient(idle)))
 	queuedBehind(t, base, func() error {
 		stream := client.Messages.NewStreaming(context.Background(), anGreedy(anUser(japan)))
@@ -191,7 +191,7 @@ func TestQueuedAnthropicStream(t *testing.T) {
 }
 
 func TestQueuedOllamaStream(t *testing.T) {
-	base, _ := startServer(t, server.Config{KeepAlive: keepAlive})
+	base, _ := startOneAtATime(t, server.Config{KeepAlive: keepAlive})
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
