@@ -67,6 +67,17 @@ type vstate struct {
 	off    uint16
 	ulo    byte // vStrUTF8: bounds of the next byte
 	uhi    byte
+
+	// A string with constraints (n.str): the characters read, the
+	// state of its DFA, the character being decoded.
+	chars uint32
+	ds    int32
+	r     rune
+	// A number with constraints (n.num): its sign, the value of its
+	// integer digits, whether a fraction digit is not zero.
+	neg    bool
+	fracNZ bool
+	u      int64
 }
 
 // newValue returns the start state of a value of n.
@@ -153,19 +164,21 @@ func (s *vstate) start(n *node, c byte) bool {
 			return false
 		}
 		s.mode, s.key = vStr, false
+		s.chars, s.ds = 0, 0
 		return true
 	case kNumber, kInteger:
+		s.neg, s.fracNZ, s.u = false, false, 0
 		switch {
 		case c == '-':
-			s.mode = vNumMinus
+			s.mode, s.neg = vNumMinus, true
 		case c == '0':
 			s.mode = vNumZero
 		case c >= '1' && c <= '9':
-			s.mode, s.off = vNumInt, 1
+			s.mode, s.off, s.u = vNumInt, 1, int64(c-'0')
 		default:
 			return false
 		}
-		return true
+		return s.numOK(false)
 	case kLiteral:
 		s.mode, s.lo, s.hi, s.off = vLit, 0, uint16(len(n.lits)), 0
 		return s.literal(c)
@@ -315,6 +328,9 @@ func (s *vstate) after(c byte) bool {
 func (s *vstate) step(c byte) bool {
 	switch s.mode {
 	case vStr:
+		if !s.key && s.n.str != nil {
+			return s.strByte(c)
+		}
 		switch {
 		case c == '"':
 			if s.key {
@@ -341,8 +357,12 @@ func (s *vstate) step(c byte) bool {
 		}
 		s.off--
 		s.ulo, s.uhi = 0x80, 0xBF
+		s.r = s.r<<6 | rune(c&0x3F)
 		if s.off == 0 {
 			s.mode = vStr
+			if !s.key && s.n.str != nil {
+				return s.char(s.r)
+			}
 		}
 		return true
 	case vStrEsc:
@@ -358,6 +378,15 @@ func (s *vstate) step(c byte) bool {
 	case vStrHex:
 		if !isHex(c) {
 			return false
+		}
+		if !s.key && s.n.str != nil {
+			// No surrogate escapes where characters are counted: a
+			// pair would count as two.
+			if s.off == 0 {
+				s.r = rune(c | 0x20)
+			} else if s.off == 1 && s.r == 'd' && (c >= '8' && c <= '9' || c|0x20 >= 'a' && c|0x20 <= 'f') {
+				return false
+			}
 		}
 		s.off++
 		if s.off == 4 {
@@ -428,33 +457,42 @@ func (s *vstate) step(c byte) bool {
 		case c == '0':
 			s.mode = vNumZero
 		case c >= '1' && c <= '9':
-			s.mode, s.off = vNumInt, 1
+			s.mode, s.off, s.u = vNumInt, 1, int64(c-'0')
 		default:
 			return false
 		}
-		return true
+		return s.numOK(false)
 	case vNumZero, vNumInt, vNumFrac:
 		switch {
 		case c >= '0' && c <= '9' && s.mode != vNumZero:
-			if s.off >= maxDigits {
+			if s.off >= maxDigits || s.n.num != nil && s.mode == vNumInt && s.off >= maxBoundedDigits {
 				return false
 			}
 			s.off++
+			if s.mode == vNumInt {
+				s.u = s.u*10 + int64(c-'0')
+			} else if c != '0' {
+				s.fracNZ = true
+			}
 		case c == '.' && s.mode != vNumFrac && s.n.kind != kInteger:
 			s.mode = vNumDot
-		case (c == 'e' || c == 'E') && s.n.kind != kInteger:
+		case (c == 'e' || c == 'E') && s.n.kind != kInteger && s.n.num == nil:
 			s.mode = vNumExp
 		default:
+			if !s.numOK(true) {
+				return false
+			}
 			s.end()
 			return s.after(c)
 		}
-		return true
+		return s.numOK(false)
 	case vNumDot:
 		if c < '0' || c > '9' {
 			return false
 		}
 		s.mode, s.off = vNumFrac, 1
-		return true
+		s.fracNZ = c != '0'
+		return s.numOK(false)
 	case vNumExp:
 		switch {
 		case c == '+' || c == '-':
@@ -492,7 +530,7 @@ func (s *vstate) complete() bool {
 	case vDone:
 		return true
 	case vNumZero, vNumInt, vNumFrac, vNumExpDig:
-		return s.depth == 0
+		return s.depth == 0 && s.numOK(true)
 	case vLit:
 		return s.depth == 0 && s.literalComplete()
 	}
@@ -501,7 +539,77 @@ func (s *vstate) complete() bool {
 
 // freeString reports whether the automaton is inside a string that takes
 // any text, which plain tokens leave in the same state.
-func (s *vstate) freeString() bool { return s.mode == vStr }
+func (s *vstate) freeString() bool {
+	return s.mode == vStr && (s.key || s.n == nil || s.n.str == nil)
+}
+
+// numOK reports whether a number with constraints read so far may still
+// end within them (complete: ends here within them).
+func (s *vstate) numOK(complete bool) bool {
+	c := s.n.num
+	if c == nil {
+		return true
+	}
+	nd := int(s.off)
+	switch s.mode {
+	case vNumMinus:
+		nd = 0
+	case vNumZero:
+		nd = 1
+	}
+	inFrac := s.mode == vNumDot || s.mode == vNumFrac
+	return c.viable(s.neg, s.u, nd, s.mode == vNumZero, inFrac, s.fracNZ, complete, s.n.kind == kInteger)
+}
+
+// strByte steps a string with constraints.
+func (s *vstate) strByte(c byte) bool {
+	sc := s.n.str
+	switch {
+	case c == '"':
+		if int(s.chars) < sc.minLen || sc.dfa != nil && !sc.dfa.accept[s.ds] {
+			return false
+		}
+		s.end()
+		return true
+	case c == '\\':
+		if sc.dfa != nil {
+			return false // a pattern's characters are written unescaped
+		}
+		s.mode = vStrEsc
+		return s.char(0)
+	case c < 0x20:
+		return false
+	case c < 0x80:
+		return s.char(rune(c))
+	}
+	var ok bool
+	if s.off, s.ulo, s.uhi, ok = utf8Lead(c); !ok {
+		return false
+	}
+	s.r = rune(c) & (0x3F >> s.off)
+	s.mode = vStrUTF8
+	return true
+}
+
+// char takes one character of a string with constraints.
+func (s *vstate) char(r rune) bool {
+	sc := s.n.str
+	s.chars++
+	if sc.maxLen >= 0 && int(s.chars) > sc.maxLen {
+		return false
+	}
+	d := sc.dfa
+	if d == nil {
+		return true
+	}
+	if s.ds = d.step(s.ds, r); s.ds < 0 {
+		return false
+	}
+	if sc.maxLen >= 0 && int(s.chars)+int(d.minRest[s.ds]) > sc.maxLen {
+		return false
+	}
+	return d.maxRest[s.ds] < 0 || int(s.chars)+int(d.maxRest[s.ds]) >= sc.minLen
+}
 
 // utf8Lead reads the first byte of a multi-byte UTF-8 character: the bytes
 // that follow and the bounds of the next one.
