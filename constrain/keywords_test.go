@@ -48,6 +48,15 @@ func TestSchemaKeywords(t *testing.T) {
 		{unicode, `"éé"`, true, true},
 		{unicode, `"日本"`, true, true},
 		{unicode, `"日本語`, false, false},
+		// A character's first bytes are refused where no character they
+		// begin is taken: the output never runs into a dead end.
+		{unicode, "\"éé\xc3", false, false},
+		{date, "\"2024\xc3", false, false},
+		{date, "\"\xe0", false, false},
+		{`{"type":"string","pattern":"^é+$"}`, "\"é\xc3", true, false},
+		{`{"type":"string","pattern":"^é+$"}`, "\"é\xc4", false, false},
+		{`{"type":"string","pattern":"^[é€]$"}`, "\"\xe2\x82", true, false},
+		{`{"type":"string","pattern":"^[é€]$"}`, "\"\xe2\x83", false, false},
 		{items, `[1]`, true, true},
 		{items, `[1, 2]`, true, true},
 		{items, `[]`, false, false},

@@ -1,5 +1,7 @@
 package constrain
 
+import "sort"
+
 // The schema automaton: a pushdown automaton over the bytes of one JSON
 // value that a schema (a node) accepts. The innermost open container is
 // held in the state itself and the outer ones in an immutable linked list,
@@ -363,6 +365,8 @@ func (s *vstate) step(c byte) bool {
 			if !s.key && s.n.str != nil {
 				return s.char(s.r)
 			}
+		} else if !s.key && s.n.str != nil {
+			return s.partialOK()
 		}
 		return true
 	case vStrEsc:
@@ -588,7 +592,37 @@ func (s *vstate) strByte(c byte) bool {
 	}
 	s.r = rune(c) & (0x3F >> s.off)
 	s.mode = vStrUTF8
-	return true
+	return s.partialOK()
+}
+
+// partialOK reports whether the character being decoded in a string with
+// constraints may still be one it takes.
+func (s *vstate) partialOK() bool {
+	sc := s.n.str
+	if sc.maxLen >= 0 && int(s.chars) >= sc.maxLen {
+		return false
+	}
+	d := sc.dfa
+	if d == nil {
+		return true
+	}
+	// The runes the bytes to come may make: the next one lies within
+	// ulo..uhi, the rest are any continuation bytes.
+	shift := 6 * uint(s.off-1)
+	lo := (s.r<<6 | rune(s.ulo&0x3F)) << shift
+	hi := (s.r<<6|rune(s.uhi&0x3F))<<shift | (1<<shift - 1)
+	chars := int(s.chars) + 1
+	i := sort.Search(len(d.bounds), func(i int) bool { return d.bounds[i] > lo }) - 1
+	for ; i >= 0 && i < len(d.bounds)-1 && d.bounds[i] <= hi; i++ {
+		t := d.next[s.ds][i]
+		if t < 0 {
+			continue
+		}
+		if (sc.maxLen < 0 || chars+int(d.minRest[t]) <= sc.maxLen) && (d.maxRest[t] < 0 || chars+int(d.maxRest[t]) >= sc.minLen) {
+			return true
+		}
+	}
+	return false
 }
 
 // char takes one character of a string with constraints.

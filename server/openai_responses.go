@@ -261,6 +261,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, AsError(err))
 		return
 	}
+	noteUnenforced(w, req)
 	p, err := m.PrepareContext(r.Context(), req)
 	if err != nil {
 		openaiErrors(w, AsError(err))
@@ -348,7 +349,8 @@ func (s *Server) respRequest(m *Model, o *respRequest) (*Request, []chat.Message
 		case "json_object":
 			req.JSON = true
 		case "json_schema":
-			if req.Schema, err = compileSchema(o.Text.Format.Schema, "text.format.schema"); err != nil {
+			strict := o.Text.Format.Strict != nil && *o.Text.Format.Strict
+			if req.Schema, err = compileSchema(o.Text.Format.Schema, "text.format.schema", strict); err != nil {
 				return nil, nil, err
 			}
 		default:
