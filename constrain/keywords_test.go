@@ -1,7 +1,10 @@
 package constrain
 
 import (
+	"encoding/json"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -80,6 +83,11 @@ func TestSchemaKeywords(t *testing.T) {
 		{mul, `5`, true, false},
 		{mul, `5 `, false, false},
 		{mul, `-`, false, false},
+		{`{"type":"integer","minimum":0,"exclusiveMinimum":true}`, `0`, false, false}, // draft 4
+		{`{"type":"integer","minimum":0,"exclusiveMinimum":true}`, `1`, true, true},
+		{`{"type":"integer","maximum":10,"exclusiveMaximum":false}`, `10`, true, true},
+		{`{"type":"integer","maximum":1e300}`, `123456789012345678`, true, true},
+		{`{"type":"integer","maximum":1e300}`, `1234567890123456789`, false, false}, // 18 digits where bounded
 		{neg, `-3`, true, true},
 		{neg, `-1`, true, true},
 		{neg, `-4`, false, false},
@@ -198,5 +206,79 @@ func TestCompileSchemaLax(t *testing.T) {
 	}
 	if _, err := CompileSchema([]byte(`{"type":"string","format":"hostname"}`)); err == nil || !strings.Contains(err.Error(), `"format"`) {
 		t.Errorf("strict unknown format: %v", err)
+	}
+}
+
+// TestSchemaKeywordsRandomWalk drives the grammar over a real vocabulary,
+// choosing among the allowed tokens at random: the output never reaches a
+// state where no token is allowed, and ends as a value the schema accepts
+// (Check agreeing byte by byte with the token masks).
+func TestSchemaKeywordsRandomWalk(t *testing.T) {
+	tok := loadTokenizer(t, "tokenizers", "qwen3")
+	v, err := NewVocab(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const schema = `{"type":"object","properties":{
+		"day":{"type":"string","format":"date"},
+		"at":{"type":"string","format":"date-time"},
+		"id":{"type":"string","format":"uuid"},
+		"ip":{"type":"string","format":"ipv4"},
+		"mail":{"type":"string","format":"email","maxLength":12},
+		"site":{"type":"string","format":"uri","maxLength":16},
+		"code":{"type":"string","pattern":"^[A-Z]{2}-[0-9é]{1,3}$"},
+		"name":{"type":"string","minLength":2,"maxLength":5},
+		"age":{"type":"integer","minimum":18,"exclusiveMaximum":100},
+		"n":{"type":"integer","multipleOf":7,"minimum":-50,"maximum":50},
+		"score":{"type":"number","exclusiveMinimum":-1,"maximum":1},
+		"tags":{"type":"array","items":{"type":"string","maxLength":2},"minItems":1,"maxItems":2}
+	},"required":["day","at","id","ip","mail","site","code","name","age","n","score","tags"]}`
+	s, err := CompileSchema([]byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := v.Compile(Spec{Schema: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for run := range 20 {
+		st := g.New(nil)
+		logits := make([]float32, v.VocabSize())
+		var out []byte
+		for step := 0; !st.Done(); step++ {
+			if step > 3000 {
+				t.Fatalf("run %d: no end after %d tokens: %q", run, step, out)
+			}
+			for i := range logits {
+				logits[i] = 0
+			}
+			st.Mask(logits)
+			var ids []int32
+			for id, l := range logits {
+				if !math.IsInf(float64(l), -1) {
+					ids = append(ids, int32(id))
+				}
+			}
+			if len(ids) == 0 {
+				t.Fatalf("run %d: no token allowed after %q", run, out)
+			}
+			id := ids[rng.IntN(len(ids))]
+			st.Accept(id)
+			if err := st.Err(); err != nil {
+				t.Fatalf("run %d: %v after %q", run, err, out)
+			}
+			b, _ := v.bytesOf(id)
+			out = append(out, b...)
+		}
+		if run == 0 {
+			t.Logf("%s", out)
+		}
+		if _, complete := s.Check(out); !complete {
+			t.Errorf("run %d: %q is not complete", run, out)
+		}
+		if !json.Valid(out) {
+			t.Errorf("run %d: %q is not JSON", run, out)
+		}
 	}
 }
