@@ -279,13 +279,29 @@ func (d *dfa) prune() {
 }
 
 // numCons bounds a number or an integer. For an integer the bounds are
-// inclusive and multipleOf may be set; for a number they are integers,
-// each inclusive or exclusive.
+// inclusive and multipleOf may be set; for a number they are counted in
+// units of 10^-scale, each inclusive or exclusive.
 type numCons struct {
 	lo, hi         int64
 	hasLo, hasHi   bool
 	loOpen, hiOpen bool
 	mul            int64 // 0: none
+	scale          int
+}
+
+// maxScale bounds the decimal places of a number's bounds.
+const maxScale = 6
+
+// decimals returns the decimal places r needs (maxScale+1: more).
+func decimals(r *big.Rat) int {
+	x := new(big.Rat).Set(r)
+	for f := 0; f <= maxScale; f++ {
+		if x.IsInt() {
+			return f
+		}
+		x.Mul(x, big.NewRat(10, 1))
+	}
+	return maxScale + 1
 }
 
 // maxBoundedDigits bounds the integer digits of a bounded number, so that
@@ -327,42 +343,49 @@ func floorDiv(a, m int64) int64 {
 	return q
 }
 
-// numViable reports whether a number read so far (sign, integer digits u
-// of nd digits, a leading zero, in the fraction with a non-zero digit
-// seen) may still end, or ends when complete, within c.
-func (c *numCons) viable(neg bool, u int64, nd int, zero, inFrac, fracNZ, complete, integer bool) bool {
+// viable reports whether a number read so far may still end, or ends
+// when complete, within c: its sign, integer digits u (nd of them, or a
+// leading zero), and in the fraction its first scale digits f (fd read)
+// and whether a digit after those is not zero.
+func (c *numCons) viable(neg bool, u int64, nd int, zero, inFrac bool, f int64, fd int, fracNZ, complete, integer bool) bool {
 	interval := func(a, b int64, aIn, bIn bool) bool {
 		if neg {
 			return c.meets(-b, -a, bIn, aIn, integer)
 		}
 		return c.meets(a, b, aIn, bIn, integer)
 	}
+	sc := c.scale
+	one := pow10[sc]
 	switch {
 	case nd == 0: // after '-'
 		return interval(0, math.MaxInt64/2, true, true)
-	case inFrac && fracNZ:
-		return interval(u, u+1, false, false)
 	case inFrac:
-		if complete {
-			return interval(u, u, true, true)
+		fd = min(fd, sc)
+		v := u*one + f*pow10[sc-fd]
+		switch {
+		case fd == sc && fracNZ:
+			return interval(v, v+1, false, false)
+		case complete:
+			return interval(v, v, true, true)
 		}
-		return interval(u, u+1, true, false)
+		return interval(v, v+pow10[sc-fd], true, false)
 	case complete:
-		return interval(u, u, true, true)
+		return interval(u*one, u*one, true, true)
 	}
-	for k := 0; nd+k <= maxBoundedDigits; k++ {
+	for k := 0; nd+k <= maxBoundedDigits-sc; k++ {
 		if zero && k > 0 {
 			break
 		}
-		if u > 0 && u > math.MaxInt64/pow10[k]-1 {
+		p := pow10[k+sc]
+		if u > 0 && u > math.MaxInt64/p-1 {
 			break
 		}
-		a := u * pow10[k]
+		a := u * p
 		var ok bool
 		if integer {
-			ok = interval(a, a+pow10[k]-1, true, true)
+			ok = interval(a, a+p-1, true, true)
 		} else {
-			ok = interval(a, a+pow10[k], true, false)
+			ok = interval(a, a+p, true, false)
 		}
 		if ok {
 			return true
@@ -524,8 +547,8 @@ func (c *compiler) num(s map[string]any, path string, integer bool) (*node, erro
 				i = ratFloor(r)
 			}
 			r, open = new(big.Rat).SetInt(i), false
-		} else if !r.IsInt() {
-			return c.unenforced(path, kw, "only whole-number bounds are enforced on numbers, got %v", v)
+		} else if r = new(big.Rat).Mul(r, new(big.Rat).SetInt64(pow10[nc.scale])); !r.IsInt() {
+			return c.unenforced(path, kw, "bounds with more than %d decimal places are not enforced, got %v", maxScale, v)
 		}
 		if r.Cmp(ratMaxBound) > 0 || r.Cmp(ratMinBound) < 0 {
 			// Beyond the values a bounded number may take.
@@ -545,6 +568,15 @@ func (c *compiler) num(s map[string]any, path string, integer bool) (*node, erro
 			nc.hi, nc.hasHi, nc.hiOpen = i, true, open
 		}
 		return nil
+	}
+	if !integer {
+		for _, kw := range []string{"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"} {
+			if r, ok := numBound(s[kw]); ok {
+				if f := decimals(r); f <= maxScale {
+					nc.scale = max(nc.scale, f)
+				}
+			}
+		}
 	}
 	for _, b := range []struct {
 		kw        string

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestSchemaKeywords checks each keyword that narrows a string, a number
@@ -24,6 +26,8 @@ func TestSchemaKeywords(t *testing.T) {
 		neg     = `{"type":"integer","exclusiveMinimum":-3.5,"maximum":-1}`
 		numB    = `{"type":"number","minimum":0,"maximum":1}`
 		numEx   = `{"type":"number","exclusiveMinimum":0,"exclusiveMaximum":2}`
+		dec     = `{"type":"number","exclusiveMinimum":0.5,"maximum":2.25}`
+		decNeg  = `{"type":"number","minimum":-1.5,"maximum":-0.25}`
 		date    = `{"type":"string","format":"date"}`
 		dt      = `{"type":"string","format":"date-time"}`
 		tm      = `{"type":"string","format":"time"}`
@@ -106,6 +110,24 @@ func TestSchemaKeywords(t *testing.T) {
 		{numEx, `2`, false, false},
 		{numEx, `1.`, true, false},
 		{numEx, `2.01`, false, false},
+		{dec, `0.5`, true, false},
+		{dec, `0.500`, true, false},
+		{dec, `0.500001`, true, true},
+		{dec, `0.4`, false, false},
+		{dec, `1`, true, true},
+		{dec, `2.25`, true, true},
+		{dec, `2.2500`, true, true},
+		{dec, `2.2501`, false, false},
+		{dec, `2.3`, false, false},
+		{dec, `3`, false, false},
+		{decNeg, `-0.25`, true, true},
+		{decNeg, `-0.2`, true, false},
+		{decNeg, `-0.2 `, false, false},
+		{decNeg, `-0.3`, true, true},
+		{decNeg, `-1.5`, true, true},
+		{decNeg, `-1.51`, false, false},
+		{decNeg, `-0`, true, false},
+		{decNeg, `0`, false, false},
 		{date, `"2024-02-29"`, true, true},
 		{date, `"2024-13`, false, false},
 		{date, `"2024-1-01`, false, false},
@@ -179,7 +201,7 @@ func TestCompileSchemaLax(t *testing.T) {
 	}{
 		{`{"type":"object","properties":{"a":{"type":"string","format":"hostname"}},"required":["a"]}`, []string{"/properties/a/format"}, `{"a": "x y"}`},
 		{`{"type":"string","pattern":"\\bx"}`, []string{"/pattern"}, `"yy"`},
-		{`{"type":"number","minimum":0.5}`, []string{"/minimum"}, `0.1`},
+		{`{"type":"number","minimum":0.0000005}`, []string{"/minimum"}, `0.0000001`},
 		{`{"type":"number","multipleOf":0.01}`, []string{"/multipleOf"}, `0.123`},
 		{`{"allOf":[{"type":"string"}],"not":{}}`, []string{"/allOf", "/not"}, `1`},
 		{`{"type":"object","properties":{"a":{"type":"integer","maximum":5}},"required":["a"]}`, nil, `{"a": 5}`},
@@ -230,7 +252,7 @@ func TestSchemaKeywordsRandomWalk(t *testing.T) {
 		"name":{"type":"string","minLength":2,"maxLength":5},
 		"age":{"type":"integer","minimum":18,"exclusiveMaximum":100},
 		"n":{"type":"integer","multipleOf":7,"minimum":-50,"maximum":50},
-		"score":{"type":"number","exclusiveMinimum":-1,"maximum":1},
+		"score":{"type":"number","exclusiveMinimum":-0.5,"maximum":0.75},
 		"tags":{"type":"array","items":{"type":"string","maxLength":2},"minItems":1,"maxItems":2}
 	},"required":["day","at","id","ip","mail","site","code","name","age","n","score","tags"]}`
 	s, err := CompileSchema([]byte(schema))
@@ -277,8 +299,32 @@ func TestSchemaKeywordsRandomWalk(t *testing.T) {
 		if _, complete := s.Check(out); !complete {
 			t.Errorf("run %d: %q is not complete", run, out)
 		}
-		if !json.Valid(out) {
-			t.Errorf("run %d: %q is not JSON", run, out)
+		var got struct {
+			Day, At, ID, IP, Mail, Site, Code, Name string
+			Age, N                                  int64
+			Score                                   float64
+			Tags                                    []string
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("run %d: %q: %v", run, out, err)
+		}
+		for _, f := range []struct{ val, re string }{
+			{got.Day, `^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$`},
+			{got.At, `^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-6]\d(\.\d+)?(Z|[+-]\d\d:\d\d)$`},
+			{got.ID, `^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$`},
+			{got.IP, `^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$`},
+			{got.Mail, `^[^@\s"\\]+@[A-Za-z0-9.-]+$`},
+			{got.Site, `^[A-Za-z][A-Za-z0-9+.-]*:\S*$`},
+			{got.Code, `^[A-Z]{2}-[0-9é]{1,3}$`},
+		} {
+			if !regexp.MustCompile(f.re).MatchString(f.val) {
+				t.Errorf("run %d: %q does not match %s", run, f.val, f.re)
+			}
+		}
+		n := utf8.RuneCountInString(got.Name)
+		if n < 2 || n > 5 || len(got.Mail) > 12 || len(got.Site) > 16 || got.Age < 18 || got.Age >= 100 ||
+			got.N%7 != 0 || got.N < -50 || got.N > 50 || got.Score <= -0.5 || got.Score > 0.75 || len(got.Tags) < 1 || len(got.Tags) > 2 {
+			t.Errorf("run %d: out of bounds: %s", run, out)
 		}
 	}
 }

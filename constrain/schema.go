@@ -20,9 +20,10 @@ import (
 // maxLength (in characters), the formats date-time, date, time, email,
 // uuid, ipv4 and uri, and pattern (see compilePattern for the subset);
 // integers take minimum, maximum, exclusiveMinimum, exclusiveMaximum
-// and a whole multipleOf, and numbers whole-number bounds (a bounded
-// number is written without an exponent and with at most 18 integer
-// digits). Annotations (title, description, default, examples, …) are
+// and a whole multipleOf, and numbers the four bounds with up to 6
+// decimal places (a bounded number is written without an exponent and
+// with at most 18 digits before its bounds' last decimal place).
+// Annotations (title, description, default, examples, …) are
 // ignored.
 //
 // An object's output holds only its declared properties (any of them, in

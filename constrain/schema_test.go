@@ -14,7 +14,7 @@ func TestCompileSchemaErrors(t *testing.T) {
 		path    string
 	}{
 		{`{"type":"string","pattern":"(?i)a"}`, "pattern", ""},
-		{`{"type":"object","properties":{"age":{"type":"number","minimum":0.5}}}`, "minimum", "/properties/age"},
+		{`{"type":"object","properties":{"age":{"type":"number","minimum":0.0000005}}}`, "minimum", "/properties/age"},
 		{`{"type":"object","properties":{"d":{"type":"string","format":"hostname"}}}`, "format", "/properties/d"},
 		{`{"type":"array","items":{"type":"string","minLength":4,"maxLength":3}}`, "minLength", "/items"},
 		{`{"type":"integer","minimum":3,"maximum":2}`, "minimum", ""},

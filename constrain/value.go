@@ -80,6 +80,7 @@ type vstate struct {
 	neg    bool
 	fracNZ bool
 	u      int64
+	f      int64
 }
 
 // newValue returns the start state of a value of n.
@@ -169,7 +170,7 @@ func (s *vstate) start(n *node, c byte) bool {
 		s.chars, s.ds = 0, 0
 		return true
 	case kNumber, kInteger:
-		s.neg, s.fracNZ, s.u = false, false, 0
+		s.neg, s.fracNZ, s.u, s.f = false, false, 0, 0
 		switch {
 		case c == '-':
 			s.mode, s.neg = vNumMinus, true
@@ -469,14 +470,14 @@ func (s *vstate) step(c byte) bool {
 	case vNumZero, vNumInt, vNumFrac:
 		switch {
 		case c >= '0' && c <= '9' && s.mode != vNumZero:
-			if s.off >= maxDigits || s.n.num != nil && s.mode == vNumInt && s.off >= maxBoundedDigits {
+			if s.off >= maxDigits || s.n.num != nil && s.mode == vNumInt && int(s.off) >= maxBoundedDigits-s.n.num.scale {
 				return false
 			}
 			s.off++
 			if s.mode == vNumInt {
 				s.u = s.u*10 + int64(c-'0')
-			} else if c != '0' {
-				s.fracNZ = true
+			} else {
+				s.fracDigit(c)
 			}
 		case c == '.' && s.mode != vNumFrac && s.n.kind != kInteger:
 			s.mode = vNumDot
@@ -495,7 +496,7 @@ func (s *vstate) step(c byte) bool {
 			return false
 		}
 		s.mode, s.off = vNumFrac, 1
-		s.fracNZ = c != '0'
+		s.fracDigit(c)
 		return s.numOK(false)
 	case vNumExp:
 		switch {
@@ -562,7 +563,20 @@ func (s *vstate) numOK(complete bool) bool {
 		nd = 1
 	}
 	inFrac := s.mode == vNumDot || s.mode == vNumFrac
-	return c.viable(s.neg, s.u, nd, s.mode == vNumZero, inFrac, s.fracNZ, complete, s.n.kind == kInteger)
+	fd := 0
+	if s.mode == vNumFrac {
+		fd = int(s.off)
+	}
+	return c.viable(s.neg, s.u, nd, s.mode == vNumZero, inFrac, s.f, fd, s.fracNZ, complete, s.n.kind == kInteger)
+}
+
+// fracDigit takes the fraction digit c, the off-th, of a number.
+func (s *vstate) fracDigit(c byte) {
+	if s.n.num != nil && int(s.off) <= s.n.num.scale {
+		s.f = s.f*10 + int64(c-'0')
+	} else if c != '0' {
+		s.fracNZ = true
+	}
 }
 
 // strByte steps a string with constraints.
