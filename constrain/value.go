@@ -548,6 +548,20 @@ func (s *vstate) freeString() bool {
 	return s.mode == vStr && (s.key || s.n == nil || s.n.str == nil)
 }
 
+// lengthRoom reports whether the automaton is inside a string whose only
+// constraints are on its length, and how many more characters it takes
+// (-1: any number). Plain text of up to that many characters goes on,
+// whatever the minimum.
+func (s *vstate) lengthRoom() (int, bool) {
+	if s.mode != vStr || s.key || s.n == nil || s.n.str == nil || s.n.str.dfa != nil {
+		return 0, false
+	}
+	if s.n.str.maxLen < 0 {
+		return -1, true
+	}
+	return s.n.str.maxLen - int(s.chars), true
+}
+
 // numOK reports whether a number with constraints read so far may still
 // end within them (complete: ends here within them).
 func (s *vstate) numOK(complete bool) bool {
