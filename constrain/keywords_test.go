@@ -205,6 +205,9 @@ func TestCompileSchemaLax(t *testing.T) {
 		{`{"type":"number","multipleOf":0.01}`, []string{"/multipleOf"}, `0.123`},
 		{`{"allOf":[{"type":"string"}],"not":{}}`, []string{"/allOf", "/not"}, `1`},
 		{`{"type":"object","properties":{"a":{"type":"integer","maximum":5}},"required":["a"]}`, nil, `{"a": 5}`},
+		// Alternatives that begin alike take any value.
+		{`{"anyOf":[{"type":"object","properties":{"cat":{}}},{"type":"object","properties":{"dog":{}}}]}`, []string{"/anyOf"}, `{"cow": 1}`},
+		{`{"type":"array","items":[{"type":"string"}]}`, []string{"/items"}, `[1]`},
 	} {
 		if _, err := CompileSchema([]byte(tc.schema)); (err == nil) != (tc.skipped == nil) {
 			t.Errorf("%s: strict compilation: %v", tc.schema, err)

@@ -523,8 +523,8 @@ func (c *compiler) array(s map[string]any, path string, depth int) (*node, error
 	n := &node{kind: kArray, items: anyNode}
 	if it, ok := s["items"]; ok {
 		if _, isList := it.([]any); isList {
-			if c.strict {
-				return nil, c.fail(path, "items", "tuples (a list of schemas) are not supported")
+			if err := c.unenforced(path, "items", "tuples (a list of schemas) are not supported"); err != nil {
+				return nil, err
 			}
 		} else {
 			sub, err := c.compile(it, path+"/items", depth+1)
@@ -629,8 +629,8 @@ func (c *compiler) union(alts []*node, path, kw string) (*node, error) {
 				continue
 			}
 			if n.pick[b] != 0 {
-				if c.strict {
-					return nil, c.fail(path, kw, "alternatives %d and %d can both begin with %q; only alternatives that begin differently (such as a type or null) are supported", n.pick[b]-1, i, byte(b))
+				if err := c.unenforced(path, kw, "alternatives %d and %d can both begin with %q; only alternatives that begin differently (such as a type or null) are supported", n.pick[b]-1, i, byte(b)); err != nil {
+					return nil, err
 				}
 				return anyNode, nil
 			}
