@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"lem/tokenizer"
 )
@@ -23,15 +24,37 @@ import (
 // <think> or <tool_call>, which some vocabularies hold as special tokens).
 // Build it once per tokenizer; it is safe for concurrent use.
 type Vocab struct {
-	toks     [][]byte // bytes by token id; nil: special, or never allowed
-	trie     *trie
-	words    int
-	plain    []uint64 // plain text inside a JSON string (see JSONConstraint)
-	notPlain *trie
-	specials []special
+	toks       [][]byte // bytes by token id; nil: special, or never allowed
+	trie       *trie
+	words      int
+	plain      []uint64 // plain text inside a JSON string (see JSONConstraint)
+	notPlain   *trie
+	plainChars int // the most characters of a plain token
+	specials   []special
 
-	mu    sync.Mutex
-	split [256]*byteSplit
+	mu      sync.Mutex
+	split   [256]*byteSplit
+	plainTo [256][]uint64 // plain tokens of up to n characters, built on first use
+}
+
+// plainUpTo returns the bit set of the plain tokens of up to n characters.
+func (v *Vocab) plainUpTo(n int) []uint64 {
+	if n >= v.plainChars || n >= len(v.plainTo) {
+		return v.plain
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if b := v.plainTo[n]; b != nil {
+		return b
+	}
+	b := make([]uint64, v.words)
+	for id, t := range v.toks {
+		if v.plain[id>>6]&(1<<(id&63)) != 0 && utf8.RuneCount(t) <= n {
+			b[id>>6] |= 1 << (id & 63)
+		}
+	}
+	v.plainTo[n] = b
+	return b
 }
 
 // special is a special token and its text.
@@ -58,6 +81,7 @@ func NewVocab(tok *tokenizer.Tokenizer) (*Vocab, error) {
 	for id, b := range toks {
 		if plainString(b) {
 			v.plain[id>>6] |= 1 << (id & 63)
+			v.plainChars = max(v.plainChars, utf8.RuneCount(b))
 		} else {
 			other[id] = b
 		}
@@ -626,17 +650,28 @@ func (g *Grammar) keepByte(s *gstate) (byte, bool) {
 }
 
 // freeString reports whether state s is inside a JSON string that takes
-// any text.
-func (g *Grammar) freeString(s *gstate) bool {
-	return s.th == thOff && (s.phase == bValue || s.phase == bArgs) && s.v.freeString()
+// plain tokens (of up to room characters; -1: any) as they come: one that
+// takes any text, or one whose only bound is a maximum length.
+func (g *Grammar) freeString(s *gstate) (room int, ok bool) {
+	if s.th != thOff || s.phase != bValue && s.phase != bArgs {
+		return 0, false
+	}
+	if s.v.freeString() {
+		return -1, true
+	}
+	return s.v.lengthRoom()
 }
 
 // allowed sets the bits of the tokens allowed in state s; bits starts
 // clear.
 func (g *Grammar) allowed(s *gstate, bits []uint64, walk []gstate) {
 	v := g.v
-	if g.freeString(s) {
-		copy(bits, v.plain)
+	if room, ok := g.freeString(s); ok {
+		if room < 0 {
+			copy(bits, v.plain)
+		} else {
+			copy(bits, v.plainUpTo(room))
+		}
 		g.walk(v.notPlain, s, bits, walk)
 	} else if c, ok := g.keepByte(s); ok {
 		sp := v.splitOn(c)

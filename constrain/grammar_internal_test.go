@@ -24,6 +24,10 @@ func BenchmarkGrammarMask(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	keyed, err := CompileSchema([]byte(`{"type":"object","properties":{"at":{"type":"string","format":"date-time"},"name":{"type":"string","maxLength":20},"n":{"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991}}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
 	tools := &ToolCalls{Syntax: CallSyntax{Call: "<tool_call>\n{\"name\": \"", Mid: "\", \"arguments\": ", Suffix: "}\n</tool_call>"},
 		Tools: []Tool{{Name: "get_weather", Params: schema}}, Multiple: true}
 	for _, st := range []struct {
@@ -35,6 +39,9 @@ func BenchmarkGrammarMask(b *testing.B) {
 		{"schema/key", Spec{Schema: schema}, `{"`},
 		{"schema/string", Spec{Schema: schema}, `{"name": "Par`},
 		{"schema/number", Spec{Schema: schema}, `{"age": 4`},
+		{"keywords/format", Spec{Schema: keyed}, `{"at": "2024-05-01T1`},
+		{"keywords/length", Spec{Schema: keyed}, `{"name": "Par`},
+		{"keywords/bounds", Spec{Schema: keyed}, `{"n": 4`},
 		{"tools/start", Spec{ThinkStart: "<think>", ThinkEnd: "</think>", Tools: tools}, ""},
 		{"tools/reasoning", Spec{ThinkStart: "<think>", ThinkEnd: "</think>", Tools: tools}, "<think>\nThe user"},
 		{"tools/name", Spec{Tools: tools}, "<tool_call>\n{\"name\": \"get"},

@@ -16,8 +16,15 @@ import (
 // minItems and maxItems, the types string, number, integer, boolean and
 // null (alone or as a list), enum, const, anyOf and oneOf whose
 // alternatives begin differently (such as a type or null), nullable, and
-// local $ref into $defs or definitions. Annotations (title, description,
-// default, examples, …) are ignored.
+// local $ref into $defs or definitions. Strings take minLength and
+// maxLength (in characters), the formats date-time, date, time, email,
+// uuid, ipv4 and uri, and pattern (see compilePattern for the subset);
+// integers take minimum, maximum, exclusiveMinimum, exclusiveMaximum
+// and a whole multipleOf, and numbers the four bounds with up to 6
+// decimal places (a bounded number is written without an exponent and
+// with at most 18 digits before its bounds' last decimal place).
+// Annotations (title, description, default, examples, …) are
+// ignored.
 //
 // An object's output holds only its declared properties (any of them, in
 // any order, each at most once, the required ones always), so that
@@ -27,8 +34,13 @@ import (
 // short runs, and numbers to 24 digits on each side of the point, so that
 // a model cannot run on forever without producing the value.
 type Schema struct {
-	root *node
+	root    *node
+	skipped []string
 }
+
+// Unenforced lists the keywords that CompileSchemaLax left out, each as
+// the JSON pointer of the keyword in the schema ("/properties/a/not").
+func (s *Schema) Unenforced() []string { return s.skipped }
 
 // A SchemaError reports a schema that CompileSchema cannot enforce.
 type SchemaError struct {
@@ -83,6 +95,12 @@ type node struct {
 	items              *node
 	minItems, maxItems int // maxItems 0: unbounded
 
+	// kString: lengths, format and pattern (nil: any string).
+	str *strCons
+
+	// kNumber, kInteger: bounds and multipleOf (nil: any).
+	num *numCons
+
 	// kLiteral: the JSON texts accepted, sorted.
 	lits [][]byte
 
@@ -119,12 +137,19 @@ var annotations = map[string]bool{
 }
 
 // CompileSchema compiles a JSON Schema for output that must satisfy it. A
-// keyword it cannot enforce (pattern, format, minimum, …) is an error
+// keyword it cannot enforce (allOf, not, format hostname, …) is an error
 // naming it, as is a schema it cannot hold output to (anyOf alternatives
 // that begin alike, a property required but not declared). The error is
 // a *SchemaError for schema content, or a JSON syntax error.
 func CompileSchema(raw []byte) (*Schema, error) {
-	return compileSchema(raw, true)
+	return compileSchema(raw, true, false)
+}
+
+// CompileSchemaLax compiles a JSON Schema as CompileSchema does, except
+// that a keyword it cannot enforce is left out, as an annotation, and
+// listed by the schema's Unenforced.
+func CompileSchemaLax(raw []byte) (*Schema, error) {
+	return compileSchema(raw, true, true)
 }
 
 // CompileToolSchema compiles the parameters schema of a tool for the
@@ -133,7 +158,7 @@ func CompileSchema(raw []byte) (*Schema, error) {
 // them), unions it cannot tell apart take any value, and a missing or
 // malformed schema, or one that is not of an object, takes any object.
 func CompileToolSchema(raw []byte) *Schema {
-	s, err := compileSchema(raw, false)
+	s, err := compileSchema(raw, false, false)
 	if err != nil || (s.root.kind != kObject && s.root.kind != kAny) {
 		return &Schema{root: anyObject}
 	}
@@ -143,7 +168,7 @@ func CompileToolSchema(raw []byte) *Schema {
 	return s
 }
 
-func compileSchema(raw []byte, strict bool) (*Schema, error) {
+func compileSchema(raw []byte, strict, lax bool) (*Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		if strict {
@@ -157,19 +182,21 @@ func compileSchema(raw []byte, strict bool) (*Schema, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
-	c := &compiler{doc: doc, strict: strict, refs: map[string]*node{}}
+	c := &compiler{doc: doc, strict: strict, lax: lax, refs: map[string]*node{}}
 	n, err := c.compile(doc, "", 0)
 	if err != nil {
 		return nil, err
 	}
-	return &Schema{root: n}, nil
+	return &Schema{root: n, skipped: c.skipped}, nil
 }
 
 // compiler compiles one schema document.
 type compiler struct {
-	doc    any
-	strict bool
-	refs   map[string]*node // compiled $ref targets by pointer
+	doc     any
+	strict  bool
+	lax     bool             // keywords not enforced are left out and listed
+	skipped []string         // the keywords left out
+	refs    map[string]*node // compiled $ref targets by pointer
 }
 
 // maxSchemaDepth bounds the nesting of subschemas (and $ref chains).
@@ -212,7 +239,9 @@ func (c *compiler) compileObject(s map[string]any, path string, depth int) (*nod
 	if c.strict {
 		for _, k := range keys {
 			if !annotations[k] && !supported[k] {
-				return nil, c.fail(path, k, "is not supported")
+				if err := c.unenforced(path, k, "is not supported"); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -221,7 +250,9 @@ func (c *compiler) compileObject(s map[string]any, path string, depth int) (*nod
 		if c.strict {
 			for _, k := range keys {
 				if k != "$ref" && !annotations[k] {
-					return nil, c.fail(path, k, "is not supported beside $ref")
+					if err := c.unenforced(path, k, "is not supported beside $ref"); err != nil {
+						return nil, err
+					}
 				}
 			}
 		}
@@ -289,8 +320,12 @@ func (c *compiler) compileObject(s map[string]any, path string, depth int) (*nod
 		switch {
 		case s["properties"] != nil || s["required"] != nil || s["additionalProperties"] != nil:
 			types = []string{"object"}
-		case s["items"] != nil:
+		case s["items"] != nil || s["minItems"] != nil || s["maxItems"] != nil:
 			types = []string{"array"}
+		case s["minLength"] != nil || s["maxLength"] != nil || s["pattern"] != nil || s["format"] != nil:
+			types = []string{"string"}
+		case s["minimum"] != nil || s["maximum"] != nil || s["exclusiveMinimum"] != nil || s["exclusiveMaximum"] != nil || s["multipleOf"] != nil:
+			types = []string{"number"}
 		}
 	}
 	if nullable, _ := s["nullable"].(bool); nullable && len(types) > 0 && !slices.Contains(types, "null") {
@@ -309,11 +344,11 @@ func (c *compiler) compileObject(s map[string]any, path string, depth int) (*nod
 		case "array":
 			n, err = c.array(s, path, depth)
 		case "string":
-			n = &node{kind: kString}
+			n, err = c.str(s, path)
 		case "number":
-			n = &node{kind: kNumber}
+			n, err = c.num(s, path, false)
 		case "integer":
-			n = &node{kind: kInteger}
+			n, err = c.num(s, path, true)
 		case "boolean":
 			n = boolNode
 		case "null":
@@ -340,6 +375,9 @@ var supported = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
 	"anyOf": true, "oneOf": true, "$ref": true, "nullable": true,
+	"minLength": true, "maxLength": true, "pattern": true, "format": true,
+	"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
+	"multipleOf": true,
 }
 
 // ref compiles a $ref: a JSON pointer into the document ("#", "#/$defs/x").
@@ -485,8 +523,8 @@ func (c *compiler) array(s map[string]any, path string, depth int) (*node, error
 	n := &node{kind: kArray, items: anyNode}
 	if it, ok := s["items"]; ok {
 		if _, isList := it.([]any); isList {
-			if c.strict {
-				return nil, c.fail(path, "items", "tuples (a list of schemas) are not supported")
+			if err := c.unenforced(path, "items", "tuples (a list of schemas) are not supported"); err != nil {
+				return nil, err
 			}
 		} else {
 			sub, err := c.compile(it, path+"/items", depth+1)
@@ -591,8 +629,8 @@ func (c *compiler) union(alts []*node, path, kw string) (*node, error) {
 				continue
 			}
 			if n.pick[b] != 0 {
-				if c.strict {
-					return nil, c.fail(path, kw, "alternatives %d and %d can both begin with %q; only alternatives that begin differently (such as a type or null) are supported", n.pick[b]-1, i, byte(b))
+				if err := c.unenforced(path, kw, "alternatives %d and %d can both begin with %q; only alternatives that begin differently (such as a type or null) are supported", n.pick[b]-1, i, byte(b)); err != nil {
+					return nil, err
 				}
 				return anyNode, nil
 			}

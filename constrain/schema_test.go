@@ -13,10 +13,11 @@ func TestCompileSchemaErrors(t *testing.T) {
 		keyword string // "" for a syntax error
 		path    string
 	}{
-		{`{"type":"string","pattern":"^a"}`, "pattern", ""},
-		{`{"type":"object","properties":{"age":{"type":"integer","minimum":0}}}`, "minimum", "/properties/age"},
-		{`{"type":"object","properties":{"d":{"type":"string","format":"date"}}}`, "format", "/properties/d"},
-		{`{"type":"array","items":{"type":"string","maxLength":3}}`, "maxLength", "/items"},
+		{`{"type":"string","pattern":"(?i)a"}`, "pattern", ""},
+		{`{"type":"object","properties":{"age":{"type":"number","minimum":0.0000005}}}`, "minimum", "/properties/age"},
+		{`{"type":"object","properties":{"d":{"type":"string","format":"hostname"}}}`, "format", "/properties/d"},
+		{`{"type":"array","items":{"type":"string","minLength":4,"maxLength":3}}`, "minLength", "/items"},
+		{`{"type":"integer","minimum":3,"maximum":2}`, "minimum", ""},
 		{`{"allOf":[{"type":"string"}]}`, "allOf", ""},
 		{`{"type":"object","properties":{"a":{}},"required":["b"]}`, "required", ""},
 		{`{"anyOf":[{"type":"object"},{"type":"object","properties":{"x":{}}}]}`, "anyOf", ""},
@@ -128,8 +129,11 @@ func TestCompileToolSchema(t *testing.T) {
 		ok           bool
 	}{
 		// Keywords it cannot enforce are left out; the rest holds.
-		{`{"type":"object","properties":{"city":{"type":"string","pattern":"^[A-Z]"}},"required":["city"]}`, `{"city": "paris"}`, true},
-		{`{"type":"object","properties":{"city":{"type":"string","pattern":"^[A-Z]"}},"required":["city"]}`, `{}`, false},
+		{`{"type":"object","properties":{"city":{"type":"string","format":"hostname"}},"required":["city"]}`, `{"city": "paris"}`, true},
+		{`{"type":"object","properties":{"city":{"type":"string","format":"hostname"}},"required":["city"]}`, `{}`, false},
+		// Keywords it can enforce hold.
+		{`{"type":"object","properties":{"city":{"type":"string","pattern":"^[A-Z]"}},"required":["city"]}`, `{"city": "paris"}`, false},
+		{`{"type":"object","properties":{"city":{"type":"string","pattern":"^[A-Z]"}},"required":["city"]}`, `{"city": "Paris"}`, true},
 		// Missing, malformed or not an object: any object.
 		{``, `{"x": 1}`, true},
 		{`{"type":`, `{"x": 1}`, true},
@@ -152,6 +156,10 @@ func FuzzCompileSchema(f *testing.F) {
 	f.Add(`{"$defs":{"t":{"type":"array","items":{"$ref":"#/$defs/t"}}},"$ref":"#/$defs/t"}`, `[[], [[]]]`)
 	f.Add(`{"anyOf":[{"type":"string"},{"type":"integer"}]}`, `-0`)
 	f.Add(`{"type":["boolean","null"]}`, `true`)
+	f.Add(`{"type":"string","format":"date-time","maxLength":30}`, `"2024-01-01T00:00:00Z"`)
+	f.Add(`{"type":"integer","minimum":-5,"maximum":5,"multipleOf":2}`, `-4`)
+	f.Add(`{"type":"number","exclusiveMinimum":0,"maximum":1}`, `0.5`)
+	f.Add(`{"type":"string","pattern":"^[a-z]+[0-9]?$","minLength":2}`, `"ab1"`)
 	f.Fuzz(func(t *testing.T, schema, text string) {
 		for _, s := range []*Schema{mustCompile(schema), CompileToolSchema([]byte(schema))} {
 			if s == nil {

@@ -1,5 +1,7 @@
 package constrain
 
+import "sort"
+
 // The schema automaton: a pushdown automaton over the bytes of one JSON
 // value that a schema (a node) accepts. The innermost open container is
 // held in the state itself and the outer ones in an immutable linked list,
@@ -67,6 +69,18 @@ type vstate struct {
 	off    uint16
 	ulo    byte // vStrUTF8: bounds of the next byte
 	uhi    byte
+
+	// A string with constraints (n.str): the characters read, the
+	// state of its DFA, the character being decoded.
+	chars uint32
+	ds    int32
+	r     rune
+	// A number with constraints (n.num): its sign, the value of its
+	// integer digits, whether a fraction digit is not zero.
+	neg    bool
+	fracNZ bool
+	u      int64
+	f      int64
 }
 
 // newValue returns the start state of a value of n.
@@ -153,19 +167,21 @@ func (s *vstate) start(n *node, c byte) bool {
 			return false
 		}
 		s.mode, s.key = vStr, false
+		s.chars, s.ds = 0, 0
 		return true
 	case kNumber, kInteger:
+		s.neg, s.fracNZ, s.u, s.f = false, false, 0, 0
 		switch {
 		case c == '-':
-			s.mode = vNumMinus
+			s.mode, s.neg = vNumMinus, true
 		case c == '0':
 			s.mode = vNumZero
 		case c >= '1' && c <= '9':
-			s.mode, s.off = vNumInt, 1
+			s.mode, s.off, s.u = vNumInt, 1, int64(c-'0')
 		default:
 			return false
 		}
-		return true
+		return s.numOK(false)
 	case kLiteral:
 		s.mode, s.lo, s.hi, s.off = vLit, 0, uint16(len(n.lits)), 0
 		return s.literal(c)
@@ -315,6 +331,9 @@ func (s *vstate) after(c byte) bool {
 func (s *vstate) step(c byte) bool {
 	switch s.mode {
 	case vStr:
+		if !s.key && s.n.str != nil {
+			return s.strByte(c)
+		}
 		switch {
 		case c == '"':
 			if s.key {
@@ -341,8 +360,14 @@ func (s *vstate) step(c byte) bool {
 		}
 		s.off--
 		s.ulo, s.uhi = 0x80, 0xBF
+		s.r = s.r<<6 | rune(c&0x3F)
 		if s.off == 0 {
 			s.mode = vStr
+			if !s.key && s.n.str != nil {
+				return s.char(s.r)
+			}
+		} else if !s.key && s.n.str != nil {
+			return s.partialOK()
 		}
 		return true
 	case vStrEsc:
@@ -358,6 +383,15 @@ func (s *vstate) step(c byte) bool {
 	case vStrHex:
 		if !isHex(c) {
 			return false
+		}
+		if !s.key && s.n.str != nil {
+			// No surrogate escapes where characters are counted: a
+			// pair would count as two.
+			if s.off == 0 {
+				s.r = rune(c | 0x20)
+			} else if s.off == 1 && s.r == 'd' && (c >= '8' && c <= '9' || c|0x20 >= 'a' && c|0x20 <= 'f') {
+				return false
+			}
 		}
 		s.off++
 		if s.off == 4 {
@@ -428,33 +462,42 @@ func (s *vstate) step(c byte) bool {
 		case c == '0':
 			s.mode = vNumZero
 		case c >= '1' && c <= '9':
-			s.mode, s.off = vNumInt, 1
+			s.mode, s.off, s.u = vNumInt, 1, int64(c-'0')
 		default:
 			return false
 		}
-		return true
+		return s.numOK(false)
 	case vNumZero, vNumInt, vNumFrac:
 		switch {
 		case c >= '0' && c <= '9' && s.mode != vNumZero:
-			if s.off >= maxDigits {
+			if s.off >= maxDigits || s.n.num != nil && s.mode == vNumInt && int(s.off) >= maxBoundedDigits-s.n.num.scale {
 				return false
 			}
 			s.off++
+			if s.mode == vNumInt {
+				s.u = s.u*10 + int64(c-'0')
+			} else {
+				s.fracDigit(c)
+			}
 		case c == '.' && s.mode != vNumFrac && s.n.kind != kInteger:
 			s.mode = vNumDot
-		case (c == 'e' || c == 'E') && s.n.kind != kInteger:
+		case (c == 'e' || c == 'E') && s.n.kind != kInteger && s.n.num == nil:
 			s.mode = vNumExp
 		default:
+			if !s.numOK(true) {
+				return false
+			}
 			s.end()
 			return s.after(c)
 		}
-		return true
+		return s.numOK(false)
 	case vNumDot:
 		if c < '0' || c > '9' {
 			return false
 		}
 		s.mode, s.off = vNumFrac, 1
-		return true
+		s.fracDigit(c)
+		return s.numOK(false)
 	case vNumExp:
 		switch {
 		case c == '+' || c == '-':
@@ -492,7 +535,7 @@ func (s *vstate) complete() bool {
 	case vDone:
 		return true
 	case vNumZero, vNumInt, vNumFrac, vNumExpDig:
-		return s.depth == 0
+		return s.depth == 0 && s.numOK(true)
 	case vLit:
 		return s.depth == 0 && s.literalComplete()
 	}
@@ -501,7 +544,134 @@ func (s *vstate) complete() bool {
 
 // freeString reports whether the automaton is inside a string that takes
 // any text, which plain tokens leave in the same state.
-func (s *vstate) freeString() bool { return s.mode == vStr }
+func (s *vstate) freeString() bool {
+	return s.mode == vStr && (s.key || s.n == nil || s.n.str == nil)
+}
+
+// lengthRoom reports whether the automaton is inside a string whose only
+// constraints are on its length, and how many more characters it takes
+// (-1: any number). Plain text of up to that many characters goes on,
+// whatever the minimum.
+func (s *vstate) lengthRoom() (int, bool) {
+	if s.mode != vStr || s.key || s.n == nil || s.n.str == nil || s.n.str.dfa != nil {
+		return 0, false
+	}
+	if s.n.str.maxLen < 0 {
+		return -1, true
+	}
+	return s.n.str.maxLen - int(s.chars), true
+}
+
+// numOK reports whether a number with constraints read so far may still
+// end within them (complete: ends here within them).
+func (s *vstate) numOK(complete bool) bool {
+	c := s.n.num
+	if c == nil {
+		return true
+	}
+	nd := int(s.off)
+	switch s.mode {
+	case vNumMinus:
+		nd = 0
+	case vNumZero:
+		nd = 1
+	}
+	inFrac := s.mode == vNumDot || s.mode == vNumFrac
+	fd := 0
+	if s.mode == vNumFrac {
+		fd = int(s.off)
+	}
+	return c.viable(s.neg, s.u, nd, s.mode == vNumZero, inFrac, s.f, fd, s.fracNZ, complete, s.n.kind == kInteger)
+}
+
+// fracDigit takes the fraction digit c, the off-th, of a number.
+func (s *vstate) fracDigit(c byte) {
+	if s.n.num != nil && int(s.off) <= s.n.num.scale {
+		s.f = s.f*10 + int64(c-'0')
+	} else if c != '0' {
+		s.fracNZ = true
+	}
+}
+
+// strByte steps a string with constraints.
+func (s *vstate) strByte(c byte) bool {
+	sc := s.n.str
+	switch {
+	case c == '"':
+		if int(s.chars) < sc.minLen || sc.dfa != nil && !sc.dfa.accept[s.ds] {
+			return false
+		}
+		s.end()
+		return true
+	case c == '\\':
+		if sc.dfa != nil {
+			return false // a pattern's characters are written unescaped
+		}
+		s.mode = vStrEsc
+		return s.char(0)
+	case c < 0x20:
+		return false
+	case c < 0x80:
+		return s.char(rune(c))
+	}
+	var ok bool
+	if s.off, s.ulo, s.uhi, ok = utf8Lead(c); !ok {
+		return false
+	}
+	s.r = rune(c) & (0x3F >> s.off)
+	s.mode = vStrUTF8
+	return s.partialOK()
+}
+
+// partialOK reports whether the character being decoded in a string with
+// constraints may still be one it takes.
+func (s *vstate) partialOK() bool {
+	sc := s.n.str
+	if sc.maxLen >= 0 && int(s.chars) >= sc.maxLen {
+		return false
+	}
+	d := sc.dfa
+	if d == nil {
+		return true
+	}
+	// The runes the bytes to come may make: the next one lies within
+	// ulo..uhi, the rest are any continuation bytes.
+	shift := 6 * uint(s.off-1)
+	lo := (s.r<<6 | rune(s.ulo&0x3F)) << shift
+	hi := (s.r<<6|rune(s.uhi&0x3F))<<shift | (1<<shift - 1)
+	chars := int(s.chars) + 1
+	i := sort.Search(len(d.bounds), func(i int) bool { return d.bounds[i] > lo }) - 1
+	for ; i >= 0 && i < len(d.bounds)-1 && d.bounds[i] <= hi; i++ {
+		t := d.next[s.ds][i]
+		if t < 0 {
+			continue
+		}
+		if (sc.maxLen < 0 || chars+int(d.minRest[t]) <= sc.maxLen) && (d.maxRest[t] < 0 || chars+int(d.maxRest[t]) >= sc.minLen) {
+			return true
+		}
+	}
+	return false
+}
+
+// char takes one character of a string with constraints.
+func (s *vstate) char(r rune) bool {
+	sc := s.n.str
+	s.chars++
+	if sc.maxLen >= 0 && int(s.chars) > sc.maxLen {
+		return false
+	}
+	d := sc.dfa
+	if d == nil {
+		return true
+	}
+	if s.ds = d.step(s.ds, r); s.ds < 0 {
+		return false
+	}
+	if sc.maxLen >= 0 && int(s.chars)+int(d.minRest[s.ds]) > sc.maxLen {
+		return false
+	}
+	return d.maxRest[s.ds] < 0 || int(s.chars)+int(d.maxRest[s.ds]) >= sc.minLen
+}
 
 // utf8Lead reads the first byte of a multi-byte UTF-8 character: the bytes
 // that follow and the bounds of the next one.

@@ -427,7 +427,7 @@ func anOutputFormat(raw json.RawMessage) (*constrain.Schema, error) {
 	if json.Unmarshal(raw, &f) != nil || f.Type != "json_schema" {
 		return nil, invalid("output_config.format", "want {\"type\": \"json_schema\", \"schema\": {…}}")
 	}
-	return compileSchema(f.Schema, "output_config.format.schema")
+	return compileSchema(f.Schema, "output_config.format.schema", false)
 }
 
 // toRequest converts the request into a core request. count is set for
@@ -515,6 +515,7 @@ func (s *Server) anDecode(w http.ResponseWriter, r *http.Request, count bool) (*
 		anthropicErrors(w, AsError(err))
 		return nil, nil, nil
 	}
+	noteUnenforced(w, req)
 	p, err := prepareBounded(r.Context(), m, req, limit)
 	if err != nil {
 		anthropicErrors(w, AsError(err))

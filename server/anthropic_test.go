@@ -160,8 +160,8 @@ func TestAnthropicRequestErrors(t *testing.T) {
 		{`{"max_tokens":5,` + msgs + `,"thinking":true}`, "thinking"},
 		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"xml"}}}`, "output_config.format"},
 		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema"}}}`, "output_config.format.schema"},
-		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"array","uniqueItems":true}}}}`, "output_config.format.schema.uniqueItems"},
-		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"n":{"type":"number","maximum":3}}}}}}`, "output_config.format.schema.properties.n.maximum"},
+		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"array","minItems":3,"maxItems":1}}}}`, "output_config.format.schema.minItems"},
+		{`{"max_tokens":5,` + msgs + `,"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"n":{"type":"number","minimum":4,"maximum":3}}}}}}`, "output_config.format.schema.properties.n.minimum"},
 	}
 	for _, tt := range tests {
 		_, _, err := anConvert(tt.body)

@@ -32,8 +32,9 @@
 //     the {"type":"function","function":{…}} shape (Tools), a ToolChoice,
 //     template Kwargs (enable_thinking, …), MaxTokens, Sample (start from
 //     Model.SampleDefaults), Stop, N, Logprobs, JSON or Schema (compile
-//     a client's JSON schema with compileSchema, which names the keyword
-//     lem cannot enforce), ThinkingBudget; a completion sets
+//     a client's JSON schema with compileSchema, which refuses a keyword
+//     lem cannot enforce under strict and otherwise leaves it out, named by
+//     noteUnenforced), ThinkingBudget; a completion sets
 //     Prompt or PromptIDs instead of Messages. MaxTokensParam,
 //     PromptParam and Params name the dialect's fields in error messages.
 //     Bounds are not checked here but by Prepare, the same on every

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -31,12 +32,18 @@ var anyObject = sync.OnceValue(func() *constrain.Schema {
 })
 
 // compileSchema compiles a request's JSON schema (response_format
-// json_schema and the like), naming param in errors.
-func compileSchema(raw json.RawMessage, param string) (*constrain.Schema, error) {
+// json_schema and the like), naming param in errors. A keyword the grammar
+// cannot enforce is an error when the client asked for strict, and is
+// otherwise left out as an annotation (see unenforcedHeader).
+func compileSchema(raw json.RawMessage, param string, strict bool) (*constrain.Schema, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return nil, invalid(param, "is required")
 	}
-	s, err := constrain.CompileSchema(raw)
+	compile := constrain.CompileSchemaLax
+	if strict {
+		compile = constrain.CompileSchema
+	}
+	s, err := compile(raw)
 	if err != nil {
 		var se *constrain.SchemaError
 		if errors.As(err, &se) {
@@ -52,6 +59,22 @@ func compileSchema(raw json.RawMessage, param string) (*constrain.Schema, error)
 		return nil, invalid(param, "%v", err)
 	}
 	return s, nil
+}
+
+// unenforcedHeader is the response header that lists the keywords of a
+// request's schema that the output is not held to (JSON pointers into the
+// schema, comma-separated).
+const unenforcedHeader = "Lem-Schema-Unenforced"
+
+// noteUnenforced sets unenforcedHeader when the request's schema has
+// keywords that were left out.
+func noteUnenforced(w http.ResponseWriter, req *Request) {
+	if req.Schema == nil {
+		return
+	}
+	if u := req.Schema.Unenforced(); len(u) > 0 {
+		w.Header().Set(unenforcedHeader, strings.Join(u, ", "))
+	}
 }
 
 // thinkingOff reports whether template variables turn thinking off

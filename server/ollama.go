@@ -29,7 +29,7 @@ import (
 //     prompt.
 //   - format "json" constrains the reply to one JSON object; a JSON schema
 //     constrains it to a value the schema accepts (a keyword lem cannot
-//     enforce is a 400 naming it).
+//     enforce is left out, named in the Lem-Schema-Unenforced header).
 //   - /api/generate returns no context and refuses one (Ollama deprecates
 //     it): multi-turn conversations go through /api/chat. template and
 //     images are refused.
@@ -212,7 +212,7 @@ func olFormat(raw json.RawMessage) (bool, *constrain.Schema, error) {
 	if raw[0] != '{' || !json.Valid(raw) {
 		return false, nil, invalid("format", "want \"json\" or a JSON schema object")
 	}
-	schema, err := compileSchema(raw, "format")
+	schema, err := compileSchema(raw, "format", false)
 	return false, schema, err
 }
 
@@ -663,6 +663,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, AsError(err))
 		return
 	}
+	noteUnenforced(w, req)
 	s.olRun(w, r, m, req, limit, fit, &t, newOlEncoder(name, true), o.stream())
 }
 
@@ -700,6 +701,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, AsError(err))
 		return
 	}
+	noteUnenforced(w, req)
 	s.olRun(w, r, m, req, limit, fit, &t, newOlEncoder(name, false), o.stream())
 }
 

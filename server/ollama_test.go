@@ -90,7 +90,8 @@ func TestOllamaThinkAndFormat(t *testing.T) {
 	}{
 		{``, "none"}, {`null`, "none"}, {`""`, "none"}, {`"json"`, "json"}, {`{"type":"object","properties":{}}`, "schema"}, {`{}`, "schema"},
 		{`{"type":"array","items":{"type":"integer"}}`, "schema"},
-		{`"xml"`, "err"}, {`{"type":"string","pattern":"a"}`, "err"}, {`[1]`, "err"}, {`7`, "err"}, {`{"type":`, "err"},
+		{`{"type":"string","pattern":"a","format":"hostname"}`, "schema"},
+		{`"xml"`, "err"}, {`{"type":"object","properties":{},"required":["a"]}`, "err"}, {`[1]`, "err"}, {`7`, "err"}, {`{"type":`, "err"},
 	} {
 		on, schema, err := olFormat(json.RawMessage(tt.raw))
 		got := "none"
@@ -162,7 +163,7 @@ func TestOllamaHTTPErrors(t *testing.T) {
 		{"bad tool", "/api/chat", `{"model":"chat",` + msgs + `,"tools":[{"type":"function"}]}`, 400, "tools[0]"},
 		{"bad option", "/api/chat", `{"model":"chat",` + msgs + `,"options":{"top_p":"high"}}`, 400, "options.top_p"},
 		{"bad think", "/api/chat", `{"model":"chat",` + msgs + `,"think":"max"}`, 400, "think"},
-		{"schema keyword", "/api/chat", `{"model":"chat",` + msgs + `,"format":{"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}}}`, 400, `format.properties.a.multipleOf: schema keyword "multipleOf" at /properties/a`},
+		{"schema shape", "/api/chat", `{"model":"chat",` + msgs + `,"format":{"type":"object","properties":{"a":{"type":"integer","minimum":3,"maximum":2}}}}`, 400, `format.properties.a.minimum: schema keyword "minimum" at /properties/a`},
 		{"bad format", "/api/chat", `{"model":"chat",` + msgs + `,"format":"xml"}`, 400, "format"},
 		{"top_logprobs", "/api/chat", `{"model":"chat",` + msgs + `,"top_logprobs":99}`, 400, "top_logprobs"},
 		{"generate images", "/api/generate", `{"model":"chat","prompt":"hi","images":["aGk="]}`, 400, "images"},

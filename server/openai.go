@@ -214,7 +214,8 @@ func (o *oaChatRequest) toRequest(m *Model) (*Request, error) {
 			if rf.JSONSchema == nil {
 				return nil, invalid("response_format.json_schema", "is required when type is \"json_schema\"")
 			}
-			s, err := compileSchema(rf.JSONSchema.Schema, "response_format.json_schema.schema")
+			strict := rf.JSONSchema.Strict != nil && *rf.JSONSchema.Strict
+			s, err := compileSchema(rf.JSONSchema.Schema, "response_format.json_schema.schema", strict)
 			if err != nil {
 				return nil, err
 			}
@@ -339,6 +340,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, AsError(err))
 		return
 	}
+	noteUnenforced(w, req)
 	p, err := m.PrepareContext(r.Context(), req)
 	if err != nil {
 		openaiErrors(w, AsError(err))

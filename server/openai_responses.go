@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"container/list"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"lem/chat"
-	"lem/constrain"
 )
 
 // responseStore keeps recent responses of /v1/responses so that a later
@@ -328,6 +326,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, AsError(err))
 		return
 	}
+	noteUnenforced(w, req)
 	p, err := m.PrepareContext(r.Context(), req)
 	if err != nil {
 		openaiErrors(w, AsError(err))
@@ -415,15 +414,9 @@ func (s *Server) respRequest(m *Model, o *respRequest) (*Request, []chat.Message
 		case "json_object":
 			req.JSON = true
 		case "json_schema":
-			strict := o.Text.Format.Strict == nil || *o.Text.Format.Strict
-			if req.Schema, err = compileSchema(o.Text.Format.Schema, "text.format.schema"); err != nil {
-				// strict false asks for the schema's shape where a keyword
-				// cannot be enforced: the keyword is left out.
-				var e *Error
-				if strict || !errors.As(err, &e) || !json.Valid(o.Text.Format.Schema) {
-					return nil, nil, err
-				}
-				req.Schema = constrain.CompileToolSchema(o.Text.Format.Schema)
+			strict := o.Text.Format.Strict != nil && *o.Text.Format.Strict
+			if req.Schema, err = compileSchema(o.Text.Format.Schema, "text.format.schema", strict); err != nil {
+				return nil, nil, err
 			}
 		default:
 			return nil, nil, invalid("text.format.type", "%q is not supported; use \"text\", \"json_object\" or \"json_schema\"", o.Text.Format.Type)
