@@ -113,13 +113,13 @@ func TestOpenAIJSONSchema(t *testing.T) {
 	}
 	checkAnswer(t, res.Choices[0].Message.Content)
 
-	// A keyword lem cannot enforce is refused, named.
-	bad := map[string]any{"type": "object", "properties": map[string]any{"capital": map[string]any{"type": "string", "minLength": 3}}}
+	// Under strict, a keyword lem cannot enforce is refused, named.
+	bad := map[string]any{"type": "object", "properties": map[string]any{"capital": map[string]any{"type": "string", "not": map[string]any{"const": "Paris"}}}}
 	p.ResponseFormat.OfJSONSchema.JSONSchema.Schema = bad
 	_, err = client.Chat.Completions.New(context.Background(), p)
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "response_format.json_schema.schema.properties.capital.minLength" {
-		t.Errorf("a schema with minLength: %v", err)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "response_format.json_schema.schema.properties.capital.not" {
+		t.Errorf("a schema with not: %v", err)
 	}
 }
 
