@@ -207,10 +207,7 @@ func TestParallelChoices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	most := watchRunning(m, stop)
 	content, finish, done, err := streamChat(ctx, ts.URL, chatBody(q, 20, 3))
-	close(stop)
 	if err != nil || !done {
 		t.Fatalf("n=3: done %v: %v", done, err)
 	}
@@ -221,6 +218,15 @@ func TestParallelChoices(t *testing.T) {
 	}
 	if len(content) != 3 {
 		t.Errorf("choices %v, want 0, 1 and 2", content)
+	}
+	// Choices long enough to be seen running: together.
+	stop := make(chan struct{})
+	most := watchRunning(m, stop)
+	long := strings.Replace(chatBody(q, 64, 3), `"stream":true,`, `"stream":true,"ignore_eos":true,`, 1)
+	_, _, done, err = streamChat(ctx, ts.URL, long)
+	close(stop)
+	if err != nil || !done {
+		t.Fatalf("n=3, 64 tokens: done %v: %v", done, err)
 	}
 	if n := <-most; n < 2 {
 		t.Errorf("at most %d sequences ran at once, want the choices together", n)
