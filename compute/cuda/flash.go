@@ -116,22 +116,33 @@ type flashState struct {
 	kv      *buffer // keys and values converted to bf16
 }
 
-// attendFlash runs Attend with flash_attend when the call suits it and
-// reports whether it did (the keys and values are then stored too).
-func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) bool {
-	n := q.Rows()
+// flashKernel returns the flash_attend configuration and kernel for head
+// dim hd (a benchmark's variant where one is chosen), or false where
+// flash_attend has none.
+func (b *Backend) flashKernel(hd int) (flashConfig, uintptr, bool) {
 	idx := -1
 	for i, c := range flashConfigs {
-		if c.hd == a.HeadDim {
+		if c.hd == hd {
 			idx = i
 		}
 	}
 	if idx < 0 {
-		return false
+		return flashConfig{}, 0, false
 	}
 	cfg, fn := flashConfigs[idx], b.k.flash.attend[idx]
-	if v := b.flash.variant - 1; v >= 0 && flashVariants[v].hd == a.HeadDim {
+	if v := b.flash.variant - 1; v >= 0 && flashVariants[v].hd == hd {
 		cfg, fn = flashVariants[v], b.k.flash.variant[v]
+	}
+	return cfg, fn, true
+}
+
+// attendFlash runs Attend with flash_attend when the call suits it and
+// reports whether it did (the keys and values are then stored too).
+func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCache, pos *compute.Tensor, a *compute.Attention) bool {
+	n := q.Rows()
+	cfg, fn, ok := b.flashKernel(a.HeadDim)
+	if !ok {
+		return false
 	}
 	switch {
 	case b.flash.mode == attnExact,

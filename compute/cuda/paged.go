@@ -130,18 +130,9 @@ func (b *Backend) pagedFlash(dst, q *compute.Tensor, pool *compute.KVCache, pg *
 	if len(pg.Spans) == 0 || b.flash.mode != attnFlash || dptr(q)%16 != 0 || dptr(dst)%8 != 0 {
 		return nil
 	}
-	idx := -1
-	for i, c := range flashConfigs {
-		if c.hd == a.HeadDim {
-			idx = i
-		}
-	}
-	if idx < 0 {
+	cfg, fn, ok := b.flashKernel(a.HeadDim)
+	if !ok {
 		return nil
-	}
-	cfg, fn := flashConfigs[idx], b.k.flash.attend[idx]
-	if v := b.flash.variant - 1; v >= 0 && flashVariants[v].hd == a.HeadDim {
-		cfg, fn = flashVariants[v], b.k.flash.variant[v]
 	}
 	least := flashMinRows
 	// Rows of keys each chunk sees: from its first visible position to
