@@ -17,12 +17,10 @@ import (
 // recurrences, per-row operations), which sum in another order there.
 const deviceTolerance = 2e-3
 
-// TestConformanceOnDevice runs the dense and modern conformance and the
-// chat model through the engine (sessions, recorded decode graphs where the
-// backend records them) on the device LEM_TEST_DEVICE names, such as
-// "cuda". It is skipped when the variable is unset, as it is in CI, which
-// has no GPU.
-func TestConformanceOnDevice(t *testing.T) {
+// testDevice opens the device LEM_TEST_DEVICE names, skipping the test
+// when it is unset (as in CI, which has no GPU).
+func testDevice(t *testing.T) compute.Backend {
+	t.Helper()
 	spec := os.Getenv("LEM_TEST_DEVICE")
 	if spec == "" {
 		t.Skip("LEM_TEST_DEVICE not set")
@@ -32,6 +30,16 @@ func TestConformanceOnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(desc)
+	return b
+}
+
+// TestConformanceOnDevice runs the dense and modern conformance and the
+// chat model through the engine (sessions, recorded decode graphs where the
+// backend records them) on the device LEM_TEST_DEVICE names, such as
+// "cuda". It is skipped when the variable is unset, as it is in CI, which
+// has no GPU.
+func TestConformanceOnDevice(t *testing.T) {
+	b := testDevice(t)
 	for _, name := range archref.Dense {
 		t.Run(name, func(t *testing.T) { testArchOn(t, fixtures.Dir(t, "archs", name), b, archref.Tolerance) })
 	}

@@ -2,13 +2,11 @@ package engine
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 
 	"lem/compute"
 	"lem/compute/cpu"
-	"lem/compute/device"
 )
 
 // plainBackend hides every optional interface of a backend (token picking,
@@ -70,18 +68,7 @@ func testPick(t *testing.T, b compute.Backend) {
 func TestPick(t *testing.T) { testPick(t, cpu.New(1)) }
 
 // TestPickOnDevice is TestPick on the device LEM_TEST_DEVICE names.
-func TestPickOnDevice(t *testing.T) {
-	spec := os.Getenv("LEM_TEST_DEVICE")
-	if spec == "" {
-		t.Skip("LEM_TEST_DEVICE not set")
-	}
-	b, desc, err := device.Open(spec, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(desc)
-	testPick(t, b)
-}
+func TestPickOnDevice(t *testing.T) { testPick(t, testDevice(t)) }
 
 // TestPickKFallback lists the requests that need every logit.
 func TestPickKFallback(t *testing.T) {

@@ -2,11 +2,10 @@ package engine
 
 import (
 	"context"
-	"os"
+	"slices"
 	"testing"
 
 	"lem/compute"
-	"lem/compute/device"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 )
@@ -25,15 +24,7 @@ const nearTie = 1e-2
 // recurrent layers are replayed from each bucket's graph; and the default
 // paged cache comes from the device's free memory.
 func TestSchedOnDevice(t *testing.T) {
-	spec := os.Getenv("LEM_TEST_DEVICE")
-	if spec == "" {
-		t.Skip("LEM_TEST_DEVICE not set")
-	}
-	b, desc, err := device.Open(spec, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(desc)
+	b := testDevice(t)
 	if r, ok := b.(compute.MemoryReporter); ok {
 		free, err := r.FreeMemory()
 		if err != nil || free <= 0 {
@@ -41,7 +32,7 @@ func TestSchedOnDevice(t *testing.T) {
 		}
 		t.Logf("free memory %d MiB", free>>20)
 	}
-	names := append(append(append(append(append([]string(nil), archref.Dense...), moeFixtures...), gemmaNext...), hybridFixtures...), ssmFixtures...)
+	names := slices.Concat(archref.Dense, moeFixtures, gemmaNext, hybridFixtures, ssmFixtures)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) { testSchedOn(t, name, b) })
 	}

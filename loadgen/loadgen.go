@@ -428,7 +428,7 @@ type chunk struct {
 	Choices []struct {
 		Text         string  `json:"text"` // completions
 		FinishReason *string `json:"finish_reason"`
-		Delta struct {
+		Delta        struct {
 			Content          string `json:"content"`
 			ReasoningContent string `json:"reasoning_content"`
 			Reasoning        string `json:"reasoning"`
