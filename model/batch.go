@@ -343,13 +343,17 @@ func (c *Cache) batchPass(bt *Batch) *pass {
 	return p
 }
 
-// batching implements Batched's KVLayout and NewCache for a family from
-// the stack its layers make; a family embeds it and sets it at load.
+// batching implements Batched for a family from the stack its layers
+// make and its forward pass; a family embeds it and sets it at load.
 type batching struct {
-	b     compute.Backend
-	name  string       // the model type, for errors
-	stack func() stack // read when asked: the layers are loaded by then
+	b       compute.Backend
+	name    string       // the model type, for errors
+	stack   func() stack // read when asked: the layers are loaded by then
+	forward func(*pass)  // the family's forward pass
 }
+
+// ForwardBatch implements Batched.
+func (x batching) ForwardBatch(c *Cache, bt *Batch) { x.forward(c.batchPass(bt)) }
 
 // KVLayout implements Batched.
 func (x batching) KVLayout() KVLayout {

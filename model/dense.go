@@ -58,9 +58,6 @@ func (m *dense) Forward(state State, ids, pos, logits *compute.Tensor) {
 	m.forward(onePass(m.b, state.(*kvState), nil, ids, pos, logits))
 }
 
-// ForwardBatch implements Batched.
-func (m *dense) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
-
 // forward runs the stack over the rows of pass p.
 func (m *dense) forward(p *pass) {
 	b, ar := m.b, p.ar
@@ -157,7 +154,7 @@ func loadDense(cfg *Config, src Source, b compute.Backend, names denseNames) (*d
 		cfg: cfg, b: b, act: act, eps: float32(cfg.RMSNormEps),
 		embedScale: 1, residualScale: 1, logitScale: 1,
 	}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	hid, vocab, ff := cfg.HiddenSize, cfg.VocabSize, cfg.IntermediateSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", vocab, hid)

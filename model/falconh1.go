@@ -108,7 +108,7 @@ func loadFalconH1(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		attnIn: float32(cfg.AttentionInMultiplier), attnOut: float32(cfg.AttentionOutMultiplier),
 		ssmOut: float32(cfg.SSMOutMultiplier),
 	}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", vocab, hid)
 	m.norm = l.vector("model.final_layernorm.weight", hid)
@@ -168,9 +168,6 @@ func (m *falconH1) Forward(state State, ids, pos, logits *compute.Tensor) {
 	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
 	st.advance(ids.Len())
 }
-
-// ForwardBatch implements Batched.
-func (m *falconH1) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
 
 // forward runs the stack over the rows of pass p.
 func (m *falconH1) forward(p *pass) {

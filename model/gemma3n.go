@@ -94,7 +94,7 @@ func loadGemma3n(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		softCap:    float32(cfg.FinalLogitSoftcapping),
 		owners:     cfg.NumHiddenLayers - cfg.NumKVSharedLayers,
 	}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	var rank int
 	var coefClip float64
 	var sparsity []float64
@@ -203,9 +203,6 @@ func (m *gemma3n) stack() stack {
 func (m *gemma3n) Forward(state State, ids, pos, logits *compute.Tensor) {
 	m.forward(onePass(m.b, state.(*kvState), nil, ids, pos, logits))
 }
-
-// ForwardBatch implements Batched.
-func (m *gemma3n) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
 
 // forward runs the stack over the rows of pass p.
 func (m *gemma3n) forward(p *pass) {

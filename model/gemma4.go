@@ -170,7 +170,7 @@ func loadGemma4(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		softCap:    float32(cfg.FinalLogitSoftcapping),
 		owners:     cfg.NumHiddenLayers - cfg.NumKVSharedLayers,
 	}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	hid := cfg.HiddenSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("model.embed_tokens.weight", cfg.VocabSize, hid)
@@ -253,9 +253,6 @@ func (m *gemma4) stack() stack {
 func (m *gemma4) Forward(state State, ids, pos, logits *compute.Tensor) {
 	m.forward(onePass(m.b, state.(*kvState), nil, ids, pos, logits))
 }
-
-// ForwardBatch implements Batched.
-func (m *gemma4) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
 
 // forward runs the stack over the rows of pass p.
 func (m *gemma4) forward(p *pass) {

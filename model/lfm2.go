@@ -66,7 +66,7 @@ type lfm2State struct {
 func loadLFM2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	hid, vocab := cfg.HiddenSize, cfg.VocabSize
 	m := &lfm2{cfg: cfg, b: b, eps: float32(cfg.NormEps()), ff: cfg.FeedForwardSize()}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	rope, err := fullRope(cfg)
 	if err != nil {
 		return nil, err
@@ -156,9 +156,6 @@ func (m *lfm2) Forward(state State, ids, pos, logits *compute.Tensor) {
 	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
 	st.advance(ids.Len())
 }
-
-// ForwardBatch implements Batched.
-func (m *lfm2) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
 
 // forward runs the stack over the rows of pass p.
 func (m *lfm2) forward(p *pass) {

@@ -255,7 +255,7 @@ func loadMamba2(cfg *Config, src Source, b compute.Backend) (Model, error) {
 	}
 	eps := cfg.NormEps()
 	m := &mamba2{cfg: cfg, b: b, eps: float32(eps)}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	hid, vocab := cfg.HiddenSize, cfg.VocabSize
 	l := &loader{src: src, b: b}
 	m.embed = l.table("backbone.embeddings.weight", vocab, hid)
@@ -283,9 +283,6 @@ func (m *mamba2) Config() *Config { return m.cfg }
 
 // stack lists the recurrent tensors: mamba2 has no attention.
 func (m *mamba2) stack() stack { return stack{rec: m.rec} }
-
-// ForwardBatch implements Batched.
-func (m *mamba2) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
 
 // NewState implements Model.
 func (m *mamba2) NewState(ctx int) State {

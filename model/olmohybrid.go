@@ -57,16 +57,6 @@ type olmoHybrid struct {
 	postFFNorm []*compute.Tensor // post_feedforward_layernorm; nil on linear layers
 }
 
-// Forward implements Model.
-func (m *olmoHybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
-	st := state.(*hybridState)
-	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
-	st.advance(ids.Len())
-}
-
-// ForwardBatch implements Batched.
-func (m *olmoHybrid) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
-
 // forward runs the stack over the rows of pass p.
 func (m *olmoHybrid) forward(p *pass) {
 	b, ar := m.b, p.ar
@@ -122,6 +112,7 @@ func loadOlmoHybrid(cfg *Config, src Source, b compute.Backend) (Model, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
 	m := &olmoHybrid{hybrid: h}
+	m.batching.forward = m.forward
 	hid, vocab, hd := cfg.HiddenSize, cfg.VocabSize, cfg.HeadDim
 	nh, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	l := &loader{src: src, b: b}

@@ -118,12 +118,11 @@ func (m *hybrid) stack() stack {
 // Forward implements Model.
 func (m *hybrid) Forward(state State, ids, pos, logits *compute.Tensor) {
 	st := state.(*hybridState)
-	m.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
+	// Through batching.forward: a family built on the hybrid stack (Olmo
+	// hybrid) runs its own pass over the same state.
+	m.batching.forward(onePass(m.b, st.kvState, st.rec, ids, pos, logits))
 	st.advance(ids.Len())
 }
-
-// ForwardBatch implements Batched.
-func (m *hybrid) ForwardBatch(c *Cache, bt *Batch) { m.forward(c.batchPass(bt)) }
 
 // forward runs the stack over the rows of pass p.
 func (m *hybrid) forward(p *pass) {
@@ -208,7 +207,7 @@ func newHybrid(cfg *Config, b compute.Backend) (*hybrid, error) {
 		return nil, fmt.Errorf("%s: %w", cfg.ModelType, err)
 	}
 	m := &hybrid{cfg: cfg, b: b, act: act, eps: float32(cfg.RMSNormEps)}
-	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack}
+	m.batching = batching{b: b, name: cfg.ModelType, stack: m.stack, forward: m.forward}
 	return m, nil
 }
 
