@@ -82,6 +82,22 @@ func (p pfspec) suffix() string {
 }
 
 // prefetch emits the prefetches of the bytes o..o+n of SI for each spec.
+// pairPrefetch prefetches a pair of blocks (codes at offset o, scales at
+// so) for the loops of pairs: the prefetches cover the whole pair, scales
+// included, half the lines in each block (the odd last block: its own).
+func (g *gen) pairPrefetch(q qtype, pfs []pfspec, o, so int) {
+	cb := q.codeBytes()
+	half := (2*cb + 64 + 127) / 128 * 64
+	switch {
+	case o == cb:
+		g.prefetch(pfs, half, 2*cb+64-half)
+	case so == cb:
+		g.prefetch(pfs, 0, cb+64)
+	default:
+		g.prefetch(pfs, 0, half)
+	}
+}
+
 func (g *gen) prefetch(pfs []pfspec, o, n int) {
 	for _, pf := range pfs {
 		for p := 0; pf.dist > 0 && p < n; p += 64 {
@@ -291,18 +307,7 @@ func (g *gen) gemv(q qtype, pfs ...pfspec) string {
 		g.p("VPBROADCASTD %d(BX), Z0", xo+64)
 		g.p("VPXORD Z1, Z1, Z1")
 		g.blockCodes(q, []string{"BX"}, func(t, j int) int { return j % 2 }, o, xo)
-		// The prefetches cover the whole pair, scales included: half
-		// the lines in each block (the odd last block: its own).
-		cb := q.codeBytes()
-		half := (2*cb + 64 + 127) / 128 * 64
-		switch {
-		case o == cb:
-			g.prefetch(pfs, half, 2*cb+64-half)
-		case so == cb:
-			g.prefetch(pfs, 0, cb+64)
-		default:
-			g.prefetch(pfs, 0, half)
-		}
+		g.pairPrefetch(q, pfs, o, so)
 		if g.hiShift > 0 {
 			g.p("VPSRAD $%d, Z1, Z1", g.hiShift)
 		}
@@ -344,16 +349,7 @@ func (g *gen) gemm(q qtype, R int, pfs ...pfspec) string {
 			g.p("VPBROADCASTD %d(%s), %s", xo+64, xp, z(t))
 		}
 		g.blockCodes(q, xs, func(t, j int) int { return t }, o, xo)
-		cb := q.codeBytes()
-		half := (2*cb + 64 + 127) / 128 * 64
-		switch {
-		case o == cb:
-			g.prefetch(pfs, half, 2*cb+64-half)
-		case so == cb:
-			g.prefetch(pfs, 0, cb+64)
-		default:
-			g.prefetch(pfs, 0, half)
-		}
+		g.pairPrefetch(q, pfs, o, so)
 		g.p("VCVTPH2PS %s, Z20", off(so, "SI"))
 		for t, xp := range xs {
 			g.p("VCVTDQ2PS %s, %s", z(t), z(t))
