@@ -191,9 +191,9 @@ func TestParallelStreams(t *testing.T) {
 	if n := <-most; n < 2 || n > 4 {
 		t.Errorf("at most %d sequences ran at once, want 2 to 4", n)
 	}
-	if v := metricValue(t, ts.URL, `lem_sequences_running{model="chat"}`); v != 0 {
-		t.Errorf("lem_sequences_running %v after every request ended", v)
-	}
+	// The scheduler retires a finished sequence on its next turn, just
+	// after the reply has gone out.
+	waitMetric(t, ts.URL, `lem_sequences_running{model="chat"}`, 0)
 }
 
 // TestParallelChoices asks for three choices in one request: they run
@@ -402,6 +402,7 @@ func TestParallelMetrics(t *testing.T) {
 	if got, want := series("lem_sequence_prompt_tokens_total"), first["prompt_tokens"].(float64)+prompt; got != want {
 		t.Errorf("lem_sequence_prompt_tokens_total %v, want %v", got, want)
 	}
+	waitMetric(t, ts.URL, `lem_sequences_running{model="chat"}`, 0)
 	used := series("lem_kv_blocks_used")
 	if series("lem_sequences_running") != 0 || used != 0 || series("lem_kv_blocks_total") != total {
 		t.Errorf("after the requests: running %v, blocks used %v of %v", series("lem_sequences_running"), used, series("lem_kv_blocks_total"))
