@@ -302,6 +302,8 @@ func compileDecoder(d Decoder) (decoderStep, error) {
 			return nil, fmt.Errorf("Metaspace decoder: unknown prepend scheme %q", d.Prepend)
 		}
 		return metaspaceDecoder{repl, d.Prepend != PrependNever}, nil
+	case DecWordPiece:
+		return wordPieceDecoder{d.Prefix, d.Cleanup}, nil
 	}
 	return nil, fmt.Errorf("unsupported decoder %q", d.Kind)
 }

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,6 +131,7 @@ type jsonModel struct {
 	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
 	Dropout                 *float64 `json:"dropout"`
+	MaxInputCharsPerWord    *int64   `json:"max_input_chars_per_word"`
 
 	vocabShape byte     // '{' (BPE), '[' (Unigram) or 0 (absent or null)
 	vocab      []string // BPE tokens by id
@@ -187,14 +189,24 @@ type jsonStep struct {
 	Cls []json.RawMessage `json:"cls"`
 
 	PrecompiledCharsmap *string `json:"precompiled_charsmap"`
+
+	CleanText          *bool               `json:"clean_text"`
+	HandleChineseChars *bool               `json:"handle_chinese_chars"`
+	StripAccents       *bool               `json:"strip_accents"`
+	Lowercase          *bool               `json:"lowercase"`
+	Prefix             *string             `json:"prefix"`
+	Cleanup            *bool               `json:"cleanup"`
+	Pair               []jsonTemplatePiece `json:"pair"`
 }
 
 type jsonTemplatePiece struct {
 	SpecialToken *struct {
-		ID string `json:"id"`
+		ID     string `json:"id"`
+		TypeID int32  `json:"type_id"`
 	} `json:"SpecialToken"`
 	Sequence *struct {
-		ID string `json:"id"`
+		ID     string `json:"id"`
+		TypeID int32  `json:"type_id"`
 	} `json:"Sequence"`
 }
 
@@ -393,6 +405,8 @@ func parseModelJSON(s *jsonScanner) (*jsonModel, error) {
 			dst = &m.EndOfWordSuffix
 		case "dropout":
 			dst = &m.Dropout
+		case "max_input_chars_per_word":
+			dst = &m.MaxInputCharsPerWord
 		default:
 			return nil
 		}
@@ -491,6 +505,38 @@ func buildModel(spec *Spec, m *jsonModel) error {
 			}
 		}
 		return nil
+	case "WordPiece":
+		if m.vocabShape == '[' {
+			return errors.New("WordPiece vocab is a list")
+		}
+		spec.Model = ModelWordPiece
+		spec.Vocab = m.vocab
+		arena(spec.Vocab)
+		spec.ContinuingSubwordPrefix = "##"
+		if m.ContinuingSubwordPrefix != nil {
+			spec.ContinuingSubwordPrefix = *m.ContinuingSubwordPrefix
+		}
+		spec.MaxInputCharsPerWord = 100
+		if m.MaxInputCharsPerWord != nil {
+			if *m.MaxInputCharsPerWord <= 0 || *m.MaxInputCharsPerWord > 1<<30 {
+				return fmt.Errorf("max_input_chars_per_word %d out of range", *m.MaxInputCharsPerWord)
+			}
+			spec.MaxInputCharsPerWord = int(*m.MaxInputCharsPerWord)
+		}
+		unk := "[UNK]"
+		if m.UnkToken != nil {
+			unk = *m.UnkToken
+		}
+		for id, tok := range spec.Vocab {
+			if tok == unk {
+				spec.Unk = int32(id)
+				break
+			}
+		}
+		if spec.Unk < 0 {
+			return fmt.Errorf("unk_token %q is not in the vocabulary", unk)
+		}
+		return nil
 	case "Unigram":
 		if m.vocabShape == '{' {
 			return errors.New("Unigram vocab is an object")
@@ -557,7 +603,23 @@ func parseNormalizer(spec *Spec, raw json.RawMessage, depth int) error {
 		if s.PrecompiledCharsmap == nil || *s.PrecompiledCharsmap == "" {
 			return nil // an empty charsmap changes nothing
 		}
-		return errors.New("unsupported normalizer Precompiled (SentencePiece charsmap)")
+		cm, err := base64.StdEncoding.DecodeString(*s.PrecompiledCharsmap)
+		if err != nil {
+			return fmt.Errorf("Precompiled: charsmap: %w", err)
+		}
+		n.Kind, n.Charsmap = NormPrecompiled, cm
+	case NormBert:
+		flag := func(p *bool, def bool) bool {
+			if p == nil {
+				return def
+			}
+			return *p
+		}
+		n.CleanText = flag(s.CleanText, true)
+		n.HandleChineseChars = flag(s.HandleChineseChars, true)
+		n.Lowercase = flag(s.Lowercase, true)
+		// strip_accents null follows lowercase.
+		n.StripAccents = flag(s.StripAccents, n.Lowercase)
 	default:
 		return fmt.Errorf("unsupported normalizer %q", s.Type)
 	}
@@ -646,6 +708,12 @@ func parseDecoder(spec *Spec, raw json.RawMessage, depth int) error {
 	case DecMetaspace:
 		d.Replacement = str(s.Replacement)
 		d.Prepend = metaspaceScheme(s)
+	case DecWordPiece:
+		d.Prefix = "##"
+		if s.Prefix != nil {
+			d.Prefix = *s.Prefix
+		}
+		d.Cleanup = s.Cleanup == nil || *s.Cleanup
 	default:
 		return fmt.Errorf("unsupported decoder %q", s.Type)
 	}
@@ -695,6 +763,15 @@ func parsePostProcessor(spec *Spec, raw json.RawMessage, depth int) error {
 			}
 		}
 		setTemplate(spec, prefix, suffix)
+		single, err := templatePieces(s, s.Single, "single")
+		if err != nil {
+			return err
+		}
+		pair, err := templatePieces(s, s.Pair, "pair")
+		if err != nil {
+			return err
+		}
+		spec.Single, spec.Pair = single, pair
 	case "RobertaProcessing", "BertProcessing":
 		cls, err := tokenPair(s.Cls)
 		if err != nil {
@@ -705,10 +782,58 @@ func parsePostProcessor(spec *Spec, raw json.RawMessage, depth int) error {
 			return fmt.Errorf("%s: sep: %w", s.Type, err)
 		}
 		setTemplate(spec, []int32{cls}, []int32{sep})
+		// BERT gives the second text and its separator type 1; RoBERTa
+		// puts two separators between the texts and uses type 0 throughout.
+		c, e := []int32{cls}, []int32{sep}
+		spec.Single = []TemplatePiece{{Seq: -1, IDs: c}, {Seq: 0}, {Seq: -1, IDs: e}}
+		if s.Type == "BertProcessing" {
+			spec.Pair = []TemplatePiece{{Seq: -1, IDs: c}, {Seq: 0}, {Seq: -1, IDs: e}, {Seq: 1, TypeID: 1}, {Seq: -1, IDs: e, TypeID: 1}}
+		} else {
+			spec.Pair = []TemplatePiece{{Seq: -1, IDs: c}, {Seq: 0}, {Seq: -1, IDs: e}, {Seq: -1, IDs: e}, {Seq: 1}, {Seq: -1, IDs: e}}
+		}
 	default:
 		return fmt.Errorf("unsupported post-processor %q", s.Type)
 	}
 	return nil
+}
+
+// templatePieces converts a TemplateProcessing template; nil for an absent
+// one.
+func templatePieces(s *jsonStep, tmpl []jsonTemplatePiece, what string) ([]TemplatePiece, error) {
+	if len(tmpl) == 0 {
+		return nil, nil
+	}
+	out := make([]TemplatePiece, 0, len(tmpl))
+	for i, p := range tmpl {
+		switch {
+		case p.Sequence != nil:
+			seq := 0
+			switch p.Sequence.ID {
+			case "A":
+			case "B":
+				seq = 1
+			default:
+				return nil, fmt.Errorf("TemplateProcessing: %s[%d]: unknown sequence %q", what, i, p.Sequence.ID)
+			}
+			out = append(out, TemplatePiece{Seq: seq, TypeID: p.Sequence.TypeID})
+		case p.SpecialToken != nil:
+			st, ok := s.SpecialTokens[p.SpecialToken.ID]
+			if !ok {
+				return nil, fmt.Errorf("TemplateProcessing: %s[%d]: special token %q not defined", what, i, p.SpecialToken.ID)
+			}
+			ids := make([]int32, 0, len(st.IDs))
+			for _, id := range st.IDs {
+				if id < 0 || id > 1<<31-1 {
+					return nil, fmt.Errorf("TemplateProcessing: special token %q: id %d out of range", p.SpecialToken.ID, id)
+				}
+				ids = append(ids, int32(id))
+			}
+			out = append(out, TemplatePiece{Seq: -1, IDs: ids, TypeID: p.SpecialToken.TypeID})
+		default:
+			return nil, fmt.Errorf("TemplateProcessing: %s[%d]: neither a sequence nor a special token", what, i)
+		}
+	}
+	return out, nil
 }
 
 // setTemplate records a post-processor's special tokens; a single leading

@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 		{"truncated", smallJSON[:len(smallJSON)/2], "offset"},
 		{"trailing data", smallJSON + "x", "after the top-level value"},
 		{"no model", `{"added_tokens": []}`, "no model"},
-		{"unknown model", replace(`"type": "BPE"`, `"type": "WordPiece"`), "unsupported model type"},
+		{"unknown model", replace(`"type": "BPE"`, `"type": "WordLevel"`), "unsupported model type"},
 		{"merge out of vocab", replace(`["a", "b"]`, `["a", "zz"]`), `"zz" is not in the vocabulary`},
 		{"merge result out of vocab", replace(`["ab", "c"]`, `["c", "c"]`), `"cc" is not in the vocabulary`},
 		{"bad merge string", replace(`["a", "b"]`, `"a b c"`), "two tokens"},

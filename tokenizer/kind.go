@@ -1,8 +1,11 @@
 package tokenizer
 
 // Kind names the tokenizer's algorithm for people: "byte-level BPE" (GPT-2,
-// Llama 3, Qwen), "SentencePiece BPE" (Llama 2, Gemma), "BPE" or "Unigram".
+// Llama 3, Qwen), "SentencePiece BPE" (Llama 2, Gemma), "BPE", "Unigram" or "WordPiece" (BERT).
 func (t *Tokenizer) Kind() string {
+	if _, ok := t.model.(*wordPieceModel); ok {
+		return ModelWordPiece.String()
+	}
 	if _, ok := t.model.(*bpeModel); !ok {
 		return ModelUnigram.String()
 	}

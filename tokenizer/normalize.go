@@ -147,6 +147,10 @@ func compileNormalizer(n Normalizer) (normalizer, error) {
 		return stripNormalizer{n.Left, n.Right}, nil
 	case NormStripAccents:
 		return stripAccentsNormalizer{}, nil
+	case NormBert:
+		return bertNormalizer{n.CleanText, n.HandleChineseChars, n.StripAccents, n.Lowercase}, nil
+	case NormPrecompiled:
+		return newPrecompiled(n.Charsmap)
 	}
 	return nil, fmt.Errorf("unsupported normalizer %q", n.Kind)
 }

@@ -15,6 +15,12 @@ const (
 	// ModelUnigram is SentencePiece's unigram model: the segmentation whose
 	// pieces have the highest total score (Spec.Scores, log probabilities).
 	ModelUnigram
+	// ModelWordPiece is BERT's WordPiece: each word is split greedily into
+	// the longest vocabulary entries from its start, the pieces after the
+	// first spelled with Spec.ContinuingSubwordPrefix ("##"); a word with a
+	// part that matches nothing, or longer than Spec.MaxInputCharsPerWord
+	// characters, becomes the unknown token.
+	ModelWordPiece
 )
 
 // String returns the name tokenizer.json uses for the model.
@@ -24,6 +30,8 @@ func (k ModelKind) String() string {
 		return "BPE"
 	case ModelUnigram:
 		return "Unigram"
+	case ModelWordPiece:
+		return "WordPiece"
 	}
 	return "unknown"
 }
@@ -75,6 +83,12 @@ const (
 	NormPrepend      NormalizerKind = "Prepend"      // Content before non-empty text
 	NormStrip        NormalizerKind = "Strip"        // whitespace at Left and/or Right
 	NormStripAccents NormalizerKind = "StripAccents" // drop combining marks
+	// NormBert is BERT's normalizer: CleanText, HandleChineseChars,
+	// StripAccents and Lowercase select its steps, applied in that order.
+	NormBert NormalizerKind = "BertNormalizer"
+	// NormPrecompiled is SentencePiece's normalization rules, compiled into
+	// Charsmap (a double-array trie and the replacement strings).
+	NormPrecompiled NormalizerKind = "Precompiled"
 )
 
 // Normalizer is one normalization step, applied to each stretch of text
@@ -89,6 +103,14 @@ type Normalizer struct {
 	Content string
 	// Left and Right select the ends Strip strips.
 	Left, Right bool
+	// CleanText, HandleChineseChars, StripAccents and Lowercase are
+	// BertNormalizer's options: drop control characters and map whitespace
+	// to spaces, put spaces around CJK ideographs, drop accents after NFD,
+	// lowercase.
+	CleanText, HandleChineseChars, StripAccents, Lowercase bool
+	// Charsmap is Precompiled's compiled rules (precompiled_charsmap,
+	// decoded from base64).
+	Charsmap []byte
 }
 
 // PreTokenizerKind names a pre-tokenization step.
@@ -187,6 +209,10 @@ const (
 	DecFuse         DecoderKind = "Fuse"
 	DecStrip        DecoderKind = "Strip"
 	DecMetaspace    DecoderKind = "Metaspace"
+	// DecWordPiece joins WordPiece tokens: Prefix ("##") glues a token to
+	// the one before, other tokens get a space before them; Cleanup then
+	// removes the spaces before punctuation and contractions.
+	DecWordPiece DecoderKind = "WordPiece"
 )
 
 // Decoder is one decoding step; the steps turn the token strings of the ids
@@ -202,6 +228,18 @@ type Decoder struct {
 	// Replacement and Prepend configure Metaspace as for the pre-tokenizer.
 	Replacement string
 	Prepend     PrependScheme
+	// Prefix and Cleanup configure WordPiece.
+	Prefix  string
+	Cleanup bool
+}
+
+// TemplatePiece is one element of a post-processor's template: either one
+// of the input sequences (Seq 0 for the first text, 1 for the second) or
+// special token ids (Seq -1), with the token type id its tokens get.
+type TemplatePiece struct {
+	Seq    int
+	IDs    []int32
+	TypeID int32
 }
 
 // Spec describes a tokenizer completely. The tokenizer.json loader fills one;
@@ -257,4 +295,10 @@ type Spec struct {
 	// they are the ids Encode adds before and after the text's ids when asked
 	// for special tokens (a TemplateProcessing post-processor).
 	Prefix, Suffix []int32
+	// Single and Pair, when non-nil, are the post-processor's templates for
+	// one text and for a pair of texts (EncodeSpecial, EncodePair).
+	Single, Pair []TemplatePiece
+	// MaxInputCharsPerWord is WordPiece's limit on a word's length in
+	// characters; 0 means 100.
+	MaxInputCharsPerWord int
 }

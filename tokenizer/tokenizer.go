@@ -35,6 +35,7 @@ type Tokenizer struct {
 	byteFallbackDecode bool
 
 	prefix, suffix []int32
+	single, pair   []TemplatePiece
 	bos, eos       int32
 	maxTokenBytes  int
 
@@ -183,6 +184,12 @@ func New(spec Spec) (*Tokenizer, error) {
 			return nil, fmt.Errorf("Unigram model: %w", err)
 		}
 		t.model = m
+	case ModelWordPiece:
+		m, err := newWordPiece(&spec, t.vocab)
+		if err != nil {
+			return nil, fmt.Errorf("WordPiece model: %w", err)
+		}
+		t.model = m
 	default:
 		return nil, fmt.Errorf("unsupported model kind %d", spec.Model)
 	}
@@ -227,6 +234,19 @@ func New(spec Spec) (*Tokenizer, error) {
 			return nil, fmt.Errorf("post-processor token id %d out of range [0, %d)", id, n)
 		}
 	}
+	for _, tmpl := range [][]TemplatePiece{spec.Single, spec.Pair} {
+		for _, p := range tmpl {
+			if p.Seq < -1 || p.Seq > 1 {
+				return nil, fmt.Errorf("post-processor template: sequence %d out of range", p.Seq)
+			}
+			for _, id := range p.IDs {
+				if id < 0 || int(id) >= n {
+					return nil, fmt.Errorf("post-processor token id %d out of range [0, %d)", id, n)
+				}
+			}
+		}
+	}
+	t.single, t.pair = spec.Single, spec.Pair
 	t.maxTokenBytes = maxTokenBytes(&spec)
 	t.pool.New = func() any { return new(scratch) }
 	return t, nil
