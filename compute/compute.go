@@ -430,3 +430,17 @@ type TokenPicker interface {
 	// NaN.
 	TopK(dst, x *Tensor, k int)
 }
+
+// Bidirectional is implemented by backends that run the attention of
+// encoder models (BERT, XLM-RoBERTa, ModernBERT), where every row of an
+// input attends to the rows after it as well as those before it. Loading
+// an encoder needs it.
+type Bidirectional interface {
+	// AttendAll computes attention of q [n, Heads*HeadDim] over the keys k
+	// and values v [n, KVHeads*HeadDim] of the same n rows, one input, and
+	// writes the result to dst [n, Heads*HeadDim]. Row i attends to every
+	// row j or, when a.Window is positive, to the rows with
+	// |i − j| < a.Window (a window symmetric about i). Nothing is cached.
+	// SoftCap and Sinks apply as in Backend.Attend.
+	AttendAll(dst, q, k, v *Tensor, a *Attention)
+}

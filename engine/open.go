@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"strings"
@@ -63,6 +64,9 @@ func Open(path string, opts Options) (*Model, error) {
 		return openGGUF(path, b, opts)
 	}
 	loaded, err := model.OpenDirWith(path, b, model.OpenOptions{NoMmap: opts.NoMmap})
+	if errors.Is(err, model.ErrEncoder) {
+		return nil, fmt.Errorf("%w (engine.OpenEncoder loads it)", err)
+	}
 	if err != nil {
 		return nil, err
 	}

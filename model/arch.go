@@ -13,8 +13,13 @@ import (
 type Arch struct {
 	// ModelTypes are the config.json model_type values the family loads.
 	ModelTypes []string
-	// Load builds a model from its config and tensors.
+	// Load builds a model from its config and tensors; nil for an encoder
+	// family.
 	Load LoadFunc
+	// Encoder builds an encoder model (see Encoder) from its config and
+	// tensors; nil for a decoder family. Exactly one of Load and Encoder
+	// is set.
+	Encoder EncoderLoadFunc
 	// GGUF is the general.architecture under which llama.cpp stores the
 	// family, "" when it has no GGUF form.
 	GGUF string
@@ -48,8 +53,8 @@ var (
 // type or GGUF architecture is registered twice.
 func Register(a Arch) {
 	p := &a
-	if a.Load == nil || len(a.ModelTypes) == 0 {
-		panic("model: Register needs model types and a Load function")
+	if (a.Load == nil) == (a.Encoder == nil) || len(a.ModelTypes) == 0 {
+		panic("model: Register needs model types and one of Load and Encoder")
 	}
 	for _, t := range a.ModelTypes {
 		if _, dup := archByType[t]; dup {

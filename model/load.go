@@ -76,7 +76,7 @@ func OpenDirWith(dir string, b compute.Backend, opts OpenOptions) (*Loaded, erro
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := archByType[cfg.ModelType]; !ok {
+	if a, ok := archByType[cfg.ModelType]; !ok || a.Load == nil {
 		// Fail before mapping any weights.
 		_, err := Load(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)

@@ -134,6 +134,9 @@ func LoadReads(cfg *Config, src Source, b compute.Backend) (Model, WeightReads, 
 	if !ok {
 		return nil, WeightReads{}, fmt.Errorf("unsupported model_type %q (supported: %s)", cfg.ModelType, strings.Join(Supported(), ", "))
 	}
+	if a.Load == nil {
+		return nil, WeightReads{}, fmt.Errorf("model_type %q: %w; open it with model.OpenEncoderDir", cfg.ModelType, ErrEncoder)
+	}
 	log := newReadLog(src)
 	m, err := a.Load(cfg, log, b)
 	if err != nil {
