@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"lem/compute/cpu"
 	"lem/internal/archref"
 	"lem/internal/fixtures"
 	"lem/safetensors"
@@ -247,4 +248,44 @@ func TestFinishEmbedding(t *testing.T) {
 	if v[0] != 3 || v[1] != 4 {
 		t.Errorf("unchanged without normalisation: %v", v)
 	}
+}
+
+// BenchmarkEmbed embeds 32 inputs of 512 tokens in one call on the CPU
+// (the batch size and length of the project's embedding figures): the
+// chat-model fixture, or the model at $LEM_BENCH_EMBED_MODEL (a model
+// directory or GGUF file). It reports inputs/s and tokens/s.
+func BenchmarkEmbed(b *testing.B) {
+	path := os.Getenv("LEM_BENCH_EMBED_MODEL")
+	if path == "" {
+		path = fixtures.Dir(b, "chat-model")
+	}
+	m, err := Open(path, Options{Backend: cpu.New(0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	s, err := m.NewScheduler(SchedulerOptions{Parallel: 32, Context: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	const n, length = 32, 512
+	vocab := m.Net.Config().VocabSize
+	inputs := make([][]int32, n)
+	iter := 0
+	for b.Loop() {
+		// New inputs each time: none is served from the prefix cache.
+		b.StopTimer()
+		for i := range inputs {
+			inputs[i] = testPrompt(length, iter*n+i, vocab)
+		}
+		iter++
+		b.StartTimer()
+		if _, err := s.Embed(context.Background(), inputs, m.Embedding.Pooling); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sec := b.Elapsed().Seconds()
+	b.ReportMetric(float64(n*b.N)/sec, "inputs/s")
+	b.ReportMetric(float64(n*length*b.N)/sec, "tokens/s")
 }
