@@ -26,6 +26,10 @@ type Model struct {
 	// StopIDs end generation: the tokenizer's EOS, generation_config's eos
 	// ids and the chat template's end-of-turn token.
 	StopIDs []int32
+	// Embedding is how the model's hidden states become embeddings: from
+	// its sentence-transformers files or GGUF pooling type, else
+	// DefaultEmbedConfig.
+	Embedding EmbedConfig
 
 	loaded *model.Loaded
 }
@@ -87,6 +91,10 @@ func Open(path string, opts Options) (*Model, error) {
 		loaded.Close()
 		return nil, err
 	}
+	if m.Embedding, err = LoadEmbedConfig(path); err != nil {
+		loaded.Close()
+		return nil, err
+	}
 	m.StopIDs = stopIDs(m)
 	return m, nil
 }
@@ -102,7 +110,7 @@ func openGGUF(path string, b compute.Backend, opts Options) (*Model, error) {
 		f.Close()
 		return nil, err
 	}
-	m := &Model{Name: path, Net: loaded, Backend: b, loaded: loaded, GenConfig: &model.GenerationConfig{}}
+	m := &Model{Name: path, Net: loaded, Backend: b, loaded: loaded, GenConfig: &model.GenerationConfig{}, Embedding: ggufEmbedConfig(f)}
 	// A model without a vocabulary still runs on token ids.
 	if _, ok := f.Value("tokenizer.ggml.model"); ok {
 		if m.Tokenizer, err = tokenizer.FromGGUF(f); err != nil {

@@ -69,6 +69,7 @@ type Scheduler struct {
 	groups []group
 	hash   *hasher
 	vocab  int
+	hidden int // the width of the final hidden states
 
 	// Resolved options.
 	parallel, context, bs, chunk, batchTokens int
@@ -85,7 +86,8 @@ type Scheduler struct {
 	idsHost, posHost, seqHost, tableHost []int32
 	spans                                []compute.PageSpan // fill's spans of the parts, shared by every group's Pages
 	logitsHost                           []float32
-	rowsOf, hostOff                      []int // per part of a step: first logits row, offset in logitsHost
+	hiddenHost                           []float32 // the last step's hidden states
+	rowsOf, hostOff                      []int     // per part of a step: first logits row, offset in logitsHost
 
 	// Candidates picked on the device (compute.TokenPicker): cands holds
 	// TopK's output for the last step's kmax, candsHost its copy.

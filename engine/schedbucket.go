@@ -58,7 +58,7 @@ func (s *Scheduler) bucketFor(parts []stepPart) *bucket {
 		return nil
 	}
 	for _, p := range parts {
-		if p.hi-p.lo != 1 || p.all > 0 {
+		if p.hi-p.lo != 1 || p.all > 0 || p.q.embed {
 			return nil
 		}
 	}

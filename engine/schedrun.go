@@ -42,6 +42,8 @@ type sequence struct {
 	prompt int     // the prompt's length
 	score  bool    // PromptLogprobs: every row's logits
 	pick   int     // candidates the backend picks for the caller (pickK); 0: the logits
+	embed  bool    // Embed: pooled final hidden states, no logits
+	pool   Pooling // Embed: how the rows' hidden states are pooled
 
 	// The scheduler's.
 	running bool
@@ -62,6 +64,8 @@ type sequence struct {
 	host   []float32   // the logits handed over: one row, or rows for scoring
 	cands  []candidate // the candidates handed over, when pick > 0
 	nrows  int         // scoring: rows in host
+	vec    []float32   // Embed: the pooled hidden state, summed while running
+	ended  bool        // Embed: vec is complete; the blocks can go
 	// delivered is when the scheduler last handed logits over.
 	delivered time.Time
 	ready     chan struct{}
@@ -81,6 +85,7 @@ type stepPart struct {
 	lo, hi    int
 	logits    bool // the last row's logits go to the caller
 	all, from int  // scoring: every row's, handed over from row from
+	hidden    int  // Embed: final hidden states of its last row (1) or every row (hi-lo)
 }
 
 // newScheduler starts a scheduler; pad asks for decode steps padded to
@@ -88,7 +93,7 @@ type stepPart struct {
 // take.
 func newScheduler(m *Model, net model.Batched, opts SchedulerOptions, pad bool) (*Scheduler, error) {
 	s := &Scheduler{m: m, net: net, b: m.Backend, layout: net.KVLayout(), hash: newHasher(),
-		vocab: m.Net.Config().VocabSize, wake: make(chan struct{}, 1), exited: make(chan struct{}),
+		vocab: m.Net.Config().VocabSize, hidden: m.Net.Config().HiddenSize, wake: make(chan struct{}, 1), exited: make(chan struct{}),
 		tensors: map[[2]int]*compute.Tensor{}}
 	if err := s.size(opts); err != nil {
 		return nil, err
@@ -447,7 +452,7 @@ func (s *Scheduler) survey() (ready bool, wait time.Duration) {
 // reap frees the sequences whose callers left.
 func (s *Scheduler) reap() {
 	s.running = slices.DeleteFunc(s.running, func(q *sequence) bool {
-		if q.gone || q.err != nil {
+		if q.gone || q.err != nil || q.ended {
 			s.free(q)
 			return true
 		}
@@ -477,7 +482,8 @@ func (s *Scheduler) admit() {
 	for len(s.waiting) > 0 && len(s.running) < s.parallel {
 		q := s.waiting[0]
 		p := 0
-		if !q.score {
+		if !q.score && (!q.embed || q.pool == PoolLast) {
+			// Pooling over every row computes them all.
 			p = s.prefix(q)
 		}
 		if len(s.running) > 0 && !s.fits(q, p) {
@@ -752,6 +758,14 @@ func (s *Scheduler) plan() []stepPart {
 			continue
 		}
 		p := stepPart{q: q, lo: lo, hi: hi, logits: !q.score && hi == len(q.tokens) && q.need}
+		if q.embed {
+			switch {
+			case q.pool == PoolMean, q.pool == PoolFirst && lo == 0:
+				p.hidden = hi - lo
+			case q.pool == PoolLast && hi == len(q.tokens):
+				p.hidden = 1
+			}
+		}
 		if q.score {
 			p.all = hi - lo
 			p.from = max(q.scored-lo, 0)
@@ -784,6 +798,8 @@ const (
 	useLogits
 	useSeq   // + 2·group
 	useTable // + 2·group
+
+	useHidden = -1
 )
 
 // step runs one forward pass over the planned rows and hands the logits
@@ -820,6 +836,11 @@ func (s *Scheduler) step() {
 	if err == nil && bt.Logits != nil {
 		err = s.readLogits(parts, rows, bt.Logits)
 	}
+	if err == nil && bt.Hidden != nil {
+		s.hiddenHost = slices.Grow(s.hiddenHost[:0], bt.Hidden.Len())[:bt.Hidden.Len()]
+		s.b.Read(s.hiddenHost, bt.Hidden)
+		err = s.backendErr()
+	}
 	if bk == nil && bt.Logits != nil && bt.Logits.Rows() > s.parallel {
 		// Rare: prompt scoring's rows. Keep only the common sizes.
 		s.b.Free(bt.Logits)
@@ -829,6 +850,7 @@ func (s *Scheduler) step() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rows += int64(n)
+	hrow := 0 // the part's first row of bt.Hidden
 	for i, p := range parts {
 		q := p.q
 		if err != nil {
@@ -838,6 +860,11 @@ func (s *Scheduler) step() {
 		}
 		q.done = p.hi
 		s.keep(q, p.lo, p.hi)
+		if q.embed {
+			s.pool(q, p, hrow)
+			hrow += p.hidden
+			continue
+		}
 		switch {
 		case p.all > 0:
 			if p.from >= p.all {
@@ -867,11 +894,44 @@ func (s *Scheduler) step() {
 	}
 }
 
+// pool folds the hidden states part p handed over (from row r of the
+// step's hidden states) into its sequence's embedding, and hands the
+// embedding over at the sequence's end.
+func (s *Scheduler) pool(q *sequence, p stepPart, r int) {
+	h := s.hidden
+	if p.lo == 0 || q.vec == nil {
+		q.vec = make([]float32, h) // also after a preemption: recomputed from the start
+	}
+	rows := s.hiddenHost[r*h : (r+p.hidden)*h]
+	switch {
+	case q.pool == PoolMean:
+		for j := range p.hidden {
+			for c, x := range rows[j*h : (j+1)*h] {
+				q.vec[c] += x
+			}
+		}
+	case p.hidden > 0 && (q.pool == PoolLast || p.lo == 0):
+		copy(q.vec, rows[:h])
+	}
+	if p.hi < len(q.tokens) {
+		return
+	}
+	if q.pool == PoolMean {
+		inv := 1 / float32(len(q.tokens))
+		for c := range q.vec {
+			q.vec[c] *= inv
+		}
+	}
+	q.ended = true
+	q.delivered = time.Now()
+	q.signal()
+}
+
 // fill uploads the inputs of a step of n rows over the parts, its tensors
 // sized to the step, and returns its batch and each part's first row of
 // the batch's logits (-1 for none).
 func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
-	k := 0
+	k, kh := 0, 0
 	ids, pos := s.idsHost[:0], s.posHost[:0]
 	rows := s.rowsOf[:0]
 	for _, p := range parts {
@@ -889,6 +949,7 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 			k++
 		}
 		rows = append(rows, r)
+		kh += p.hidden
 	}
 	s.idsHost, s.posHost, s.rowsOf = ids, pos, rows
 	bt := &model.Batch{IDs: s.input(useIDs, n, compute.I32, 0), Pos: s.input(usePos, n, compute.I32, 0)}
@@ -900,7 +961,8 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 		for range p.hi - p.lo {
 			seqRows = append(seqRows, int32(i))
 		}
-		bt.Seqs = append(bt.Seqs, model.BatchSeq{Rows: p.hi - p.lo, State: p.q.slot, Logits: p.logits, AllLogits: p.all > 0})
+		bt.Seqs = append(bt.Seqs, model.BatchSeq{Rows: p.hi - p.lo, State: p.q.slot, Logits: p.logits, AllLogits: p.all > 0,
+			Hidden: p.hidden > 0 && p.q.pool == PoolLast, AllHidden: p.hidden > 0 && p.q.pool != PoolLast})
 	}
 	s.seqHost, s.spans = seqRows, spans
 	for g := range s.groups {
@@ -918,6 +980,9 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 	}
 	if k > 0 {
 		bt.Logits = s.input(useLogits, k, compute.F32, s.vocab)
+	}
+	if kh > 0 {
+		bt.Hidden = s.input(useHidden, kh, compute.F32, s.hidden)
 	}
 	return bt, rows
 }

@@ -36,7 +36,7 @@ func OpenTiny(opts Options) (*Model, error) {
 	if err != nil {
 		return fail("model.safetensors", err)
 	}
-	m := &Model{Name: tiny.Name, Net: net, Backend: b, loaded: &model.Loaded{Model: net, Reads: reads}}
+	m := &Model{Name: tiny.Name, Net: net, Backend: b, loaded: &model.Loaded{Model: net, Reads: reads}, Embedding: DefaultEmbedConfig}
 	special, err := tinySpecialTokens()
 	if err != nil {
 		return fail("tokenizer_config.json", err)

@@ -85,6 +85,12 @@ type Batch struct {
 	// asks, in order, the logits of its last row, or of every row with
 	// AllLogits. nil when no sequence asks.
 	Logits *compute.Tensor
+	// Hidden, when not nil, receives [k, hidden size]: for each sequence
+	// that asks (BatchSeq.Hidden, AllHidden), in order, the final hidden
+	// states (after the final norm, before the output head) of its last
+	// row or of every row. nil when no sequence asks. A pass with Hidden
+	// and no Logits skips the output head.
+	Hidden *compute.Tensor
 }
 
 // BatchSeq is one sequence's part of a Batch.
@@ -95,6 +101,9 @@ type BatchSeq struct {
 	State int
 	// Logits asks for its last row's logits; AllLogits for every row's.
 	Logits, AllLogits bool
+	// Hidden asks for its last row's final hidden state; AllHidden for
+	// every row's (see Batch.Hidden).
+	Hidden, AllHidden bool
 }
 
 // Cache is the memory of a model's batched passes: a key/value pool per
@@ -113,9 +122,10 @@ type Cache struct {
 	states [][]*compute.Tensor // per slot: the model's recurrent tensors
 	zero   []*compute.Tensor   // zeros shaped like a slot, made by the first ResetState
 
-	ar   *arena          // activations, grown to the longest pass
-	pick *compute.Tensor // I32: the rows whose logits a pass writes, grown as needed
-	seqs []passSeq
+	ar    *arena          // activations, grown to the longest pass
+	pick  *compute.Tensor // I32: the rows whose logits a pass writes, grown as needed
+	hpick *compute.Tensor // I32: the rows whose hidden states a pass writes
+	seqs  []passSeq
 }
 
 // Spec returns the sizes the cache was made with.
@@ -124,7 +134,7 @@ func (c *Cache) Spec() CacheSpec { return c.spec }
 // Memory returns the bytes the cache holds on its backend: pools, state
 // slots and activation buffers.
 func (c *Cache) Memory() int64 {
-	n := cacheBytes(c.pools...) + tensorBytes(c.zero...) + tensorBytes(c.pick)
+	n := cacheBytes(c.pools...) + tensorBytes(c.zero...) + tensorBytes(c.pick, c.hpick)
 	for _, s := range c.states {
 		n += tensorBytes(s...)
 	}
@@ -295,8 +305,8 @@ func (c *Cache) batchPass(bt *Batch) *pass {
 	}
 	c.ar.resize(n)
 	c.seqs = c.seqs[:0]
-	var pick []int32
-	r, all := 0, true
+	var pick, hpick []int32
+	r, all, hall := 0, true, true
 	for i, s := range bt.Seqs {
 		if s.Rows <= 0 {
 			panic(fmt.Sprintf("model: batch sequence %d has %d rows", i, s.Rows))
@@ -318,12 +328,38 @@ func (c *Cache) batchPass(bt *Batch) *pass {
 		default:
 			all = false
 		}
+		switch {
+		case s.AllHidden:
+			for j := ps.from; j < ps.to; j++ {
+				hpick = append(hpick, int32(j))
+			}
+		case s.Hidden:
+			hpick = append(hpick, int32(ps.to-1))
+			hall = hall && s.Rows == 1
+		default:
+			hall = false
+		}
 		r += s.Rows
 	}
 	if r != n {
 		panic(fmt.Sprintf("model: batch sequences hold %d rows; the batch has %d", r, n))
 	}
-	p := &pass{b: c.b, ar: c.ar, ids: bt.IDs, pos: bt.Pos, logits: bt.Logits, cache: c, bt: bt, seqs: c.seqs}
+	p := &pass{b: c.b, ar: c.ar, ids: bt.IDs, pos: bt.Pos, logits: bt.Logits, hidden: bt.Hidden, cache: c, bt: bt, seqs: c.seqs}
+	if bt.Hidden != nil {
+		if bt.Hidden.Rows() != len(hpick) {
+			panic(fmt.Sprintf("model: batch hidden states have %d rows for the %d rows asked for", bt.Hidden.Rows(), len(hpick)))
+		}
+		if !hall {
+			if c.hpick == nil || c.hpick.Len() < len(hpick) {
+				if c.hpick != nil {
+					c.b.Free(c.hpick)
+				}
+				c.hpick = c.b.Alloc(compute.I32, max(len(hpick), c.ar.capacity), 1)
+			}
+			p.hpick = c.b.View(c.hpick, 0, len(hpick))
+			c.b.UploadInts(p.hpick, hpick)
+		}
+	}
 	if bt.Logits == nil {
 		return p
 	}

@@ -84,6 +84,7 @@ func (m *dense) forward(p *pass) {
 		}
 		m.residual(x, o, l.postFFNorm)
 	}
+	p.writeHidden(x, m.final, m.eps, m.normOffset)
 	logits := p.logits
 	if logits == nil {
 		return

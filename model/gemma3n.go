@@ -223,14 +223,14 @@ func (m *gemma3n) forward(p *pass) {
 		m.rows.MatchRMS(xs[j], t, x0, magnitudeFloor)
 	}
 	run := len(m.layers)
-	if p.logits == nil {
+	if !p.wants() {
 		run = m.owners
 	}
 	for i := range run {
 		m.layer(i, p, xs, ps, ple, run == len(m.layers))
 		xs, ps = ps, xs
 	}
-	if p.logits == nil {
+	if !p.wants() {
 		return
 	}
 	// Back to one stream: the mean of stream 0 and the others projected

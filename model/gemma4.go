@@ -267,13 +267,13 @@ func (m *gemma4) forward(p *pass) {
 		m.ple.compute(b, ple, s.get("ple tokens", width), x, p.ids)
 	}
 	run := len(m.layers)
-	if p.logits == nil {
+	if !p.wants() {
 		run = m.owners
 	}
 	for i := range run {
 		m.layer(i, p, x, ple, run == len(m.layers))
 	}
-	if p.logits != nil {
+	if p.wants() {
 		gemmaHead(p, x, m.norm, m.output, m.eps, m.softCap)
 	}
 }
@@ -432,6 +432,10 @@ const sqrt1_2 = float32(0.70710678118654752440)
 // (cap 0: none).
 func gemmaHead(p *pass, x, norm, output *compute.Tensor, eps, softCap float32) {
 	b, s, logits := p.b, p.ar, p.logits
+	p.writeHidden(x, norm, eps, 0)
+	if logits == nil {
+		return
+	}
 	h := s.get("head", x.Cols())
 	if out := p.out(x); out != x {
 		x = out

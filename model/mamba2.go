@@ -321,8 +321,9 @@ func (m *mamba2) forward(p *pass) {
 // rows of x whose logits pass p writes (see pass.out). h is scratch of x's
 // shape.
 func outputLogits(p *pass, x, h, norm, output *compute.Tensor, eps, normOffset float32) {
+	p.writeHidden(x, norm, eps, normOffset)
 	if p.logits == nil {
-		return // a prefill chunk before the last: no logits wanted
+		return // a prefill chunk before the last, or hidden states only
 	}
 	b := p.b
 	if out := p.out(x); out != x {

@@ -23,6 +23,10 @@ type pass struct {
 	// pick (I32 [k]) lists the rows whose logits a batched pass writes,
 	// in order; nil when they are all n rows in order.
 	pick *compute.Tensor
+	// hidden receives a batched pass's final hidden states (after the
+	// final norm, before the output head) of the rows hpick lists (all n
+	// rows in order when hpick is nil); nil when nobody reads any.
+	hidden, hpick *compute.Tensor
 
 	// seqs are the sequences of the pass in row order, with their
 	// recurrent tensors (nil in a model without).
@@ -47,6 +51,24 @@ func onePass(b compute.Backend, st *kvState, rec []*compute.Tensor, ids, pos, lo
 		seqs: append(p.seqs[:0], passSeq{from: 0, to: n, rec: rec}),
 	}
 	return p
+}
+
+// wants reports whether the pass has an output to write: logits or
+// hidden states. A pass without runs only what fills the caches.
+func (p *pass) wants() bool { return p.logits != nil || p.hidden != nil }
+
+// writeHidden writes the final norm (RMSNorm with weight norm) of the rows
+// of x that the batch asks hidden states for into p.hidden.
+func (p *pass) writeHidden(x, norm *compute.Tensor, eps, normOffset float32) {
+	if p.hidden == nil {
+		return
+	}
+	src := x
+	if p.hpick != nil {
+		src = p.ar.rows("hidden picked", p.hpick.Len(), x.Cols())
+		p.b.Embed(src, x, p.hpick)
+	}
+	p.b.RMSNorm(p.hidden, src, norm, eps, normOffset)
 }
 
 // rows returns the number of rows of the pass.

@@ -22,14 +22,17 @@ type metrics struct {
 	itl          *prometheus.HistogramVec
 	queueDepth   *prometheus.GaugeVec
 	queueWait    *prometheus.HistogramVec
+	embedInputs  *prometheus.CounterVec
+	embedTokens  *prometheus.CounterVec
 }
 
 // modelMetrics are the children of the per-model metrics, looked up once.
 type modelMetrics struct {
-	promptTokens, genTokens prometheus.Counter
-	ttft, itl               prometheus.Observer
-	queueDepth              prometheus.Gauge
-	queueWait               prometheus.Observer
+	promptTokens, genTokens  prometheus.Counter
+	ttft, itl                prometheus.Observer
+	queueDepth               prometheus.Gauge
+	queueWait                prometheus.Observer
+	embedInputs, embedTokens prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -63,8 +66,14 @@ func newMetrics() *metrics {
 			Name: "lem_queue_wait_seconds", Help: "Time a request waited for its model, from reaching the queue to its turn (or to giving up); requests refused at once are not counted.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 3, 13),
 		}, []string{"model"}),
+		embedInputs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lem_embedding_inputs_total", Help: "Inputs embedded or scored by embedding and rerank requests.",
+		}, []string{"model"}),
+		embedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "lem_embedding_tokens_total", Help: "Tokens of the inputs of embedding and rerank requests.",
+		}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.ttft, m.itl, m.queueDepth, m.queueWait,
+	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.ttft, m.itl, m.queueDepth, m.queueWait, m.embedInputs, m.embedTokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -77,6 +86,8 @@ func (m *metrics) forModel(id string) modelMetrics {
 		itl:          m.itl.WithLabelValues(id),
 		queueDepth:   m.queueDepth.WithLabelValues(id),
 		queueWait:    m.queueWait.WithLabelValues(id),
+		embedInputs:  m.embedInputs.WithLabelValues(id),
+		embedTokens:  m.embedTokens.WithLabelValues(id),
 	}
 }
 

@@ -185,6 +185,8 @@ func (s *Server) routes() {
 	s.openaiRoutes()
 	s.anthropicRoutes()
 	s.ollamaRoutes()
+	s.embedRoutes()
+	s.ollamaEmbedRoutes()
 	s.mux.HandleFunc("OPTIONS /", s.preflight)
 	s.handle("/", openaiErrors, open, func(w http.ResponseWriter, r *http.Request) {
 		// Under /api/ the Ollama dialect's shape, {"error": "…"}, which
