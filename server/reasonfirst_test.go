@@ -1,9 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"lem/compute/cpu"
+	"lem/engine"
+	"lem/internal/fixtures"
 )
 
 // reasonSchema keeps its strings to enums: the chat model was never taught
@@ -149,6 +159,72 @@ func TestReasoningBeforeStructure(t *testing.T) {
 			default:
 				checkReasonAnswer(t, content)
 			}
+		})
+	}
+}
+
+// TestReasoningBeforeStructureOpenPrompt serves the chat model under a
+// template whose generation prompt opens the reasoning block itself
+// ("<think>\n", as Qwen 3.5's and DeepSeek R1's do): the reply begins
+// inside reasoning, and the JSON schema holds only after its end marker.
+func TestReasoningBeforeStructureOpenPrompt(t *testing.T) {
+	src := fixtures.Dir(t, "chat-model")
+	dir := t.TempDir()
+	for _, name := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		if err := os.Symlink(filepath.Join(src, name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmpl, err := os.ReadFile(filepath.Join(src, "chat_template.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const closed = "{{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}"
+	if !bytes.Contains(tmpl, []byte(closed)) {
+		t.Fatal("the fixture's template no longer ends as this test expects")
+	}
+	tmpl = bytes.Replace(tmpl, []byte(closed), []byte("{{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- else %}\n        {{- '<think>\\n' }}\n    {%- endif %}"), 1)
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), tmpl, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	em, err := engine.Open(dir, engine.Options{Backend: cpu.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { em.Close() })
+	m, err := NewModel("chat", em, ModelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); ts.Close() })
+
+	for _, tt := range []struct {
+		name      string
+		extra     string
+		wantThink bool
+	}{
+		{"thinking", ``, true},
+		{"thinking off", `"chat_template_kwargs":{"enable_thinking":false},`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, v, raw := post(t, ts.URL+"/v1/chat/completions", `{"model":"chat","temperature":0,"max_tokens":300,`+tt.extra+japan+
+				`,"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,"schema":`+reasonSchema+`}}}`)
+			if code != 200 {
+				t.Fatalf("%d %s", code, raw)
+			}
+			_, content, finish := oaCalls(t, v)
+			msg := asList(v["choices"])[0].(map[string]any)["message"].(map[string]any)
+			think, _ := msg["reasoning_content"].(string)
+			t.Logf("finish %s, reasoning %q, content %q", finish, think, content)
+			if (think != "") != tt.wantThink || strings.Contains(think, "{") || strings.Contains(content, "think>") || finish != "stop" {
+				t.Errorf("finish %s, reasoning %q, content %q", finish, think, content)
+			}
+			checkReasonAnswer(t, content)
 		})
 	}
 }
