@@ -228,3 +228,52 @@ func TestReasoningBeforeStructureOpenPrompt(t *testing.T) {
 		})
 	}
 }
+
+// TestHarmonyReasoningBeforeStructure asks a Harmony model for JSON with a
+// thinking budget: the analysis channel, which the budget ends, comes back
+// as the thinking block, and the JSON value, in the final channel, as the
+// text. Without thinking the value comes at once.
+func TestHarmonyReasoningBeforeStructure(t *testing.T) {
+	_, ts := newHarmonyServer(t)
+	const schema = `{"type":"object","properties":{"capital":{"enum":["Tokyo","Paris"]},"rank":{"type":"integer","minimum":1,"maximum":100}},"required":["capital","rank"],"additionalProperties":false}`
+	const q = `"messages":[{"role":"user","content":"Capital of Japan, in JSON?"}]`
+	const thinking = `"thinking":{"type":"enabled","budget_tokens":6},`
+	for _, tt := range []struct {
+		name, body string
+		think      bool
+	}{
+		// With these random weights, greedy decoding takes the analysis
+		// channel when it may.
+		{"schema thinking", thinking + `"output_config":{"format":{"type":"json_schema","schema":` + schema + `}}`, true},
+		{"schema", `"output_config":{"format":{"type":"json_schema","schema":` + schema + `}}`, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, v, raw := post(t, ts.URL+"/v1/messages", `{"model":"harmony","max_tokens":1000,"temperature":0,`+tt.body+`,`+q+`}`)
+			if code != 200 {
+				t.Fatalf("%d %s", code, raw)
+			}
+			var thought, text string
+			for _, b := range asList(v["content"]) {
+				switch b := b.(map[string]any); b["type"] {
+				case "thinking":
+					thought += b["thinking"].(string)
+				case "text":
+					text += b["text"].(string)
+				default:
+					t.Errorf("%s block: %s", b["type"], raw)
+				}
+			}
+			t.Logf("stop %v, thinking %q, text %q", v["stop_reason"], thought, text)
+			if tt.think != (thought != "") || strings.Contains(thought, "<|") || strings.Contains(text, "<|") || v["stop_reason"] != "end_turn" {
+				t.Errorf("thinking %q: %s", thought, raw)
+			}
+			var a struct {
+				Capital string
+				Rank    *int
+			}
+			if err := strictUnmarshal(text, &a); err != nil || a.Rank == nil || *a.Rank < 1 || *a.Rank > 100 || a.Capital != "Tokyo" && a.Capital != "Paris" {
+				t.Errorf("text %q: %v", text, err)
+			}
+		})
+	}
+}
