@@ -123,6 +123,116 @@ func TestOpenAIJSONSchema(t *testing.T) {
 	}
 }
 
+// TestOpenAIStructuredAfterReasoning asks for structured output with
+// thinking on (the chat model's template default): the model reasons in
+// free text first, and the JSON schema or the forced call holds from the
+// end of its reasoning; with thinking off it holds from the first token.
+func TestOpenAIStructuredAfterReasoning(t *testing.T) {
+	base, _ := startServer(t, server.Config{})
+	client := newClient(base)
+	ctx := context.Background()
+	// The rank bounded: left free, the model writes integers beyond int.
+	schema := map[string]any{}
+	for k, v := range answerSchema {
+		schema[k] = v
+	}
+	props := map[string]any{"rank": map[string]any{"type": "integer", "minimum": 1, "maximum": 100}}
+	for k, v := range answerSchema["properties"].(map[string]any) {
+		if k != "rank" {
+			props[k] = v
+		}
+	}
+	schema["properties"] = props
+	format := openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+		JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "answer", Strict: openai.Bool(true), Schema: schema},
+	}}
+	noMarkers := func(t *testing.T, s ...string) {
+		t.Helper()
+		for _, s := range s {
+			if strings.Contains(s, "think>") {
+				t.Errorf("reasoning markers in %q", s)
+			}
+		}
+	}
+
+	t.Run("json schema", func(t *testing.T) {
+		p := greedy(openai.UserMessage(japan))
+		p.ResponseFormat = format
+		res, err := client.Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := res.Choices[0].Message
+		reasoning := extraString(msg.JSON.ExtraFields, "reasoning_content")
+		if reasoning != japanThink || res.Choices[0].FinishReason != "stop" {
+			t.Errorf("finish %q, reasoning %q", res.Choices[0].FinishReason, reasoning)
+		}
+		noMarkers(t, reasoning, msg.Content)
+		checkAnswer(t, msg.Content)
+	})
+
+	t.Run("json schema streamed", func(t *testing.T) {
+		p := greedy(openai.UserMessage(japan))
+		p.ResponseFormat = format
+		stream := client.Chat.Completions.NewStreaming(ctx, p)
+		var acc openai.ChatCompletionAccumulator
+		var reasoning strings.Builder
+		for stream.Next() {
+			ch := stream.Current()
+			acc.AddChunk(ch)
+			if len(ch.Choices) > 0 {
+				reasoning.WriteString(extraString(ch.Choices[0].Delta.JSON.ExtraFields, "reasoning_content"))
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if reasoning.String() != japanThink {
+			t.Errorf("streamed reasoning %q", reasoning.String())
+		}
+		noMarkers(t, reasoning.String(), acc.Choices[0].Message.Content)
+		checkAnswer(t, acc.Choices[0].Message.Content)
+	})
+
+	t.Run("tool_choice required", func(t *testing.T) {
+		p := greedy(openai.UserMessage(japan))
+		p.Tools = []openai.ChatCompletionToolUnionParam{weatherTool(), addTool()}
+		p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+		res, err := client.Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := res.Choices[0]
+		reasoning := extraString(c.Message.JSON.ExtraFields, "reasoning_content")
+		if reasoning != japanThink || c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) == 0 || c.Message.Content != "" {
+			t.Fatalf("finish %q, reasoning %q, content %q, calls %v", c.FinishReason, reasoning, c.Message.Content, c.Message.ToolCalls)
+		}
+		for _, tc := range c.Message.ToolCalls {
+			var args map[string]any
+			if err := json.Unmarshal([]byte(tc.Function.Arguments), &args); err != nil {
+				t.Errorf("%s arguments %q: %v", tc.Function.Name, tc.Function.Arguments, err)
+			}
+		}
+	})
+
+	t.Run("thinking off", func(t *testing.T) {
+		p := greedy(openai.UserMessage(japan))
+		p.ResponseFormat = format
+		res, err := client.Chat.Completions.New(ctx, p, noThinking)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := res.Choices[0].Message
+		if r := extraString(msg.JSON.ExtraFields, "reasoning_content"); r != "" {
+			t.Errorf("reasoning %q with thinking off", r)
+		}
+		if !strings.HasPrefix(msg.Content, "{") {
+			t.Errorf("content %q does not begin with the value", msg.Content)
+		}
+		checkAnswer(t, msg.Content)
+	})
+}
+
 func TestAnthropicToolChoiceEnforced(t *testing.T) {
 	base, _ := startServer(t, server.Config{})
 	client := newAnthropic(base)
@@ -232,11 +342,19 @@ func TestOllamaFormatSchema(t *testing.T) {
 	c := newOllama(t, base, "")
 	format, _ := json.Marshal(answerSchema)
 	for _, stream := range []bool{false, true} {
+		// Thinking left out is the template's default (on): the model
+		// reasons, then the schema holds.
 		req := &api.ChatRequest{Model: "chat-model", Messages: []api.Message{olUser(japan + " Answer in JSON.")}, Stream: &stream,
 			Format: format, Options: olGreedy()}
 		content, thinking := olJoin(olChat(t, c, req))
-		if thinking != "" {
+		if thinking == "" || strings.Contains(thinking, "think>") {
 			t.Errorf("stream=%v: thinking %q", stream, thinking)
+		}
+		checkAnswer(t, content)
+		req.Think = olThink(false)
+		content, thinking = olJoin(olChat(t, c, req))
+		if thinking != "" {
+			t.Errorf("stream=%v, think false: thinking %q", stream, thinking)
 		}
 		checkAnswer(t, content)
 	}

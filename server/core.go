@@ -137,9 +137,13 @@ type Prepared struct {
 	n            int
 	inReasoning  bool
 	toolsOffered bool
-	json         func(stopIDs []int32) engine.Constraint
-	grammar      *constrain.Grammar
-	arrived      time.Time
+	// reasonFirst says that the grammar lets the model reason before the
+	// JSON value it holds the reply to: the reply's parser splits the
+	// reasoning off.
+	reasonFirst bool
+	json        func(stopIDs []int32) engine.Constraint
+	grammar     *constrain.Grammar
+	arrived     time.Time
 }
 
 // PromptTokens returns the number of prompt tokens.
@@ -438,7 +442,7 @@ func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, er
 		}
 		tools = offered
 		p.toolsOffered = len(req.Tools) > 0 && req.ToolChoice.Mode != ToolNone
-		p.inReasoning = !req.JSON && req.Schema == nil && m.format.InReasoning(text)
+		p.inReasoning = m.format.InReasoning(text)
 	} else {
 		if req.PromptIDs != nil {
 			for i, id := range req.PromptIDs {
@@ -461,18 +465,19 @@ func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, er
 	if err := m.checkContext(p); err != nil {
 		return nil, err
 	}
-	if req.JSON && m.channels(req) == nil {
+	g, err := m.grammar(req, p, tools)
+	if err != nil {
+		return nil, invalid(param(req.PromptParam, "messages"), "constraining the output: %v", err)
+	}
+	p.grammar = g
+	if req.JSON && g == nil {
+		// One JSON object from the first token.
 		m.jsonOnce.Do(func() { m.jsonMake, m.jsonErr = newJSONFactory(tok) })
 		if m.jsonErr != nil {
 			return nil, invalid("response_format", "%v", m.jsonErr)
 		}
 		p.json = m.jsonMake
 	}
-	g, err := m.grammar(req, p, tools)
-	if err != nil {
-		return nil, invalid(param(req.PromptParam, "messages"), "constraining the output: %v", err)
-	}
-	p.grammar = g
 	return p, nil
 }
 
@@ -850,10 +855,14 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		sample.Seed += uint64(i)
 	}
 	r := &choiceRun{m: m, p: p, index: i, choice: c, emit: emit, first: true, stop: newStopMatcher(req.Stop)}
-	if len(req.Messages) > 0 && (p.json == nil && req.Schema == nil || m.channels(req) != nil) {
+	switch {
+	case len(req.Messages) > 0 && (!req.JSON && req.Schema == nil || m.channels(req) != nil):
 		// A format with channels writes its JSON in the answer's channel.
 		r.parser = m.format.NewParser(p.inReasoning, p.toolsOffered)
-	} else {
+	case p.reasonFirst:
+		// Reasoning, then the JSON value: no tool calls in it.
+		r.parser = m.format.NewParser(p.inReasoning, false)
+	default:
 		r.parser = plainText{}
 	}
 	ereq := engine.Request{Prompt: p.ids, Sample: sample, MaxTokens: p.maxTokens,

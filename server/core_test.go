@@ -307,23 +307,30 @@ func TestPrepareErrors(t *testing.T) {
 
 func TestJSONObject(t *testing.T) {
 	_, m := newTestModel(t, Config{})
-	req := &Request{Messages: userMessage("What is the capital of Japan?"), JSON: true, MaxTokens: 200, Sample: m.SampleDefaults()}
-	req.Sample.Seed, req.Sample.HasSeed = 1, true
-	p, err := m.Prepare(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := m.Generate(context.Background(), p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := res.Choices[0]
-	t.Logf("%s: %q", c.Finish, c.Content)
-	var v map[string]any
-	if c.Finish == FinishStop && json.Unmarshal([]byte(c.Content), &v) != nil {
-		t.Errorf("finished output %q is not a JSON object", c.Content)
-	}
-	if !strings.HasPrefix(strings.TrimSpace(c.Content), "{") || c.Reasoning != "" {
-		t.Errorf("content %q reasoning %q", c.Content, c.Reasoning)
+	// With thinking on (the template's default) the model reasons first
+	// and the object follows; with it off the object comes at once.
+	for _, think := range []bool{true, false} {
+		req := &Request{Messages: userMessage("What is the capital of Japan?"), JSON: true, MaxTokens: 200, Sample: m.SampleDefaults()}
+		if !think {
+			req.Kwargs = map[string]any{"enable_thinking": false}
+		}
+		req.Sample.Seed, req.Sample.HasSeed = 1, true
+		p, err := m.Prepare(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Generate(context.Background(), p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := res.Choices[0]
+		t.Logf("thinking %v, %s: %q after %q", think, c.Finish, c.Content, c.Reasoning)
+		var v map[string]any
+		if c.Finish == FinishStop && json.Unmarshal([]byte(c.Content), &v) != nil {
+			t.Errorf("finished output %q is not a JSON object", c.Content)
+		}
+		if !strings.HasPrefix(strings.TrimSpace(c.Content), "{") || (c.Reasoning != "") != think || strings.Contains(c.Reasoning, "{") {
+			t.Errorf("thinking %v: content %q reasoning %q", think, c.Content, c.Reasoning)
+		}
 	}
 }

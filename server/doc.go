@@ -75,12 +75,16 @@
 // model's tool-call format, arguments held to the tool's parameters),
 // tool_choice none (the format's call marker kept out of the reply), a
 // reasoning budget, and thinking turned off where the template does not
-// close reasoning itself. Package chat owns the formats (chat.ToolFormat:
-// detection, markers, streaming parser, forced-call syntax); the server
-// knows none by name. Models whose format has channels (chat.Channels)
-// reason in a channel rather than between markers: their JSON goes in the
-// answer's channel and a forced call after reasoning unless thinking is
-// off, and tool_choice none keeps calls out.
+// close reasoning itself. Reasoning comes before structure: with thinking
+// on, a chat reply may reason freely first, and the JSON value or the
+// forced calls begin at the end of the reasoning (its end marker, which a
+// reasoning budget forces); with thinking off, or a template that closed
+// reasoning in the prompt, they hold from the first token. Package chat
+// owns the formats (chat.ToolFormat: detection, markers, streaming parser,
+// forced-call syntax); the server knows none by name. Models whose format
+// has channels (chat.Channels) reason in a channel rather than between
+// markers: their JSON goes in the answer's channel and a forced call after
+// reasoning unless thinking is off, and tool_choice none keeps calls out.
 //
 // Streams go through stream (sse.go), which sets a write deadline per
 // frame and flushes it; per-token frames should be appended by hand into

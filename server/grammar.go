@@ -96,21 +96,24 @@ func (m *Model) vocab() (*constrain.Vocab, error) {
 }
 
 // grammar builds the constraint a prepared chat or completion request
-// needs, or nil when it needs none. tools are the tools the prompt offers.
+// needs, or nil when it needs none (a request for any JSON object with no
+// reasoning before it takes jsonmode.go's constraint instead). tools are
+// the tools the prompt offers.
+//
+// A chat reply of a model that reasons between markers may reason first:
+// the JSON value or the forced calls begin after the end marker. The
+// constraint holds from the first token when thinking is off or the
+// template closed reasoning in the prompt; a reasoning budget forces the
+// end marker and hands over to the body.
 func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*constrain.Grammar, error) {
-	ch := m.channels(req)
-	if req.JSON && ch == nil {
-		return nil, nil // the JSON object constraint of jsonmode.go
-	}
 	var spec constrain.Spec
 	need := false
-	if ch != nil {
+	if ch := m.channels(req); ch != nil {
 		spec, need = channelSpec(req, tools, ch, m.format.Tools.Forced())
-	} else if req.Schema != nil {
-		spec.Schema, need = req.Schema, true
-	} else if len(req.Messages) > 0 {
+	} else {
+		chatReq := len(req.Messages) > 0
 		f := m.format
-		if start, end := f.ReasoningMarkers(); end != "" {
+		if start, end := f.ReasoningMarkers(); end != "" && chatReq {
 			spec.ThinkStart, spec.ThinkEnd = start, end
 			spec.InReasoning = p.inReasoning
 		}
@@ -119,8 +122,14 @@ func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*co
 		if known {
 			fc = f.Tools.Forced()
 		}
-		switch req.ToolChoice.Mode {
-		case ToolRequired, ToolNamed:
+		switch {
+		case req.Schema != nil || req.JSON:
+			spec.Schema, need = req.Schema, true
+			if spec.Schema == nil {
+				spec.Schema = anyObject()
+			}
+		case !chatReq:
+		case req.ToolChoice.Mode == ToolRequired || req.ToolChoice.Mode == ToolNamed:
 			if known && len(tools) > 0 {
 				tc := &constrain.ToolCalls{Syntax: constrain.CallSyntax(fc.Syntax), Multiple: fc.Multiple && req.ToolChoice.Mode == ToolRequired}
 				for _, t := range tools {
@@ -129,24 +138,30 @@ func (m *Model) grammar(req *Request, p *Prepared, tools []json.RawMessage) (*co
 				}
 				spec.Tools, need = tc, true
 			}
-		case ToolNone:
+		case req.ToolChoice.Mode == ToolNone:
 			if known && fc.Marker != "" && len(req.Tools) > 0 {
 				spec.Forbid, need = fc.Marker, true
 			}
 		}
 		if spec.ThinkEnd != "" {
+			closed := strings.HasSuffix(strings.TrimRight(p.text, " \t\r\n"), spec.ThinkEnd)
 			switch {
+			case closed:
+				// The template closed reasoning itself.
+				spec.ThinkStart, spec.ThinkEnd, spec.InReasoning = "", "", false
+			case thinkingOff(req.Kwargs) && spec.Schema != nil && !spec.InReasoning:
+				// The value begins at once: no room for reasoning.
+				spec.ThinkStart, spec.ThinkEnd = "", ""
 			case thinkingOff(req.Kwargs):
-				if strings.HasSuffix(strings.TrimRight(p.text, " \t\r\n"), spec.ThinkEnd) {
-					// The template closed reasoning itself.
-					spec.ThinkStart, spec.ThinkEnd, spec.InReasoning = "", "", false
-				} else {
-					spec.NoThinking, need = true, true
-				}
+				spec.NoThinking, need = true, true
 			case req.ThinkingBudget > 0:
 				spec.ThinkBudget, need = req.ThinkingBudget, true
 			}
 		}
+		if req.JSON && spec.ThinkEnd == "" {
+			return nil, nil // the JSON object constraint of jsonmode.go
+		}
+		p.reasonFirst = spec.Schema != nil && spec.ThinkEnd != ""
 	}
 	if !need {
 		return nil, nil
