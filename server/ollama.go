@@ -11,9 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"lem/chat"
 	"lem/constrain"
+	"lem/tokenizer"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
@@ -46,7 +48,7 @@ import (
 //     truncate false such a history is a 400 context_length_exceeded.
 //     On /api/generate, truncate drops the oldest tokens of a prompt that
 //     does not fit, keeping its end, the template and any suffix (see
-//     olGenerateRequest.prepare); truncated_tokens counts them.
+//     olGenerateRequest.prepare); the reply says truncated: true.
 
 // ollamaVersion is the version of the Ollama API lem speaks, which
 // /api/version reports: clients compare it to decide what to send.
@@ -627,9 +629,9 @@ type olGenerateResponse struct {
 	Done       bool            `json:"done"`
 	DoneReason string          `json:"done_reason,omitempty"`
 	Logprobs   []olLogprob     `json:"logprobs,omitempty"`
-	// TruncatedTokens counts the oldest prompt tokens dropped so that the
-	// prompt fits the context (lem's own field).
-	TruncatedTokens int `json:"truncated_tokens,omitempty"`
+	// Truncated says the oldest part of the prompt was dropped so that it
+	// fits the context (lem's own field).
+	Truncated bool `json:"truncated,omitempty"`
 	*olMetrics
 }
 
@@ -716,7 +718,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 // olRun generates a chat or generate reply, streamed as NDJSON chunks
 // ended by one with done: true and the metrics, or whole. prepare
 // prepares the request within fit and returns what it dropped to fit:
-// messages of a chat, prompt tokens of a generate request.
+// messages of a chat, prompt bytes of a generate request.
 func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, prepare func() (*Prepared, int, error), fit olFit, t *olTimer, enc *olEncoder, streamed bool) {
 	p, dropped, err := prepare()
 	if err != nil {
@@ -735,7 +737,7 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, prepare
 				"dropped_messages", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
 		} else {
 			s.log.Info("prompt truncated to fit the context", "request_id", RequestID(r.Context()), "model", m.id,
-				"dropped_tokens", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
+				"dropped_bytes", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
 		}
 		enc.truncated = dropped
 	}
@@ -755,7 +757,7 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, prepare
 		} else {
 			writeJSON(w, http.StatusOK, olGenerateResponse{Model: enc.model, CreatedAt: now, Done: true, DoneReason: olDoneReason(c.Finish),
 				Response: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls), Logprobs: olLogprobs(c.Logprobs),
-				TruncatedTokens: enc.truncated, olMetrics: met})
+				Truncated: enc.truncated > 0, olMetrics: met})
 		}
 		return
 	}
@@ -922,7 +924,7 @@ func olPrepare(ctx context.Context, m *Model, req *Request, limit int, fit olFit
 // the template around it, system and (filling in the middle) the suffix
 // stay, and the end of the prompt is kept. The longest end that leaves
 // that room is kept; failing that, the longest that fits at all. It
-// returns the number of the prompt's tokens dropped.
+// returns the number of the prompt's bytes dropped.
 //
 // req is the request toRequest made, or nil with its error when the
 // prompt was too long to encode whole.
@@ -935,10 +937,11 @@ func (o *olGenerateRequest) prepare(ctx context.Context, m *Model, req *Request,
 	if err == nil && roomy(p) || err != nil && AsError(err).Code != CodeContextExceeded || !fit.truncate || o.Prompt == "" {
 		return p, 0, err
 	}
-	toks := m.eng.Tokenizer.EncodePlain(o.Prompt, false)
+	toks, whole := olTail(m.eng.Tokenizer, o.Prompt, fit.ctx)
 	type attempt struct {
-		p   *Prepared
-		err error
+		p      *Prepared
+		err    error
+		prompt string
 	}
 	tried := map[int]attempt{}
 	// at prepares the request with the last keep tokens of the prompt.
@@ -954,14 +957,17 @@ func (o *olGenerateRequest) prepare(ctx context.Context, m *Model, req *Request,
 		if err == nil {
 			p, _, err = olPrepare(ctx, m, r, limit, fit)
 		}
-		tried[keep] = attempt{p, err}
+		tried[keep] = attempt{p, err, short.Prompt}
 		return tried[keep]
 	}
 	// search finds the most tokens to keep (at least one, at most those
 	// of the whole prompt less one, and of the context) whose prompt
 	// passes ok, or 0.
 	search := func(ok func(*Prepared) bool) (int, error) {
-		lo, hi := 0, min(len(toks)-1, fit.ctx)
+		lo, hi := 0, min(len(toks), fit.ctx)
+		if whole {
+			hi = min(hi, len(toks)-1)
+		}
 		for lo < hi {
 			mid := lo + (hi-lo+1)/2
 			a := at(mid)
@@ -993,7 +999,27 @@ func (o *olGenerateRequest) prepare(ctx context.Context, m *Model, req *Request,
 			return nil, 0, err
 		}
 	}
-	return tried[keep].p, len(toks) - keep, nil
+	return tried[keep].p, len(o.Prompt) - len(tried[keep].prompt), nil
+}
+
+// olTail encodes the end of prompt: at least ctx+1 tokens of it, or all of
+// it (whole), so that a prompt of many megabytes is not tokenized whole to
+// keep its last few thousand tokens. Where the window of text does not
+// start the prompt, its first token, which may be cut from a longer one,
+// is left out.
+func olTail(tok *tokenizer.Tokenizer, prompt string, ctx int) (toks []int32, whole bool) {
+	for w := 16 * (ctx + 1); ; w *= 4 {
+		if w >= len(prompt) {
+			return tok.EncodePlain(prompt, false), true
+		}
+		start := len(prompt) - w
+		for start < len(prompt) && !utf8.RuneStart(prompt[start]) {
+			start++
+		}
+		if toks = tok.EncodePlain(prompt[start:], false); len(toks) > ctx+1 {
+			return toks[1:], false
+		}
+	}
 }
 
 // olCuts lists, in order, where a chat history may be cut so that what is
@@ -1039,7 +1065,7 @@ type olEncoder struct {
 	buf   []byte
 
 	// truncated counts the messages dropped from a chat history, or the
-	// tokens from a generate prompt, reported in the last chunk.
+	// bytes from a generate prompt, reported in the last chunk.
 	truncated int
 }
 
@@ -1108,7 +1134,7 @@ func (e *olEncoder) done(reason string, met *olMetrics) []byte {
 		v = olChatResponse{Model: e.model, CreatedAt: now, Message: olMessageOut{Role: "assistant"}, Done: true, DoneReason: reason,
 			TruncatedMessages: e.truncated, olMetrics: met}
 	} else {
-		v = olGenerateResponse{Model: e.model, CreatedAt: now, Done: true, DoneReason: reason, TruncatedTokens: e.truncated, olMetrics: met}
+		v = olGenerateResponse{Model: e.model, CreatedAt: now, Done: true, DoneReason: reason, Truncated: e.truncated > 0, olMetrics: met}
 	}
 	data, _ := json.Marshal(v)
 	return append(data, '\n')
@@ -1297,6 +1323,17 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 			template = t.Source()
 		}
 	}
+	if fim := m.olFIMTemplate(); fim != "" {
+		// Ollama's clients (Continue, for one) offer fill-in-the-middle
+		// when the template reads .Suffix, or the model has the insert
+		// capability.
+		caps = append(caps, "insert")
+		body := template
+		if body == "" {
+			body = "{{ .Prompt }}"
+		}
+		template = fim + "{{- else }}" + body + "{{- end }}"
+	}
 	params := m.olParameters()
 	var mf strings.Builder
 	// The model's file or folder by its name only: where it lies on the
@@ -1320,6 +1357,32 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		"capabilities": caps,
 		"modified_at":  d.ModifiedAt,
 	})
+}
+
+// olFIMTemplate returns, for a model whose tokenizer declares
+// fill-in-the-middle tokens, the opening branch of an Ollama template that
+// writes its FIM prompt when a request has a suffix:
+//
+//	{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>
+//
+// (with Codestral's markers, [SUFFIX]{{ .Suffix }}[PREFIX]{{ .Prompt }}),
+// and "" for a model without them. /api/show puts the chat template (or
+// the bare prompt) in its else branch. lem builds the prompt itself (see
+// fimPrompt): the template tells clients what suffix does.
+func (m *Model) olFIMTemplate() string {
+	tok := m.eng.Tokenizer
+	if tok == nil {
+		return ""
+	}
+	f, ok := tok.FIM()
+	if !ok {
+		return ""
+	}
+	mark := func(id int32) string { return strings.TrimSpace(tok.Decode([]int32{id}, false)) }
+	if f.SuffixFirst {
+		return "{{- if .Suffix }}" + mark(f.Suffix) + "{{ .Suffix }}" + mark(f.Prefix) + "{{ .Prompt }}"
+	}
+	return "{{- if .Suffix }}" + mark(f.Prefix) + "{{ .Prompt }}" + mark(f.Suffix) + "{{ .Suffix }}" + mark(f.Middle)
 }
 
 // olParameters lists the served context (num_ctx), the model's default

@@ -206,29 +206,33 @@ func TestOllamaGenerateTruncate(t *testing.T) {
 	ts := newContextServer(t, 512)
 	tok := openChatModel(t).Tokenizer
 	var b strings.Builder
-	for i := range 200 {
+	for i := range 1000 {
 		fmt.Fprintf(&b, "item %d is here. ", i)
 	}
 	prompt := b.String()
 	opts := `"options":{"temperature":0,"num_predict":8}`
+	const short = "item 1 is here."
 	for _, raw := range []bool{false, true} {
 		body := fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%s,%s}`, raw, mustJSON(prompt), opts)
 		code, v, rawBody := post(t, ts.URL+"/api/generate", body)
 		if code != 200 {
 			t.Fatalf("raw %v: %d %s", raw, code, rawBody)
 		}
-		n, dropped := int(v["prompt_eval_count"].(float64)), int(v["truncated_tokens"].(float64))
-		if n+8 > 512 || n < 512-8-16 || dropped <= 0 {
-			t.Errorf("raw %v: a prompt of %d tokens after dropping %d, want it to fill 512 less num_predict 8", raw, n, dropped)
+		n := int(v["prompt_eval_count"].(float64))
+		if n+8 > 512 || n < 512-8-16 || v["truncated"] != true {
+			t.Errorf("raw %v: a prompt of %d tokens, truncated %v, want it to fill 512 less num_predict 8", raw, n, v["truncated"])
 		}
+		// The template's tokens around the prompt.
+		_, w, _ := post(t, ts.URL+"/api/generate", fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%q,%s}`, raw, short, opts))
+		around := int(w["prompt_eval_count"].(float64)) - len(tok.EncodePlain(short, false))
 		// The kept end, sent alone, gives the same prompt and answer.
 		toks := tok.EncodePlain(prompt, false)
-		tail := tok.Decode(toks[dropped:], false)
-		if !strings.HasSuffix(prompt, tail) || !strings.HasSuffix(tail, "item 199 is here. ") {
+		tail := tok.Decode(toks[len(toks)-(n-around):], false)
+		if !strings.HasSuffix(prompt, tail) || !strings.HasSuffix(tail, "item 999 is here. ") {
 			t.Fatalf("raw %v: kept %q, not the end of the prompt", raw, tail)
 		}
-		_, w, _ := post(t, ts.URL+"/api/generate", fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%s,%s}`, raw, mustJSON(tail), opts))
-		if w["prompt_eval_count"] != v["prompt_eval_count"] || w["response"] != v["response"] || w["truncated_tokens"] != nil {
+		_, w, _ = post(t, ts.URL+"/api/generate", fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%s,%s}`, raw, mustJSON(tail), opts))
+		if w["prompt_eval_count"] != v["prompt_eval_count"] || w["response"] != v["response"] || w["truncated"] != nil {
 			t.Errorf("raw %v: truncated %v tokens answering %q, the kept end alone %v tokens answering %q", raw,
 				v["prompt_eval_count"], v["response"], w["prompt_eval_count"], w["response"])
 		}
@@ -241,13 +245,13 @@ func TestOllamaGenerateTruncate(t *testing.T) {
 	}
 	lines := olLines(t, resp)
 	resp.Body.Close()
-	if last := lines[len(lines)-1]; last["done"] != true || last["truncated_tokens"] == nil {
-		t.Errorf("streamed: last chunk %v, want truncated_tokens", last)
+	if last := lines[len(lines)-1]; last["done"] != true || last["truncated"] != true {
+		t.Errorf("streamed: last chunk %v, want truncated", last)
 	}
 
 	// Filling in the middle, the text before the gap loses its start.
 	code, v, raw := post(t, ts.URL+"/api/generate", `{"model":"chat","stream":false,"prompt":`+mustJSON(prompt)+`,"suffix":"\nprint(x)\n",`+opts+`}`)
-	if code != 200 || v["truncated_tokens"] == nil || int(v["prompt_eval_count"].(float64))+8 > 512 {
+	if code != 200 || v["truncated"] != true || int(v["prompt_eval_count"].(float64))+8 > 512 {
 		t.Errorf("suffix: %d %s", code, raw)
 	}
 
@@ -257,8 +261,8 @@ func TestOllamaGenerateTruncate(t *testing.T) {
 		t.Errorf("truncate false: %d %s", code, raw)
 	}
 	// A prompt that fits is not touched.
-	code, v, raw = post(t, ts.URL+"/api/generate", `{"model":"chat","stream":false,"prompt":"item 1 is here.",`+opts+`}`)
-	if code != 200 || v["truncated_tokens"] != nil {
+	code, v, raw = post(t, ts.URL+"/api/generate", `{"model":"chat","stream":false,"prompt":"`+short+`",`+opts+`}`)
+	if code != 200 || v["truncated"] != nil {
 		t.Errorf("short prompt: %d %s", code, raw)
 	}
 }
