@@ -428,6 +428,8 @@ func oaUsage(u Usage) map[string]any {
 		"completion_tokens":     u.CompletionTokens,
 		"total_tokens":          u.TotalTokens(),
 		"prompt_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
+		// Reasoning tokens are counted in completion_tokens too.
+		"completion_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
 	}
 }
 
@@ -822,6 +824,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 func addUsage(dst *Usage, u Usage) {
 	dst.PromptTokens += u.PromptTokens
 	dst.CompletionTokens += u.CompletionTokens
+	dst.ReasoningTokens += u.ReasoningTokens
 	dst.CachedTokens += u.CachedTokens
 }
 

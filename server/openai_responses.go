@@ -544,7 +544,7 @@ func (rs *respState) body(u Usage) map[string]any {
 	if status != "in_progress" {
 		b["usage"] = map[string]any{
 			"input_tokens": u.PromptTokens, "input_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
-			"output_tokens": u.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+			"output_tokens": u.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
 			"total_tokens": u.TotalTokens(),
 		}
 	}
