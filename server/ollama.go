@@ -54,18 +54,10 @@ import (
 // /api/version reports: clients compare it to decide what to send.
 const ollamaVersion = "0.17.4"
 
-func (s *Server) ollamaRoutes() {
-	s.handle("POST /api/chat", ollamaErrors, 0, s.ollamaChat)
-	s.handle("POST /api/generate", ollamaErrors, 0, s.ollamaGenerate)
-	s.handle("GET /api/tags", ollamaErrors, 0, s.ollamaTags)
-	s.handle("POST /api/show", ollamaErrors, 0, s.ollamaShow)
-	s.handle("GET /api/ps", ollamaErrors, 0, s.ollamaPS)
-	s.handle("GET /api/version", ollamaErrors, 0, s.ollamaVersionHandler)
-	// GET patterns answer HEAD too.
-	s.handle("GET /{$}", ollamaErrors, open, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("lem is running"))
-	})
+// ollamaRoot answers GET / (and HEAD) as Ollama does.
+func (s *Server) ollamaRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("lem is running"))
 }
 
 // ollamaErrors writes an error in Ollama's shape: {"error": "…"}.
@@ -1165,6 +1157,11 @@ type olListed struct {
 	ContextLength int        `json:"context_length,omitempty"`
 }
 
+// olModelList is the reply of /api/tags and /api/ps.
+type olModelList struct {
+	Models []olListed `json:"models"`
+}
+
 // paramCount estimates a model's parameters from its configuration:
 // embeddings, attention, MLP (or experts) and the output head.
 func (m *Model) paramCount() int64 {
@@ -1240,7 +1237,7 @@ func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
 	for i, m := range s.models {
 		models[i] = m.olDescribe()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+	writeJSON(w, http.StatusOK, olModelList{Models: models})
 }
 
 func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
@@ -1259,19 +1256,22 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 		d.ContextLength = m.ctxLen
 		models[i] = d
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+	writeJSON(w, http.StatusOK, olModelList{Models: models})
 }
 
 func (s *Server) ollamaVersionHandler(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": ollamaVersion})
 }
 
+// olShowRequest is an /api/show request.
+type olShowRequest struct {
+	Model   string `json:"model"`
+	Name    string `json:"name"`
+	Verbose bool   `json:"verbose"`
+}
+
 func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
-	var o struct {
-		Model   string `json:"model"`
-		Name    string `json:"name"`
-		Verbose bool   `json:"verbose"`
-	}
+	var o olShowRequest
 	if err := s.readJSON(r, &o); err != nil {
 		ollamaErrors(w, err)
 		return

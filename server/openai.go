@@ -18,14 +18,6 @@ import (
 // This file is the OpenAI dialect: /v1/chat/completions, /v1/completions
 // and /v1/models. /v1/responses is in openai_responses.go.
 
-func (s *Server) openaiRoutes() {
-	s.handle("POST /v1/chat/completions", openaiErrors, 0, s.chatCompletions)
-	s.handle("POST /v1/completions", openaiErrors, 0, s.completions)
-	s.handle("GET /v1/models", openaiErrors, shared, s.listModels)
-	s.handle("GET /v1/models/{id...}", openaiErrors, shared, s.getModel)
-	s.responsesRoutes()
-}
-
 // openaiErrors writes an error in OpenAI's shape:
 // {"error": {"message", "type", "param", "code"}}.
 func openaiErrors(w http.ResponseWriter, e *Error) {

@@ -118,12 +118,6 @@ func (s *responseStore) delete(id string) bool {
 
 // --- /v1/responses ---
 
-func (s *Server) responsesRoutes() {
-	s.handle("POST /v1/responses", openaiErrors, 0, s.responses)
-	s.handle("GET /v1/responses/{id}", openaiErrors, 0, s.getResponse)
-	s.handle("DELETE /v1/responses/{id}", openaiErrors, 0, s.deleteResponse)
-}
-
 type respRequest struct {
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`

@@ -35,6 +35,7 @@ Anthropic and Ollama APIs.`,
 		newServeCmd(),
 		newQuantCmd(),
 		newLoadCmd(),
+		newSpecCmd(),
 	)
 	return root
 }
