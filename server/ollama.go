@@ -14,11 +14,13 @@ import (
 
 	"lem/chat"
 	"lem/constrain"
+	"lem/server/webui"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
 // as newline-delimited JSON unless "stream": false), /api/tags, /api/show,
-// /api/ps, /api/version and the liveness answer at /.
+// /api/ps, /api/version and the liveness answer at / (or, to a browser,
+// the chat page of package webui).
 //
 // Choices where Ollama and lem differ:
 //   - Sampling starts from the model's generation_config.json, not from
@@ -56,11 +58,18 @@ func (s *Server) ollamaRoutes() {
 	s.handle("POST /api/show", ollamaErrors, 0, s.ollamaShow)
 	s.handle("GET /api/ps", ollamaErrors, 0, s.ollamaPS)
 	s.handle("GET /api/version", ollamaErrors, 0, s.ollamaVersionHandler)
-	// GET patterns answer HEAD too.
+	// GET patterns answer HEAD too. A browser (asking for HTML) gets the
+	// chat page; other clients, Ollama's among them, the liveness text.
 	s.handle("GET /{$}", ollamaErrors, open, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept")
+		if webui.WantsPage(r) {
+			webui.ServePage(w, r)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("lem is running"))
 	})
+	s.handle("GET "+webui.Prefix, ollamaErrors, open, webui.ServeAsset)
 }
 
 // ollamaErrors writes an error in Ollama's shape: {"error": "…"}.
