@@ -15,12 +15,14 @@ import (
 
 	"lem/chat"
 	"lem/constrain"
+	"lem/server/webui"
 	"lem/tokenizer"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
 // as newline-delimited JSON unless "stream": false), /api/tags, /api/show,
-// /api/ps, /api/version and the liveness answer at /.
+// /api/ps, /api/version and the liveness answer at / (or, to a browser,
+// the chat page of package webui).
 //
 // Choices where Ollama and lem differ:
 //   - Sampling starts from the model's generation_config.json, not from
@@ -54,8 +56,14 @@ import (
 // /api/version reports: clients compare it to decide what to send.
 const ollamaVersion = "0.17.4"
 
-// ollamaRoot answers GET / (and HEAD) as Ollama does.
+// ollamaRoot answers GET / (and HEAD): a browser (asking for HTML) gets
+// the chat page; other clients, Ollama's among them, the liveness text.
 func (s *Server) ollamaRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Add("Vary", "Accept")
+	if webui.WantsPage(r) {
+		webui.ServePage(w, r)
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Write([]byte("lem is running"))
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"lem/server/webui"
 )
 
 // A route is one entry of the route table: the mux serves it and the
@@ -87,7 +89,9 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /api/version", errors: ollamaErrors, handler: s.ollamaVersionHandler,
 			dialect: "Ollama", summary: "The Ollama API version lem speaks", response: map[string]string{}, errorBody: ollamaErrorValue},
 		{pattern: "GET /{$}", errors: ollamaErrors, flags: open, handler: s.ollamaRoot,
-			dialect: "Ollama", summary: `"lem is running", as Ollama answers`, media: "text/plain", errorBody: ollamaErrorValue},
+			dialect: "Ollama", summary: `The chat page for a browser (Accept: text/html); else "lem is running", as Ollama answers`, media: "text/plain", errorBody: ollamaErrorValue},
+		{pattern: "GET " + webui.Prefix, errors: ollamaErrors, flags: open, handler: webui.ServeAsset,
+			dialect: "lem", summary: "The chat page's script and style sheet", media: "text/plain", errorBody: ollamaErrorValue},
 	}
 }
 
