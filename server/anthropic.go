@@ -644,6 +644,8 @@ func anStopReason(finish, stopSeq string) (string, *string) {
 		return "max_tokens", nil
 	case FinishToolCalls:
 		return "tool_use", nil
+	case FinishContentFilter:
+		return "refusal", nil
 	}
 	if stopSeq != "" {
 		return "stop_sequence", &stopSeq

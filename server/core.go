@@ -699,6 +699,9 @@ func (plainText) Reasoning() bool { return false }
 // errStopSequence ends generation when a stop sequence is found.
 var errStopSequence = errors.New("stop sequence")
 
+// errPolicyRefused ends generation when a policy rule refuses the reply.
+var errPolicyRefused = errors.New("refused by policy")
+
 // Generate waits for the model in its queue (failing at once with a 429
 // *Error when the queue is full, or 503 when the server is shutting down),
 // then generates every choice of p, calling emit, when not nil, with each
@@ -843,6 +846,13 @@ type choiceRun struct {
 	last    time.Time
 	first   bool
 
+	// The policy filter (nil without one): content and reasoning are
+	// filtered as they stream; field is the one last fed.
+	pol                  *Policy
+	polContent, polReasn *policyStream
+	polField             outputKind
+	refused              bool
+
 	content, reasoning strings.Builder
 }
 
@@ -866,6 +876,12 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		sample.Seed += uint64(i)
 	}
 	r := &choiceRun{m: m, p: p, index: i, choice: c, emit: emit, first: true, stop: newStopMatcher(req.Stop)}
+	if pol := m.srv.cfg.Policy; pol != nil {
+		route, _ := ctx.Value(routeKey).(string)
+		_, path, _ := strings.Cut(route, " ")
+		scope := &policyScope{ctx: ctx, model: m.id, dialect: dialectOf(path)}
+		r.pol, r.polContent, r.polReasn = pol, pol.newStream(scope, "content"), pol.newStream(scope, "reasoning")
+	}
 	switch {
 	case len(req.Messages) > 0 && (!req.JSON && req.Schema == nil || m.channels(req) != nil):
 		// A format with channels writes its JSON in the answer's channel.
@@ -893,6 +909,8 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 	switch {
 	case errors.Is(err, errStopSequence):
 		c.Finish = FinishStop
+	case errors.Is(err, errPolicyRefused):
+		c.Finish = FinishContentFilter
 	case err != nil:
 		r.finish()
 		return kept, err
@@ -912,11 +930,17 @@ func (m *Model) runChoice(ctx context.Context, p *Prepared, i int, c *Choice, em
 		}
 	}
 	err = r.deliver(r.parser.Finish())
+	if err == nil {
+		err = r.flushPolicy()
+	}
 	r.finish()
 	if err != nil {
 		return kept, err
 	}
-	if len(c.ToolCalls) > 0 {
+	switch {
+	case r.refused:
+		c.Finish, c.StopSequence = FinishContentFilter, ""
+	case len(c.ToolCalls) > 0:
 		c.Finish = FinishToolCalls
 	}
 	end := Event{Kind: EventEnd, Choice: i, Finish: c.Finish, StopSequence: c.StopSequence, Logprobs: r.pending}
@@ -956,6 +980,9 @@ func (r *choiceRun) onToken(t engine.Token) error {
 	if t.ID >= 0 && (before || r.parser.Reasoning()) {
 		r.choice.ReasoningTokens++
 	}
+	if r.refused {
+		return errPolicyRefused
+	}
 	if stopped {
 		return errStopSequence
 	}
@@ -984,49 +1011,156 @@ func tokenText(s string) string {
 }
 
 // deliver turns parser events into Events, records them in the choice and
-// emits them.
+// emits them, through the policy filter when there is one.
 func (r *choiceRun) deliver(evs []outputEvent) error {
 	for _, ev := range evs {
-		e := Event{Choice: r.index}
-		switch ev.Kind {
-		case outputReasoning:
-			if ev.Text == "" {
-				continue
-			}
-			e.Kind, e.Text = EventReasoning, ev.Text
-			r.reasoning.WriteString(ev.Text)
-		case outputToolCall:
-			if ev.Call == nil {
-				continue
-			}
-			args := bytes.TrimSpace(ev.Call.Arguments)
-			if len(args) == 0 || string(args) == "null" {
-				args = []byte("{}")
-			}
-			if !json.Valid(args) || ev.Call.Name == "" {
-				// Not a usable call: keep it as text rather than fail.
-				e.Kind, e.Text = EventContent, ev.Call.Name+string(args)
-				r.content.WriteString(e.Text)
-				break
-			}
-			call := ToolCall{Index: len(r.choice.ToolCalls), ID: NewID("call_"), Name: ev.Call.Name, Arguments: json.RawMessage(args)}
-			r.choice.ToolCalls = append(r.choice.ToolCalls, call)
-			e.Kind, e.Call = EventToolCall, &call
-		default:
-			if ev.Text == "" {
-				continue
-			}
-			e.Kind, e.Text = EventContent, ev.Text
-			r.content.WriteString(ev.Text)
+		var err error
+		if r.pol != nil {
+			err = r.deliverPolicy(ev)
+		} else {
+			err = r.send(ev)
 		}
-		if len(r.pending) > 0 {
-			e.Logprobs, r.pending = r.pending, nil
-		}
-		if err := r.emit(e); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// deliverPolicy passes one parser event through the policy filter. Text
+// held back by one field's filter is released before another field's
+// event, so that the events keep their order; after a refusal nothing
+// more is sent.
+func (r *choiceRun) deliverPolicy(ev outputEvent) error {
+	if r.refused {
+		return nil
+	}
+	switch ev.Kind {
+	case outputReasoning:
+		if r.polField != outputReasoning {
+			if err := r.flushField(outputContent); err != nil || r.refused {
+				return err
+			}
+		}
+		r.polField = outputReasoning
+		return r.pushField(outputReasoning, ev.Text, false)
+	case outputToolCall:
+		if ev.Call == nil {
+			return nil
+		}
+		if err := r.flushPolicy(); err != nil || r.refused {
+			return err
+		}
+		args := bytes.TrimSpace(ev.Call.Arguments)
+		if len(args) == 0 || string(args) == "null" {
+			args = []byte("{}")
+		}
+		if !json.Valid(args) || ev.Call.Name == "" {
+			// Sent as content (see send): filter it as content.
+			r.polField = outputContent
+			return r.pushField(outputContent, ev.Call.Name+string(args), true)
+		}
+		name, msg, refused := r.pol.filterAll(r.polContent.scope, "tool_name", ev.Call.Name)
+		if refused {
+			return r.refuse(msg)
+		}
+		out, msg, refused := r.pol.filterArgs(r.polContent.scope, args)
+		if refused {
+			return r.refuse(msg)
+		}
+		call := *ev.Call
+		call.Name, call.Arguments = name, out
+		ev.Call = &call
+		return r.send(ev)
+	default:
+		if r.polField != outputContent {
+			if err := r.flushField(outputReasoning); err != nil || r.refused {
+				return err
+			}
+		}
+		r.polField = outputContent
+		return r.pushField(outputContent, ev.Text, false)
+	}
+}
+
+// pushField filters text of a field and sends what is released.
+func (r *choiceRun) pushField(kind outputKind, text string, final bool) error {
+	f := r.polContent
+	if kind == outputReasoning {
+		f = r.polReasn
+	}
+	out, refused := f.push(text, final)
+	if refused {
+		if err := r.send(outputEvent{Kind: kind, Text: out}); err != nil {
+			return err
+		}
+		return r.refuse(f.refusal)
+	}
+	return r.send(outputEvent{Kind: kind, Text: out})
+}
+
+// flushField releases what a field's filter holds back.
+func (r *choiceRun) flushField(kind outputKind) error {
+	return r.pushField(kind, "", true)
+}
+
+// flushPolicy releases what both filters hold back.
+func (r *choiceRun) flushPolicy() error {
+	if r.pol == nil || r.refused {
+		return nil
+	}
+	if err := r.flushField(outputReasoning); err != nil || r.refused {
+		return err
+	}
+	return r.flushField(outputContent)
+}
+
+// refuse sends a refusal's message as content and ends the choice's
+// output.
+func (r *choiceRun) refuse(msg string) error {
+	r.refused = true
+	return r.send(outputEvent{Kind: outputContent, Text: msg})
+}
+
+// send turns one parser event into an Event, records it in the choice and
+// emits it.
+func (r *choiceRun) send(ev outputEvent) error {
+	e := Event{Choice: r.index}
+	switch ev.Kind {
+	case outputReasoning:
+		if ev.Text == "" {
+			return nil
+		}
+		e.Kind, e.Text = EventReasoning, ev.Text
+		r.reasoning.WriteString(ev.Text)
+	case outputToolCall:
+		if ev.Call == nil {
+			return nil
+		}
+		args := bytes.TrimSpace(ev.Call.Arguments)
+		if len(args) == 0 || string(args) == "null" {
+			args = []byte("{}")
+		}
+		if !json.Valid(args) || ev.Call.Name == "" {
+			// Not a usable call: keep it as text rather than fail.
+			e.Kind, e.Text = EventContent, ev.Call.Name+string(args)
+			r.content.WriteString(e.Text)
+			break
+		}
+		call := ToolCall{Index: len(r.choice.ToolCalls), ID: NewID("call_"), Name: ev.Call.Name, Arguments: json.RawMessage(args)}
+		r.choice.ToolCalls = append(r.choice.ToolCalls, call)
+		e.Kind, e.Call = EventToolCall, &call
+	default:
+		if ev.Text == "" {
+			return nil
+		}
+		e.Kind, e.Text = EventContent, ev.Text
+		r.content.WriteString(ev.Text)
+	}
+	if len(r.pending) > 0 {
+		e.Logprobs, r.pending = r.pending, nil
+	}
+	return r.emit(e)
 }
 
 // NewID returns prefix followed by 24 random characters.

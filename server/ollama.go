@@ -540,8 +540,11 @@ func (t *olTimer) metrics(u Usage) *olMetrics {
 
 // olDoneReason maps a finish reason to done_reason.
 func olDoneReason(finish string) string {
-	if finish == FinishLength {
+	switch finish {
+	case FinishLength:
 		return "length"
+	case FinishContentFilter:
+		return FinishContentFilter
 	}
 	return "stop"
 }

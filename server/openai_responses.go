@@ -498,9 +498,13 @@ func (rs *respState) body(u Usage) map[string]any {
 	o := rs.req
 	status := "completed"
 	var incomplete any
-	if rs.finish == FinishLength {
+	switch rs.finish {
+	case FinishLength:
 		status = "incomplete"
 		incomplete = map[string]any{"reason": "max_output_tokens"}
+	case FinishContentFilter:
+		status = "incomplete"
+		incomplete = map[string]any{"reason": "content_filter"}
 	}
 	if rs.status != "" {
 		status = rs.status

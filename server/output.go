@@ -10,6 +10,7 @@ import "lem/chat"
 type (
 	outputEvent  = chat.OutputEvent
 	outputFormat = chat.OutputFormat
+	outputKind   = chat.OutputKind
 )
 
 const (

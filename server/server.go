@@ -89,6 +89,9 @@ type Config struct {
 	LogContent bool
 	// Logger receives request logs (nil: slog.Default()).
 	Logger *slog.Logger
+	// Policy, when set, filters every reply's content, reasoning and
+	// tool-call arguments (policy.go).
+	Policy *Policy
 }
 
 // Server serves models over HTTP in several API dialects. Each dialect
@@ -310,7 +313,10 @@ func sharedErrors(r *http.Request) errorWriter {
 
 type ctxKey int
 
-const requestIDKey ctxKey = 0
+const (
+	requestIDKey ctxKey = 0
+	routeKey     ctxKey = 1 // the route's pattern
+)
 
 // RequestID returns the id of the request ctx belongs to, or "".
 func RequestID(ctx context.Context) string {
@@ -341,6 +347,7 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 		}
 		w.Header().Set("X-Request-Id", id)
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		ctx = context.WithValue(ctx, routeKey, route)
 		r = r.WithContext(ctx)
 		rec := &recorder{ResponseWriter: w}
 		ew := ew
