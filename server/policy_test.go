@@ -63,8 +63,8 @@ func TestPolicyHoldBack(t *testing.T) {
 		{[]string{"is to", "KY", "o."}, []string{"is ", "", "[redacted]."}},
 		{[]string{"Tok", "en"}, []string{"", "Token"}},
 		{[]string{"cxxxxxxxxxxxxxxx", "xl"}, []string{"cxxxxxxxxxxxxxxx", "xl"}}, // past the window: no match
-		{[]string{"ca", "t"}, []string{"", ""}},                                    // c[a-z]+ may still end in l
-		{[]string{"é", "\xe6\x9d", "\xb1"}, []string{"é", "", "東"}},                // a split rune waits
+		{[]string{"ca", "t"}, []string{"", ""}},                                  // c[a-z]+ may still end in l
+		{[]string{"é", "\xe6\x9d", "\xb1"}, []string{"é", "", "東"}},              // a split rune waits
 	} {
 		f := p.newStream(testScope, "content")
 		for i, c := range tc.chunks {

@@ -35,6 +35,9 @@ func newServeCmd() *cobra.Command {
 		drain      time.Duration
 		logContent bool
 		logFormat  string
+		policyPath string
+		auditPath  string
+		mediator   string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [PATH]",
@@ -98,6 +101,29 @@ accepted until one closes.`,
 				return fmt.Errorf("--log-format: want json or text, got %q", logFormat)
 			}
 			log := slog.New(h)
+			// The policy is compiled before anything is served: a
+			// server never runs unguarded.
+			var policy *server.Policy
+			if policyPath != "" {
+				p, err := server.LoadPolicy(policyPath)
+				if err != nil {
+					return err
+				}
+				if mediator != "" {
+					p.Mediator = mediator
+				}
+				if auditPath != "" {
+					f, err := os.OpenFile(auditPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+					if err != nil {
+						return fmt.Errorf("--policy-audit: %w", err)
+					}
+					defer f.Close()
+					p.Audit = f
+				}
+				policy = p
+			} else if auditPath != "" || mediator != "" {
+				return fmt.Errorf("--policy-audit and --policy-mediator need --policy")
+			}
 			if !isLoopback(addr) && apiKey == "" {
 				log.Warn("listening beyond this machine without an API key: anyone who can reach " + addr + " can use the model; set --api-key or LEM_API_KEY")
 			}
@@ -131,6 +157,7 @@ accepted until one closes.`,
 			cfg.AllowedHosts = append(hosts, addrName(addr)...)
 			cfg.LogContent, cfg.Logger = logContent, log
 			cfg.Version = version
+			cfg.Policy = policy
 			s, err := server.New(cfg, m)
 			if err != nil {
 				m.Close()
@@ -167,6 +194,9 @@ accepted until one closes.`,
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
 	fs.StringVar(&logFormat, "log-format", "json", "request log format: json or text")
+	fs.StringVar(&policyPath, "policy", "", "filter every reply through the policy in this JSON file (see README: Outbound policy)")
+	fs.StringVar(&auditPath, "policy-audit", "", "append a JSON line per policy action to this file")
+	fs.StringVar(&mediator, "policy-mediator", "", "URL rewrite rules send their matches to (overrides the file's mediator)")
 	return cmd
 }
 

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -82,5 +84,53 @@ func TestServeGuards(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(15 * time.Second))
 	if _, err := io.ReadAll(c); err != nil {
 		t.Errorf("a client that stopped sending its headers was not cut off: %v", err)
+	}
+}
+
+// TestServePolicyRefusedAtStart checks that lem serve stops with a clear
+// error, before it listens, for a policy file that does not compile.
+func TestServePolicyRefusedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, src, want string }{
+		{"json", `{"rules":[`, "bad JSON"},
+		{"action", `{"rules":[{"match":"term","value":"x","action":"block"}]}`, `action "block"`},
+		{"regexp", `{"rules":[{"match":"pattern","value":"a(","action":"redact"}]}`, "missing closing )"},
+		{"empty", `{"rules":[{"match":"term","value":"","action":"redact"}]}`, "empty value"},
+		{"missing", "", "no such file"},
+	} {
+		path := filepath.Join(dir, tc.name+".json")
+		if tc.src != "" {
+			os.WriteFile(path, []byte(tc.src), 0o600)
+		}
+		_, err := execLemIn(t, "", "serve", "--addr", "127.0.0.1:0", "--policy", path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "policy") {
+			t.Errorf("%s: error %v, want one naming the policy and %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := execLemIn(t, "", "serve", "--addr", "127.0.0.1:0", "--policy-audit", filepath.Join(dir, "a.log")); err == nil {
+		t.Error("--policy-audit without --policy was accepted")
+	}
+}
+
+// TestServePolicy runs lem serve with a policy and an audit file: lem-tiny's
+// "Tokyo" is redacted and the action is in the audit file.
+func TestServePolicy(t *testing.T) {
+	dir := t.TempDir()
+	policy, audit := filepath.Join(dir, "policy.json"), filepath.Join(dir, "audit.jsonl")
+	os.WriteFile(policy, []byte(`{"rules":[{"match":"term","value":"tokyo","action":"redact","replacement":"[city]"}]}`), 0o600)
+	url := startServe(t, "--policy", policy, "--policy-audit", audit)
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"lem-tiny","temperature":0,"messages":[{"role":"user","content":"What is the capital of Japan?"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "[city]") || strings.Contains(string(body), "Tokyo") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	log, err := os.ReadFile(audit)
+	if err != nil || !strings.Contains(string(log), `"action":"redact"`) || strings.Contains(string(log), "Tokyo") {
+		t.Errorf("audit %q %v", log, err)
 	}
 }
