@@ -16,8 +16,7 @@ func execLemErr(t *testing.T, stdin string, args ...string) (stdout, stderr stri
 	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	root.SetArgs(args)
-	err = root.Execute()
+	err = execute(root, args)
 	return out.String(), errOut.String(), err
 }
 
