@@ -108,6 +108,7 @@ type benchOptions struct {
 	depth                      int // tokens in the context before each test's (-d)
 	memMiB                     int
 	device                     string
+	ngl                        int // llama.cpp's -ngl (see resolveDevice)
 	hostSampling               bool
 	noMmap                     bool // read the weights into memory (--no-mmap)
 	asJSON                     bool
@@ -173,7 +174,7 @@ it are counted.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fs := cmd.Flags()
 			if err := fs.Parse(llamaFlags(args)); err != nil {
-				return err
+				return flagError(cmd, err)
 			}
 			if help, _ := fs.GetBool("help"); help {
 				return cmd.Help()
@@ -182,6 +183,11 @@ it are counted.`,
 				return err
 			}
 			args = fs.Args()
+			dev, err := resolveDevice(o.device, o.ngl)
+			if err != nil {
+				return err
+			}
+			o.device = dev
 			o.kvBytes = int64(kvMemory)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -207,8 +213,8 @@ it are counted.`,
 	fs.IntVarP(&o.gen, "n-gen", "n", 128, "tokens to decode (0: skip the decode test)")
 	fs.IntVarP(&o.reps, "repetitions", "r", 3, "repetitions of each test")
 	fs.IntVarP(&o.depth, "n-depth", "d", 0, "tokens already in the context when each test starts (prefilled, not timed)")
-	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
-	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
+	fs.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
+	registerDevice(fs, &o.device, &o.ngl)
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up; the bandwidth reads between decode repetitions show under cpu.StreamRead) to this file")
@@ -217,23 +223,6 @@ it are counted.`,
 	fs.Var(&kvMemory, "kv-memory", "parallel mode: memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
 	registerNoMmap(fs, &o.noMmap)
 	return cmd
-}
-
-// llamaFlags lets bench take -npl with one dash, as llama.cpp's
-// llama-batched-bench does; pflag would read it as -n pl.
-func llamaFlags(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if a == "--" {
-			copy(out[i:], args[i:])
-			break
-		}
-		if a == "-npl" || strings.HasPrefix(a, "-npl=") {
-			a = "-" + a
-		}
-		out[i] = a
-	}
-	return out
 }
 
 // runBench measures the model at path.

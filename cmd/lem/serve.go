@@ -35,6 +35,7 @@ func newServeCmd() *cobra.Command {
 		drain      time.Duration
 		logContent bool
 		logFormat  string
+		hp         hostPort
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [PATH]",
@@ -87,6 +88,10 @@ accepted until one closes.`,
 			}
 			if apiKey == "" {
 				apiKey = os.Getenv("LEM_API_KEY")
+			}
+			var err error
+			if addr, err = hp.addr(cmd.Flags(), addr); err != nil {
+				return err
 			}
 			var h slog.Handler
 			switch logFormat {
@@ -150,7 +155,8 @@ accepted until one closes.`,
 	}
 	rf.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&addr, "addr", defaultAddr, "address to listen on")
+	fs.StringVar(&addr, "addr", defaultAddr, "address to listen on (or --host and --port)")
+	hp.register(fs)
 	fs.StringVar(&apiKey, "api-key", "", "require this API key on API routes (default $LEM_API_KEY)")
 	fs.StringVar(&alias, "model-alias", "", "model id clients use (default: the base name of PATH)")
 	fs.StringSliceVar(&cors, "cors-origin", nil, "allow browser calls from this origin, as http://host:port (repeatable; * for any)")
