@@ -16,18 +16,23 @@ import (
 // it the module version that `go install PATH@VERSION` records is used.
 var version = ""
 
-// buildVersion returns the version of this binary: the one set at build
-// time, else the module's ("(devel)" from a clone becomes "dev"), with the
-// commit and its date when the build recorded them.
+// releaseVersion returns the version of this binary: the one set at build
+// time, else the module's ("(devel)" from a clone becomes "dev").
+func releaseVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}
+
+// buildVersion returns releaseVersion with the commit and its date when
+// the build recorded them.
 func buildVersion() string {
-	v := version
+	v := releaseVersion()
 	info, ok := debug.ReadBuildInfo()
-	if v == "" && ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		v = info.Main.Version
-	}
-	if v == "" {
-		v = "dev"
-	}
 	if !ok {
 		return v
 	}
