@@ -35,6 +35,10 @@ Anthropic and Ollama APIs.`,
 		newServeCmd(),
 		newQuantCmd(),
 		newLoadCmd(),
+		newPullCmd(),
+		newListCmd(),
+		newRmCmd(),
+		newPsCmd(),
 	)
 	return root
 }
