@@ -40,6 +40,7 @@ Anthropic and Ollama APIs.`,
 		newRmCmd(),
 		newPsCmd(),
 	)
+	addModelsHelp(root)
 	return root
 }
 

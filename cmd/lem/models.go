@@ -25,7 +25,7 @@ func resolveModel(name string) (string, error) {
 	return catalog.Resolve(name, catalog.DefaultDirs())
 }
 
-const modelsHelp = `MODEL is looked up, in order, as
+const modelsHelp = `PATH may also be a model's name. It is looked up, in order, as
   1. a path: a Hugging Face model directory or a GGUF file;
   2. a name in lem's models directory ($LEM_MODELS, default
      $XDG_DATA_HOME/lem/models or ~/.local/share/lem/models): NAME is the
@@ -34,6 +34,16 @@ const modelsHelp = `MODEL is looked up, in order, as
      $HF_HOME/hub or ~/.cache/huggingface/hub), as lem pull and the Hugging
      Face tools write it: ORG/NAME, or ORG/NAME:QUANT (Q4_K_M, Q8_0 …) or
      ORG/NAME:FILE.gguf to choose among GGUF files.`
+
+// addModelsHelp tells the verbs that open a model how names are found.
+func addModelsHelp(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "run", "serve", "generate", "bench", "inspect", "template", "tokenize":
+			c.Long += "\n\n" + modelsHelp
+		}
+	}
+}
 
 func newPullCmd() *cobra.Command {
 	var rev string
