@@ -65,10 +65,11 @@ func Resolve(name string, d Dirs) (string, error) {
 	if name == "" {
 		return "", errors.New("empty model name")
 	}
-	if _, err := os.Stat(name); err == nil {
+	_, err := os.Stat(name)
+	if err == nil {
 		return name, nil
 	}
-	looked := []string{fmt.Sprintf("the path %s (does not exist)", name)}
+	looked := []string{fmt.Sprintf("the path %s (%v)", name, errors.Unwrap(err))}
 	base, sel, _ := strings.Cut(name, ":")
 	if d.Models != "" && base != "" && !strings.ContainsAny(base, `/\`) && base != "." && base != ".." {
 		for _, cand := range []string{base, base + ".gguf"} {
