@@ -272,6 +272,11 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		rep.Backend, rep.Threads = "cpu", host.Threads()
 	}
 
+	path, err = resolveModel(path)
+	if err != nil {
+		return nil, err
+	}
+	rep.Model = path
 	tOpen := time.Now()
 	m, err := engine.Open(path, engine.Options{Backend: backend, NoMmap: o.noMmap})
 	if err != nil {

@@ -179,8 +179,13 @@ func registerNoMmap(fs *pflag.FlagSet, noMmap *bool) {
 	fs.BoolVar(noMmap, "no-mmap", os.Getenv("LEM_NO_MMAP") != "", "read weights into memory (transparent huge pages) instead of mapping the file: slower to start, faster to decode on the CPU (env LEM_NO_MMAP)")
 }
 
-// open loads the model at path with the flags' backend.
-func (f *runFlags) open(path string) (*engine.Model, error) {
+// open loads the model name names (a path, or a name: see resolveModel)
+// with the flags' backend.
+func (f *runFlags) open(name string) (*engine.Model, error) {
+	path, err := resolveModel(name)
+	if err != nil {
+		return nil, err
+	}
 	opts, err := f.options()
 	if err != nil {
 		return nil, err
@@ -205,8 +210,8 @@ func (f *runFlags) options() (engine.Options, error) {
 	return engine.Options{Backend: b, NoMmap: f.noMmap}, nil
 }
 
-// openModelArg opens the model a verb's optional PATH argument names: the
-// model at args[0], or lem-tiny, the model built into lem, when args is
+// openModelArg opens the model a verb's optional MODEL argument names: the
+// model args[0] names (a path or a name, see resolveModel), or lem-tiny, the model built into lem, when args is
 // empty.
 func openModelArg(args []string, rf runFlags) (*engine.Model, error) {
 	if len(args) == 0 {

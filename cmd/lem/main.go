@@ -36,9 +36,14 @@ Anthropic and Ollama APIs.`,
 		newQuantCmd(),
 		newLoadCmd(),
 		newSpecCmd(),
+		newPullCmd(),
+		newListCmd(),
+		newRmCmd(),
+		newPsCmd(),
 	)
 	root.SetGlobalNormalizationFunc(normalizeFlag)
 	root.SetFlagErrorFunc(flagError)
+	addModelsHelp(root)
 	return root
 }
 

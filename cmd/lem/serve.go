@@ -115,6 +115,9 @@ accepted until one closes.`,
 				log.Info(tinyNote("serve"))
 			}
 			id := alias
+			if id == "" && len(args) > 0 && em.Name != args[0] {
+				id = args[0] // a name, not a path
+			}
 			if id == "" {
 				id = filepath.Base(filepath.Clean(em.Name))
 			}

@@ -19,8 +19,13 @@ type source struct {
 	gg   *gguf.File // GGUF file, or nil
 }
 
-// openSource recognises what path holds.
-func openSource(path string) (*source, error) {
+// openSource recognises what name holds: a path, or a model name (see
+// resolveModel).
+func openSource(name string) (*source, error) {
+	path, err := resolveModel(name)
+	if err != nil {
+		return nil, err
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err

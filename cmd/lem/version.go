@@ -8,8 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute/cpu"
-	"lem/compute/cuda"
+	"lem/compute/device"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; without
@@ -69,15 +68,8 @@ func versionText() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lem %s\n", buildVersion())
 	fmt.Fprintf(&b, "go:   %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "cpu:  %d cores, %s kernels\n", runtime.NumCPU(), cpu.Level())
-	gpus, err := cuda.Probe()
-	switch {
-	case err != nil:
-		fmt.Fprintf(&b, "cuda: not used: %v\n", err)
-	default:
-		for _, g := range gpus {
-			fmt.Fprintf(&b, "cuda: %s\n", g)
-		}
+	for _, l := range device.Describe() {
+		fmt.Fprintln(&b, l)
 	}
 	return b.String()
 }
