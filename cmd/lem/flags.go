@@ -43,7 +43,7 @@ func (f *runFlags) open(path string) (*engine.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return engine.Open(path, opts)
+	return openPlanned(path, opts, f.ctx, f.quiet)
 }
 
 // options picks the backend --device names and says which on standard
@@ -68,7 +68,7 @@ func openModelArg(args []string, rf runFlags) (*engine.Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		return engine.OpenTiny(opts)
+		return openPlanned("", opts, rf.ctx, rf.quiet)
 	}
 	return rf.open(args[0])
 }
