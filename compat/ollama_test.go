@@ -375,8 +375,6 @@ func TestOllamaErrors(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"unknown model", &api.ChatRequest{Model: "llama9", Messages: []api.Message{olUser("hi")}}, 404, `model "llama9" not found`},
-		{"unknown model, not streamed", &api.ChatRequest{Model: "llama9", Stream: &olFalse, Messages: []api.Message{olUser("hi")}}, 404, "not found"},
 		{"image", &api.ChatRequest{Model: "chat-model", Messages: []api.Message{{Role: "user", Content: "hi", Images: []api.ImageData{[]byte("png")}}}}, 400, "images"},
 		{"bad option", &api.ChatRequest{Model: "chat-model", Messages: []api.Message{olUser("hi")}, Options: map[string]any{"temperature": "hot"}}, 400, "options.temperature"},
 		{"bad think", &api.ChatRequest{Model: "chat-model", Messages: []api.Message{olUser("hi")}, Think: &api.ThinkValue{Value: "extreme"}}, 400, "think"},

@@ -83,10 +83,11 @@ func ollamaName(id string) string {
 }
 
 // ollamaModel finds the model a client names, with or without the
-// ":latest" tag; an empty name gives the default model.
+// ":latest" tag; an empty name gives the default model, and any name the
+// only model when one is served.
 func (s *Server) ollamaModel(name string) (*Model, error) {
 	name = strings.TrimSpace(name)
-	if name == "" {
+	if name == "" || len(s.models) == 1 {
 		return s.models[0], nil
 	}
 	if m := s.byID[name]; m != nil {

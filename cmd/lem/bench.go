@@ -532,8 +532,9 @@ type storedTensor struct {
 }
 
 // storedTensors lists the weights of the model at path (a Hugging Face
-// directory or a GGUF file), and names the storage type holding most of
-// their bytes.
+// directory or a GGUF file), and names their type: a GGUF file's as
+// gguf.File.FileType names it, else the storage type holding most of their
+// bytes.
 func storedTensors(path string) ([]storedTensor, string, error) {
 	var out []storedTensor
 	byType := map[string]int64{}
@@ -549,8 +550,8 @@ func storedTensors(path string) ([]storedTensor, string, error) {
 				shape[len(t.Dims)-1-i] = int(d)
 			}
 			out = append(out, storedTensor{shape: shape, bytes: t.Size()})
-			byType[t.Type.String()] += t.Size()
 		}
+		return out, f.FileType(), nil
 	} else {
 		// The weights as the loader sees them: an MLX pack's quantized
 		// weight is one tensor of its logical shape, scales and biases

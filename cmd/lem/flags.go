@@ -28,7 +28,7 @@ type runFlags struct {
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
 	fs.IntVarP(&f.threads, "threads", "t", 0, "CPU threads (0: all cores)")
-	fs.IntVarP(&f.ctx, "ctx", "c", 0, "context length in tokens (0: the model's, at most 8192; also --ctx-size)")
+	fs.IntVarP(&f.ctx, "ctx", "c", 0, "context length in tokens (0: the model's trained length, bounded by memory; also --ctx-size)")
 	registerNoMmap(fs, &f.noMmap)
 	registerDevice(fs, &f.device, &f.ngl)
 }
@@ -190,7 +190,7 @@ func (f *runFlags) open(name string) (*engine.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return engine.Open(path, opts)
+	return openPlanned(path, opts, f.ctx, f.quiet)
 }
 
 // options picks the backend --device names and says which on standard
@@ -219,7 +219,7 @@ func openModelArg(args []string, rf runFlags) (*engine.Model, error) {
 		if err != nil {
 			return nil, err
 		}
-		return engine.OpenTiny(opts)
+		return openPlanned("", opts, rf.ctx, rf.quiet)
 	}
 	return rf.open(args[0])
 }
