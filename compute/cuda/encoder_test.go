@@ -76,7 +76,7 @@ func TestAttendAll(t *testing.T) {
 					lo = hi
 				}
 				if mode == attnExact {
-					h.compare("attend all", dst, 1e-5)
+					h.compare("attend all", dst, 2e-5)
 					return
 				}
 				got, want := h.readBoth(dst)
