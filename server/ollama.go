@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"lem/chat"
-	"lem/constrain"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // defaultAddr is where lem serve listens unless told otherwise.

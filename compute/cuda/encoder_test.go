@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // TestAttendAll compares the bidirectional attention of encoders with the
