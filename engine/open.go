@@ -7,11 +7,11 @@ import (
 	"os"
 	"strings"
 
-	"lem/chat"
-	"lem/compute"
-	"lem/gguf"
-	"lem/model"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Model is a runnable model: the network on a backend with its tokenizer,
@@ -30,6 +30,10 @@ type Model struct {
 	// its sentence-transformers files or GGUF pooling type, else
 	// DefaultEmbedConfig.
 	Embedding EmbedConfig
+	// Context is the context of sessions and scheduled sequences that ask
+	// for none (0: the model's context length, at most DefaultContext).
+	// lem sets it to what PlanMemory chose.
+	Context int
 
 	loaded *model.Loaded
 }
@@ -137,13 +141,21 @@ func (m *Model) WeightReads() model.WeightReads { return m.loaded.Reads }
 // that models trained on 128k tokens don't reserve caches that large.
 const DefaultContext = 8192
 
-// NewSession starts a sequence of up to ctx positions (0: the model's
-// context length, at most DefaultContext).
+// NewSession starts a sequence of up to ctx positions (0: DefaultLength).
 func (m *Model) NewSession(ctx int) *Session {
 	if ctx <= 0 {
-		ctx = min(m.ContextLength(), DefaultContext)
+		ctx = m.DefaultLength()
 	}
 	return NewSession(m.Net, m.Backend, ctx)
+}
+
+// DefaultLength is the context of a sequence that asks for none: Context
+// when set, else the model's context length, at most DefaultContext.
+func (m *Model) DefaultLength() int {
+	if m.Context > 0 {
+		return m.Context
+	}
+	return min(m.ContextLength(), DefaultContext)
 }
 
 // ContextLength is the model's trained context length.

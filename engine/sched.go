@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // SchedulerOptions configure a Scheduler. Zero fields take defaults.
@@ -15,8 +15,8 @@ type SchedulerOptions struct {
 	// Parallel bounds the sequences running at once (0: chosen from the
 	// memory of the paged cache).
 	Parallel int
-	// Context is the most positions per sequence (0: the model's context
-	// length, at most DefaultContext).
+	// Context is the most positions per sequence (0: the model's
+	// DefaultLength).
 	Context int
 	// KVBytes is the memory of the paged cache: key/value blocks and
 	// recurrent state slots (0: a share of the free memory).

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // holdoff is how long a step waits for the sequences that were handed
@@ -141,7 +141,7 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	}
 	s.context = opts.Context
 	if s.context == 0 {
-		s.context = min(s.m.ContextLength(), DefaultContext)
+		s.context = s.m.DefaultLength()
 	}
 	s.chunk = opts.Chunk
 	if s.chunk == 0 {

@@ -181,3 +181,52 @@ func ParseType(name string) (Type, error) {
 	}
 	return 0, fmt.Errorf("gguf: unknown tensor type %q", name)
 }
+
+// KeyFileType is the key of a model file's type: llama.cpp's LLAMA_FTYPE_*
+// number, as FileTypeName names it.
+const KeyFileType = "general.file_type"
+
+// fileTypeNames names llama.cpp's general.file_type values as llama.cpp's
+// quantizer and Ollama's quantization_level do.
+var fileTypeNames = map[uint64]string{
+	0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+	10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+	16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+	22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+	28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+	37: "TQ2_0", 38: "MXFP4",
+}
+
+// FileTypeName names a general.file_type value ("Q4_K_M" for 15); an
+// unknown one is "file type N".
+func FileTypeName(ft uint64) string {
+	if s, ok := fileTypeNames[ft]; ok {
+		return s
+	}
+	return fmt.Sprintf("file type %d", ft)
+}
+
+// FileType names the file's quantization type, the one name lem shows
+// everywhere (inspect, bench, the APIs): general.file_type's
+// ("Q4_K_M"), or, in a file without it, the type of the tensors that hold
+// most of the bytes ("Q8_0"); "" for a file without tensors.
+func (f *File) FileType() string {
+	if ft, ok := f.Uint(KeyFileType); ok {
+		return FileTypeName(ft)
+	}
+	bytes := map[Type]int64{}
+	for _, t := range f.Tensors {
+		bytes[t.Type] += t.Size()
+	}
+	var top Type
+	var most int64 = -1
+	for typ, n := range bytes {
+		if n > most || n == most && typ.String() < top.String() {
+			top, most = typ, n
+		}
+	}
+	if most < 0 {
+		return ""
+	}
+	return top.String()
+}

@@ -14,10 +14,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/engine"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Limits on what one request may ask for.
@@ -266,7 +266,7 @@ type Result struct {
 // ModelOptions configure a served model.
 type ModelOptions struct {
 	// Context is the context length of each sequence in tokens (0: the
-	// model's, at most engine.DefaultContext).
+	// model's engine.Model.DefaultLength).
 	Context int
 	// Parallel is how many sequences run at once (0: chosen by the
 	// scheduler from the memory of its cache). The model's queue admits
@@ -328,7 +328,7 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	}
 	ctxLen := opts.Context
 	if ctxLen <= 0 {
-		ctxLen = min(m.ContextLength(), engine.DefaultContext)
+		ctxLen = m.DefaultLength()
 	}
 	switch {
 	case opts.Parallel < 0:
@@ -815,7 +815,7 @@ func (m *Model) logGeneration(ctx context.Context, p *Prepared, res *Result, err
 		slog.Int("prompt_tokens", res.Usage.PromptTokens),
 		slog.Int("cached_tokens", res.Usage.CachedTokens),
 		slog.Int("completion_tokens", res.Usage.CompletionTokens),
-		slog.Duration("duration", time.Since(p.arrived)),
+		durationMS(time.Since(p.arrived)),
 	}
 	if len(res.Choices) > 0 {
 		attrs = append(attrs, slog.String("finish", res.Choices[0].Finish))

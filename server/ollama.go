@@ -13,10 +13,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/server/webui"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/server/webui"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
@@ -83,10 +83,11 @@ func ollamaName(id string) string {
 }
 
 // ollamaModel finds the model a client names, with or without the
-// ":latest" tag; an empty name gives the default model.
+// ":latest" tag; an empty name gives the default model, and any name the
+// only model when one is served.
 func (s *Server) ollamaModel(name string) (*Model, error) {
 	name = strings.TrimSpace(name)
-	if name == "" {
+	if name == "" || len(s.models) == 1 {
 		return s.models[0], nil
 	}
 	if m := s.byID[name]; m != nil {

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	"lem/gguf"
-	"lem/tiny"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // modelStore describes the files a model was loaded from, as Ollama's
@@ -21,7 +21,7 @@ type modelStore struct {
 	size   int64  // bytes of the model's files
 	digest string // SHA-256 of its weights, in hex
 	gguf   bool
-	quant  string // a GGUF file's type (general.file_type), as Ollama names it
+	quant  string // a GGUF file's type, as gguf.File.FileType names it
 }
 
 // store returns the description of the model's files, read on first use.
@@ -51,9 +51,7 @@ func describeStore(path string) modelStore {
 	if !st.IsDir() {
 		s := modelStore{size: st.Size(), gguf: true, digest: digestFiles([]string{path})}
 		if f, err := gguf.Open(path); err == nil {
-			if ft, ok := f.Uint("general.file_type"); ok {
-				s.quant = ggufFileType(ft)
-			}
+			s.quant = f.FileType()
 			f.Close()
 		}
 		return s
@@ -131,22 +129,4 @@ func hashFile(h hash.Hash, path string, sampled bool) error {
 		h.Write(buf[:n])
 	}
 	return nil
-}
-
-// ggufFileTypes names llama.cpp's general.file_type values as Ollama
-// reports them in quantization_level.
-var ggufFileTypes = map[uint64]string{
-	0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-	10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
-	16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
-	22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
-	28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
-	37: "TQ2_0", 38: "MXFP4",
-}
-
-func ggufFileType(ft uint64) string {
-	if s, ok := ggufFileTypes[ft]; ok {
-		return s
-	}
-	return fmt.Sprintf("file type %d", ft)
 }

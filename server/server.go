@@ -191,9 +191,11 @@ func (s *Server) Handler() http.Handler { return s.mux }
 func (s *Server) Models() []*Model { return s.models }
 
 // Model returns the model of the given id; an empty id gives the first.
-// An unknown id is a 404 *Error.
+// When the server serves one model, any id gives it, as llama-server
+// does, so that clients configured with another name work. Otherwise an
+// unknown id is a 404 *Error.
 func (s *Server) Model(id string) (*Model, error) {
-	if id == "" {
+	if id == "" || len(s.models) == 1 {
 		return s.models[0], nil
 	}
 	if m := s.byID[id]; m != nil {
@@ -271,7 +273,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		return err
 	case <-ctx.Done():
 	}
-	s.log.Info("shutting down", "drain", drain)
+	s.log.Info("shutting down", slog.Float64("drain_ms", float64(drain.Milliseconds())))
 	s.stopAdmitting()
 	dctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
@@ -289,6 +291,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		return nil
 	}
 	return err
+}
+
+// durationMS is the log attribute of a duration: duration_ms, in
+// milliseconds with a microsecond's precision.
+func durationMS(d time.Duration) slog.Attr {
+	return slog.Float64("duration_ms", float64(d.Microseconds())/1000)
 }
 
 // errorWriter writes an *Error in a dialect's shape.
@@ -371,7 +379,7 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 			d := time.Since(start)
 			s.metrics.observeRequest(route, status, d.Seconds())
 			s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.String("request_id", id), slog.String("method", r.Method),
-				slog.String("route", route), slog.String("path", r.URL.Path), slog.Int("status", status), slog.Duration("duration", d))
+				slog.String("route", route), slog.String("path", r.URL.Path), slog.Int("status", status), durationMS(d))
 		}()
 		if r.Body != nil && r.Body != http.NoBody && s.cfg.BodyTimeout > 0 {
 			rc := http.NewResponseController(rec)

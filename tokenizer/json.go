@@ -470,12 +470,15 @@ func arena(strs []string) {
 func buildModel(spec *Spec, m *jsonModel) error {
 	typ := m.Type
 	if typ == "" {
-		// Old files leave the type out; the vocabulary's shape tells.
+		// Old files leave the type out; the vocabulary's shape and the
+		// fields that only one model has tell.
 		switch {
 		case m.vocabShape == '[':
 			typ = "Unigram"
 		case m.hasMerges:
 			typ = "BPE"
+		case m.vocabShape == '{' && (m.ContinuingSubwordPrefix != nil || m.MaxInputCharsPerWord != nil):
+			typ = "WordPiece"
 		}
 	}
 	switch typ {

@@ -18,12 +18,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute"
-	"lem/compute/device"
-	"lem/engine"
-	"lem/gguf"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/device"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // benchReport is what bench --json prints; a stable contract.
@@ -108,6 +108,7 @@ type benchOptions struct {
 	depth                      int // tokens in the context before each test's (-d)
 	memMiB                     int
 	device                     string
+	ngl                        int // llama.cpp's -ngl (see resolveDevice)
 	hostSampling               bool
 	noMmap                     bool // read the weights into memory (--no-mmap)
 	asJSON                     bool
@@ -173,7 +174,7 @@ it are counted.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fs := cmd.Flags()
 			if err := fs.Parse(llamaFlags(args)); err != nil {
-				return err
+				return flagError(cmd, err)
 			}
 			if help, _ := fs.GetBool("help"); help {
 				return cmd.Help()
@@ -182,6 +183,11 @@ it are counted.`,
 				return err
 			}
 			args = fs.Args()
+			dev, err := resolveDevice(o.device, o.ngl)
+			if err != nil {
+				return err
+			}
+			o.device = dev
 			o.kvBytes = int64(kvMemory)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -207,8 +213,8 @@ it are counted.`,
 	fs.IntVarP(&o.gen, "n-gen", "n", 128, "tokens to decode (0: skip the decode test)")
 	fs.IntVarP(&o.reps, "repetitions", "r", 3, "repetitions of each test")
 	fs.IntVarP(&o.depth, "n-depth", "d", 0, "tokens already in the context when each test starts (prefilled, not timed)")
-	fs.IntVar(&o.threads, "threads", 0, "CPU threads (0: all cores)")
-	fs.StringVar(&o.device, "device", "auto", "where to run: auto (CUDA when a GPU and its driver are present, else the CPU), cpu, cuda or cuda:N")
+	fs.IntVarP(&o.threads, "threads", "t", 0, "CPU threads (0: all cores)")
+	registerDevice(fs, &o.device, &o.ngl)
 	fs.IntVar(&o.memMiB, "mem-buffer", 1024, "MiB read to measure the memory bandwidth")
 	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tests (not the warm-up; the bandwidth reads between decode repetitions show under cpu.StreamRead) to this file")
@@ -217,23 +223,6 @@ it are counted.`,
 	fs.Var(&kvMemory, "kv-memory", "parallel mode: memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
 	registerNoMmap(fs, &o.noMmap)
 	return cmd
-}
-
-// llamaFlags lets bench take -npl with one dash, as llama.cpp's
-// llama-batched-bench does; pflag would read it as -n pl.
-func llamaFlags(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if a == "--" {
-			copy(out[i:], args[i:])
-			break
-		}
-		if a == "-npl" || strings.HasPrefix(a, "-npl=") {
-			a = "-" + a
-		}
-		out[i] = a
-	}
-	return out
 }
 
 // runBench measures the model at path.
@@ -283,6 +272,11 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		rep.Backend, rep.Threads = "cpu", host.Threads()
 	}
 
+	path, err = resolveModel(path)
+	if err != nil {
+		return nil, err
+	}
+	rep.Model = path
 	tOpen := time.Now()
 	m, err := engine.Open(path, engine.Options{Backend: backend, NoMmap: o.noMmap})
 	if err != nil {
@@ -538,8 +532,9 @@ type storedTensor struct {
 }
 
 // storedTensors lists the weights of the model at path (a Hugging Face
-// directory or a GGUF file), and names the storage type holding most of
-// their bytes.
+// directory or a GGUF file), and names their type: a GGUF file's as
+// gguf.File.FileType names it, else the storage type holding most of their
+// bytes.
 func storedTensors(path string) ([]storedTensor, string, error) {
 	var out []storedTensor
 	byType := map[string]int64{}
@@ -555,8 +550,8 @@ func storedTensors(path string) ([]storedTensor, string, error) {
 				shape[len(t.Dims)-1-i] = int(d)
 			}
 			out = append(out, storedTensor{shape: shape, bytes: t.Size()})
-			byType[t.Type.String()] += t.Size()
 		}
+		return out, f.FileType(), nil
 	} else {
 		// The weights as the loader sees them: an MLX pack's quantized
 		// weight is one tensor of its logical shape, scales and biases

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/gguf"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // execLemIn runs lem with args and standard input.
@@ -21,8 +21,7 @@ func execLemIn(t *testing.T, stdin string, args ...string) (string, error) {
 	root.SetIn(strings.NewReader(stdin))
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	root.SetArgs(args)
-	err := root.Execute()
+	err := execute(root, args)
 	return out.String(), err
 }
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/chat"
-	"lem/engine"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/engine"
 )
 
 // generateOutput is what generate --json prints; a stable contract.
@@ -42,7 +42,10 @@ func newGenerateCmd() *cobra.Command {
 		Long: `Generate continues a prompt with the model at PATH (without PATH, lem-tiny,
 the small model built into lem) and streams the text to standard output.
 --chat wraps the prompt as one user message in the model's chat template.
-With --temperature 0 decoding is greedy and deterministic.`,
+With --temperature 0 decoding is greedy and deterministic.
+
+llama.cpp's names work too: -p for --prompt, -c/--ctx-size, -t, --temp,
+-ngl/--n-gpu-layers and --n-predict.`,
 		Example: `  lem generate --chat --prompt "What is the capital of Japan?" --temperature 0
   lem generate ../shared/fixtures/chat-model --chat --prompt "What is the capital of Japan?"
   lem generate model-dir --prompt "Once upon a time" --max-tokens 64 --temperature 0.8 --seed 1
@@ -77,7 +80,7 @@ With --temperature 0 decoding is greedy and deterministic.`,
 				}
 				return nil
 			}
-			req := engine.Request{Prompt: ids, Sample: sf.params(), MaxTokens: maxTokens, IgnoreModelStops: ignoreEOS}
+			req := engine.Request{Prompt: ids, Sample: sf.params(m), MaxTokens: maxTokens, IgnoreModelStops: ignoreEOS}
 			res, err := m.Generate(ctx, m.NewSession(rf.ctx), req, onText)
 			if err != nil {
 				return err
@@ -95,10 +98,10 @@ With --temperature 0 decoding is greedy and deterministic.`,
 		},
 	}
 	rf.register(cmd.Flags())
-	sf.register(cmd, 0.8)
-	cmd.Flags().StringVar(&prompt, "prompt", "", "prompt text")
+	sf.register(cmd)
+	cmd.Flags().StringVarP(&prompt, "prompt", "p", "", "prompt text")
 	cmd.Flags().StringVar(&promptIDs, "prompt-ids", "", "prompt as comma-separated token ids")
-	cmd.Flags().IntVarP(&maxTokens, "max-tokens", "n", 256, "maximum tokens to generate (0: until a stop token or the context ends)")
+	cmd.Flags().IntVarP(&maxTokens, "max-tokens", "n", defaultMaxTokens, "maximum tokens to generate (0: until a stop token or the context ends; also --n-predict)")
 	cmd.Flags().BoolVar(&useChat, "chat", false, "apply the chat template to the prompt as one user message")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object at the end instead of streaming text")
 	cmd.Flags().BoolVar(&ignoreEOS, "ignore-eos", false, "keep generating past end-of-sequence tokens")

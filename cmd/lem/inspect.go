@@ -13,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/chat"
-	"lem/gguf"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // inspection is what lem inspect reports; its JSON form is a stable contract.
@@ -32,6 +32,7 @@ type inspection struct {
 	Rope          map[string]any    `json:"rope,omitempty"`
 	Tokenizer     *tokenizerSummary `json:"tokenizer,omitempty"`
 	Quantization  string            `json:"quantization,omitempty"` // e.g. "mlx affine 4-bit, group 64"
+	FileType      string            `json:"file_type,omitempty"`    // a GGUF file's type, e.g. "Q4_K_M" (gguf.File.FileType)
 	ChatTemplate  bool              `json:"chat_template"`
 	Supported     bool              `json:"supported"`
 }
@@ -109,7 +110,7 @@ a chat template is present.`,
 
 func inspectGGUF(f *gguf.File) *inspection {
 	arch := f.Architecture()
-	in := &inspection{Format: "gguf", Architecture: arch, Parameters: f.ParamCount(), Tensors: len(f.Tensors)}
+	in := &inspection{Format: "gguf", Architecture: arch, Parameters: f.ParamCount(), Tensors: len(f.Tensors), FileType: f.FileType()}
 	totals := map[string]*typeTotal{}
 	for _, t := range f.Tensors {
 		add(totals, t.Type.String(), t.Size())
@@ -233,6 +234,9 @@ func printInspection(w io.Writer, in *inspection) {
 	fmt.Fprintf(w, "%-15s %d\n", "context length", in.ContextLength)
 	for _, k := range slices.Sorted(maps.Keys(in.Rope)) {
 		fmt.Fprintf(w, "%-15s %s: %v\n", "rope", k, in.Rope[k])
+	}
+	if in.FileType != "" {
+		fmt.Fprintf(w, "%-15s %s\n", "file type", in.FileType)
 	}
 	if in.Quantization != "" {
 		fmt.Fprintf(w, "%-15s %s\n", "quantization", in.Quantization)

@@ -36,12 +36,26 @@ Anthropic and Ollama APIs.`,
 		newQuantCmd(),
 		newLoadCmd(),
 		newSpecCmd(),
+		newPullCmd(),
+		newListCmd(),
+		newRmCmd(),
+		newPsCmd(),
 	)
+	root.SetGlobalNormalizationFunc(normalizeFlag)
+	root.SetFlagErrorFunc(flagError)
+	addModelsHelp(root)
 	return root
 }
 
+// execute runs root with the command-line arguments args, llama.cpp's
+// one-dash flags (-ngl, -npl) among them.
+func execute(root *cobra.Command, args []string) error {
+	root.SetArgs(llamaFlags(args))
+	return root.Execute()
+}
+
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	if err := execute(newRootCmd(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "lem:", err)
 		os.Exit(1)
 	}

@@ -10,8 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute"
-	"lem/convert"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/convert"
+	"github.com/lem-engine/lem/gguf"
 )
 
 func newQuantCmd() *cobra.Command {
@@ -72,7 +73,15 @@ copied.`,
 			}
 			what := fmt.Sprintf("%d-bit MLX, group %d, %d of %d tensors quantized", bits, group, res.Quantized, res.Tensors)
 			if ggufType != "" {
-				what = fmt.Sprintf("%s, %d tensors (%s)", strings.ToLower(ggufType), res.Tensors, typeCounts(res.Types))
+				// The type as the file says it (general.file_type), named
+				// as inspect, bench and the APIs name it.
+				f, err := gguf.Open(res.Path)
+				if err != nil {
+					return fmt.Errorf("reading back %s: %w", res.Path, err)
+				}
+				ft := f.FileType()
+				f.Close()
+				what = fmt.Sprintf("%s, %d tensors (%s)", ft, res.Tensors, typeCounts(res.Types))
 			}
 			ratio := float64(res.InBytes) / float64(max(res.FileBytes, 1))
 			_, err = fmt.Fprintf(w, "wrote %s: %s\n%s → %s (%.2f× smaller) in %.1fs\n",

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,8 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // defaultAddr is where lem serve listens unless told otherwise.
@@ -38,6 +41,7 @@ func newServeCmd() *cobra.Command {
 		policyPath string
 		auditPath  string
 		mediator   string
+		hp         hostPort
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [PATH]",
@@ -60,7 +64,13 @@ prefix with an earlier one (a conversation's history, an agent's system
 prompt) prefills only what is new. With --api-key (or LEM_API_KEY) every API route
 needs "Authorization: Bearer KEY" or "x-api-key: KEY"; /health stays open.
 SIGINT or SIGTERM stops taking requests and lets running ones finish for
-up to --drain.
+up to --drain; a second one exits at once. The port is bound before the
+model loads, so that a busy one is reported at once. When one model is
+served, requests may name it by any model name (as llama-server accepts);
+with --model-alias it also has the name clients expect in listings.
+
+Logs are lines for people on a terminal and JSON objects elsewhere
+(--log-format); durations are in milliseconds (duration_ms).
 
 Against web pages: lem answers only requests addressed to localhost, a
 loopback address or, when --addr is not a loopback address, any IP address
@@ -91,16 +101,14 @@ accepted until one closes.`,
 			if apiKey == "" {
 				apiKey = os.Getenv("LEM_API_KEY")
 			}
-			var h slog.Handler
-			switch logFormat {
-			case "json":
-				h = slog.NewJSONHandler(cmd.ErrOrStderr(), nil)
-			case "text":
-				h = slog.NewTextHandler(cmd.ErrOrStderr(), nil)
-			default:
-				return fmt.Errorf("--log-format: want json or text, got %q", logFormat)
+			var err error
+			if addr, err = hp.addr(cmd.Flags(), addr); err != nil {
+				return err
 			}
-			log := slog.New(h)
+			log, err := newLogger(cmd.ErrOrStderr(), logFormat)
+			if err != nil {
+				return err
+			}
 			// The policy is compiled before anything is served: a
 			// server never runs unguarded.
 			var policy *server.Policy
@@ -127,6 +135,13 @@ accepted until one closes.`,
 			if !isLoopback(addr) && apiKey == "" {
 				log.Warn("listening beyond this machine without an API key: anyone who can reach " + addr + " can use the model; set --api-key or LEM_API_KEY")
 			}
+			// Bind first, so that a busy port is found before a model of
+			// gigabytes has loaded.
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("--addr %s: %w", addr, err)
+			}
+			defer ln.Close()
 			em, err := openModelArg(args, rf)
 			if err != nil {
 				return err
@@ -136,6 +151,9 @@ accepted until one closes.`,
 				log.Info(tinyNote("serve"))
 			}
 			id := alias
+			if id == "" && len(args) > 0 && em.Name != args[0] {
+				id = args[0] // a name, not a path
+			}
 			if id == "" {
 				id = filepath.Base(filepath.Clean(em.Name))
 			}
@@ -156,20 +174,14 @@ accepted until one closes.`,
 			cfg.APIKey, cfg.CORSOrigins, cfg.MaxQueue, cfg.MaxBodyBytes = apiKey, cors, maxQueue, maxBody
 			cfg.AllowedHosts = append(hosts, addrName(addr)...)
 			cfg.LogContent, cfg.Logger = logContent, log
-			cfg.Version = version
+			cfg.Version = releaseVersion()
 			cfg.Policy = policy
 			s, err := server.New(cfg, m)
 			if err != nil {
 				m.Close()
 				return err
 			}
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				s.Close()
-				return err
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := shutdownOnSignal(cmd.Context(), log, cmd.ErrOrStderr())
 			log.Info("serving", "model", id, "path", em.Name, "backend", em.Backend.Name(),
 				"context", m.ContextLength(), "parallel", m.Parallel(), "url", "http://"+ln.Addr().String())
 			return s.Serve(ctx, ln, drain)
@@ -177,7 +189,8 @@ accepted until one closes.`,
 	}
 	rf.register(cmd.Flags())
 	fs := cmd.Flags()
-	fs.StringVar(&addr, "addr", defaultAddr, "address to listen on")
+	fs.StringVar(&addr, "addr", defaultAddr, "address to listen on (or --host and --port)")
+	hp.register(fs)
 	fs.StringVar(&apiKey, "api-key", "", "require this API key on API routes (default $LEM_API_KEY)")
 	fs.StringVar(&alias, "model-alias", "", "model id clients use (default: the base name of PATH)")
 	fs.StringSliceVar(&cors, "cors-origin", nil, "allow browser calls from this origin, as http://host:port (repeatable; * for any)")
@@ -193,7 +206,7 @@ accepted until one closes.`,
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
-	fs.StringVar(&logFormat, "log-format", "json", "request log format: json or text")
+	fs.StringVar(&logFormat, "log-format", "auto", "log format: text (lines for people), json (one object a line) or auto (text on a terminal, else json)")
 	fs.StringVar(&policyPath, "policy", "", "filter every reply through the policy in this JSON file (see README: Outbound policy)")
 	fs.StringVar(&auditPath, "policy-audit", "", "append a JSON line per policy action to this file")
 	fs.StringVar(&mediator, "policy-mediator", "", "URL rewrite rules send their matches to (overrides the file's mediator)")
@@ -221,4 +234,68 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// newLogger returns the logger of lem serve on w in format: "json", "text",
+// or "auto" (text when w is a terminal, else JSON). Text lines are for
+// people: a short time, the level and the message, then the attributes.
+func newLogger(w io.Writer, format string) (*slog.Logger, error) {
+	if format == "auto" {
+		format = "json"
+		if writesToTerminal(w) {
+			format = "text"
+		}
+	}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: msDurations})), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
+				return slog.String(slog.TimeKey, a.Value.Time().Format("15:04:05.000"))
+			}
+			return msDurations(groups, a)
+		}})), nil
+	}
+	return nil, fmt.Errorf("--log-format: want auto, text or json, got %q", format)
+}
+
+// msDurations writes a duration attribute in milliseconds, its key given
+// the suffix _ms.
+func msDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key+"_ms", float64(a.Value.Duration().Microseconds())/1000)
+	}
+	return a
+}
+
+// writesToTerminal reports whether w is a terminal (not merely a
+// character device such as /dev/null).
+func writesToTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// shutdownOnSignal returns a context that ends at the first SIGINT or
+// SIGTERM, which starts a graceful shutdown; a second one exits the
+// process at once, with status 130.
+func shutdownOnSignal(parent context.Context, log *slog.Logger, w io.Writer) context.Context {
+	ctx, cancel := context.WithCancel(parent)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sig:
+			log.Info("shutting down on " + s.String() + ": waiting for running requests; press Ctrl-C again to exit now")
+			cancel()
+		case <-parent.Done():
+			signal.Stop(sig)
+			cancel()
+			return
+		}
+		s := <-sig
+		fmt.Fprintf(w, "lem: %s again: exiting now\n", s)
+		os.Exit(130)
+	}()
+	return ctx
 }

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"lem/chat"
-	"lem/gguf"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // source is a model on disk as the CLI's read-only verbs see it: a Hugging
@@ -19,8 +19,13 @@ type source struct {
 	gg   *gguf.File // GGUF file, or nil
 }
 
-// openSource recognises what path holds.
-func openSource(path string) (*source, error) {
+// openSource recognises what name holds: a path, or a model name (see
+// resolveModel).
+func openSource(name string) (*source, error) {
+	path, err := resolveModel(name)
+	if err != nil {
+		return nil, err
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 func newSpecCmd() *cobra.Command {
@@ -21,7 +21,7 @@ same document at GET /openapi.json.`,
   lem spec -o openapi.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			doc, err := server.OpenAPI(version)
+			doc, err := server.OpenAPI(releaseVersion())
 			if err != nil {
 				return err
 			}

@@ -21,7 +21,7 @@ func TestSpecCmd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("lem spec printed no JSON: %v", err)
 	}
-	if doc.OpenAPI != "3.1.0" || doc.Info.Version != version {
+	if doc.OpenAPI != "3.1.0" || doc.Info.Version != releaseVersion() {
 		t.Errorf("openapi %q, version %q", doc.OpenAPI, doc.Info.Version)
 	}
 	for _, op := range []struct{ path, method string }{{"/v1/chat/completions", "post"}, {"/api/chat", "post"}, {"/v1/messages", "post"}, {"/openapi.json", "get"}} {

@@ -8,26 +8,30 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute/cpu"
-	"lem/compute/cuda"
+	"github.com/lem-engine/lem/compute/device"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; without
 // it the module version that `go install PATH@VERSION` records is used.
 var version = ""
 
-// buildVersion returns the version of this binary: the one set at build
-// time, else the module's ("(devel)" from a clone becomes "dev"), with the
-// commit and its date when the build recorded them.
+// releaseVersion returns the version of this binary: the one set at build
+// time, else the module's ("(devel)" from a clone becomes "dev").
+func releaseVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}
+
+// buildVersion returns releaseVersion with the commit and its date when
+// the build recorded them.
 func buildVersion() string {
-	v := version
+	v := releaseVersion()
 	info, ok := debug.ReadBuildInfo()
-	if v == "" && ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		v = info.Main.Version
-	}
-	if v == "" {
-		v = "dev"
-	}
 	if !ok {
 		return v
 	}
@@ -64,15 +68,8 @@ func versionText() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lem %s\n", buildVersion())
 	fmt.Fprintf(&b, "go:   %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "cpu:  %d cores, %s kernels\n", runtime.NumCPU(), cpu.Level())
-	gpus, err := cuda.Probe()
-	switch {
-	case err != nil:
-		fmt.Fprintf(&b, "cuda: not used: %v\n", err)
-	default:
-		for _, g := range gpus {
-			fmt.Fprintf(&b, "cuda: %s\n", g)
-		}
+	for _, l := range device.Describe() {
+		fmt.Fprintln(&b, l)
 	}
 	return b.String()
 }

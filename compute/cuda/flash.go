@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Prefill attention (chunks of at least flashMinRows queries, head dims 64,
@@ -178,7 +178,7 @@ func (b *Backend) attendFlash(dst, q, k, v *compute.Tensor, cache *compute.KVCac
 		grid: [3]uint32{uint32((n + cfg.bq - 1) / cfg.bq), uint32(a.Heads), 1}, block: [3]uint32{128, 1, 1},
 		shared: uint32(cfg.shared())})
 	o.ptr(dptr(dst)).ptr(dptr(q)).ptr(kh).ptr(vh).ptr(dptr(pos)).i(n).i(rows).i(a.Heads).i(a.KVHeads).
-		f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt)
+		f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt).i(0)
 	b.launch(b.k.kvstore, "kvstore", n, threads(kc, 256)).
 		ptr(dptr(cache.K)).ptr(dptr(cache.V)).ptr(dptr(k)).ptr(dptr(v)).ptr(dptr(pos)).
 		i(n).i(kc).i(cache.Capacity).i(ring)

@@ -50,8 +50,9 @@ type kernels struct {
 	moeRoute, moeGateUp, moeDown           uintptr
 	axpyRows, matchRMS, gaussianTopK       uintptr
 
-	tc      tcKernels    // tensor-core prefill matmul kernels (gemm.go)
-	flash   flashKernels // flash attention kernels (flash.go)
+	tc      tcKernels      // tensor-core prefill matmul kernels (gemm.go)
+	flash   flashKernels   // flash attention kernels (flash.go)
+	enc     encoderKernels // bidirectional attention (encoder.go)
 	dec     decodeKernels
 	q       quantKernels // quant.go
 	chunked chunkedKernels
@@ -71,6 +72,7 @@ func (k *kernels) table() map[string]*uintptr {
 	}
 	k.tc.add(t)
 	k.flash.add(t)
+	k.enc.add(t)
 	k.dec.add(t)
 	k.q.add(t)
 	k.chunked.add(t)

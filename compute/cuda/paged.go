@@ -3,7 +3,7 @@ package cuda
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.Pager = (*Backend)(nil)
@@ -181,7 +181,7 @@ func (b *Backend) pagedFlash(dst, q *compute.Tensor, pool *compute.KVCache, pg *
 			shared: uint32(cfg.shared())})
 		o.ptr(dptr(dst) + uintptr(sp.Row*qc*4)).ptr(dptr(q) + uintptr(sp.Row*qc*4)).ptr(kh).ptr(vh).ptr(pr).
 			i(sp.Rows).i(rows).i(a.Heads).i(a.KVHeads).
-			f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt)
+			f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt).i(0)
 	}
 	return chunks
 }

@@ -4,12 +4,13 @@ package device
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/compute/cuda"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/compute/cuda"
 )
 
 // Open returns the backend named by spec and a one-line description of it
@@ -59,4 +60,19 @@ func Open(spec string, threads int) (compute.Backend, string, error) {
 		return g, g.Name(), nil
 	}
 	return nil, "", fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", spec)
+}
+
+// Describe says what each backend would run on, one line each, for
+// `lem version`: the CPU's kernels, then each GPU the NVIDIA driver shows
+// or why none is used.
+func Describe() []string {
+	lines := []string{fmt.Sprintf("cpu:  %d cores, %s kernels", runtime.NumCPU(), cpu.Level())}
+	gpus, err := cuda.Probe()
+	if err != nil {
+		return append(lines, "cuda: not used: "+err.Error())
+	}
+	for _, g := range gpus {
+		lines = append(lines, "cuda: "+g.String())
+	}
+	return lines
 }

@@ -21,9 +21,9 @@ var levels = []struct {
 	name     string
 	packages []string
 }{
-	{"leaves", []string{"compute", "internal/fixtures", "internal/half", "internal/levels", "internal/mmap", "tiny"}},
-	{"file formats", []string{"gguf", "safetensors"}},
-	{"codecs, text", []string{"chat", "compute/quant", "internal/archref", "tokenizer"}},
+	{"leaves", []string{"compute", "internal/fixtures", "internal/half", "internal/levels", "internal/mmap", "server/webui", "tiny"}},
+	{"file formats, the hub", []string{"gguf", "hub", "safetensors"}},
+	{"codecs, text, model names", []string{"catalog", "chat", "compute/quant", "internal/archref", "tokenizer"}},
 	{"backends, architectures, grammars", []string{"compute/cpu", "compute/cuda", "constrain", "model", "synth"}},
 	{"device choice, runtime, converter", []string{"compute/device", "convert", "engine"}},
 	{"HTTP APIs", []string{"loadgen", "server"}},

@@ -127,6 +127,62 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend4(ATTEND_ARGS
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend8(ATTEND_ARGS) { attend_t<8>(ATTEND_CALL); }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend16(ATTEND_ARGS) { attend_t<16>(ATTEND_CALL); }
 
+// attend_all_t is attend_t for the bidirectional attention of an encoder:
+// one (row, head) per block over the n rows of one input, row i seeing
+// every row j, or those with |i - j| < window. Nothing is cached.
+template <int E>
+__device__ void attend_all_t(float* out, const float* q, const float* k, const float* v, int n,
+                             int heads, int kvheads, int hd, float scale, float softcap, int window,
+                             const void* sinks, int sdt) {
+    __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
+    __shared__ float sm_acc[ATT_WARPS][32 * E];
+    int i = blockIdx.x / heads, h = blockIdx.x - i * heads;
+    int lo = window > 0 ? max(0, i - window + 1) : 0, hi = window > 0 ? min(n - 1, i + window - 1) : n - 1;
+    int qc = heads * hd, kc = kvheads * hd;
+    int ko = (h / (heads / kvheads)) * hd;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+
+    float qr[E], acc[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        int d = lane + 32 * e;
+        qr[e] = d < hd ? q[(i64)i * qc + h * hd + d] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (int j = lo + w; j <= hi; j += ATT_WARPS) {
+        const float* kr = k + (i64)j * kc + ko;
+        const float* vr = v + (i64)j * kc + ko;
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int d = lane + 32 * e;
+            if (d < hd) s += qr[e] * kr[d];
+        }
+        s = warp_sum(s) * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        float mn = fmaxf(m, s);
+        float corr = expf(m - mn), pj = expf(s - mn);
+        l = l * corr + pj;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            int d = lane + 32 * e;
+            acc[e] = acc[e] * corr + (d < hd ? pj * vr[d] : 0.0f);
+        }
+        m = mn;
+    }
+    att_finish<E>(m, l, acc, out + (i64)i * qc + h * hd, h, hd, sinks, sdt, nullptr, 1, sm_m, sm_l, sm_acc);
+}
+
+#define ATTEND_ALL_ARGS float *out, const float *q, const float *k, const float *v, int n, int heads, int kvheads, int hd, \
+    float scale, float softcap, int window, const void *sinks, int sdt
+#define ATTEND_ALL_CALL out, q, k, v, n, heads, kvheads, hd, scale, softcap, window, sinks, sdt
+
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all2(ATTEND_ALL_ARGS) { attend_all_t<2>(ATTEND_ALL_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all4(ATTEND_ALL_ARGS) { attend_all_t<4>(ATTEND_ALL_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all8(ATTEND_ALL_ARGS) { attend_all_t<8>(ATTEND_ALL_CALL); }
+extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all16(ATTEND_ALL_ARGS) { attend_all_t<16>(ATTEND_ALL_CALL); }
+
 // attend_combine merges the splits partial results of each (query, head)
 // block of attend into out, with the sink when there is one.
 extern "C" __global__ void attend_combine(float* out, const float* part, int heads, int hd, int splits, const void* sinks, int sdt) {

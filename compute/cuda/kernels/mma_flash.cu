@@ -3,6 +3,11 @@
 // chunk's own keys. Operands are bf16 (mma.sync m16n8k16), scores, softmax
 // and accumulators f32, with an online softmax over tiles of BKV keys.
 //
+// With all set (an encoder's bidirectional attention, compute.Bidirectional)
+// there is no cache and no causal mask: pos is null (start 0), the keys are
+// the n rows of the input, and row i sees every row j, or those with
+// |i - j| < window.
+//
 // kv_half first gathers the keys and values a chunk can see (positions
 // base … start+n-1, base = start-window+1 for sliding layers, else 0) from
 // the f32 cache (plain or ring) and the chunk into contiguous bf16 rows, so
@@ -25,10 +30,10 @@ __device__ __forceinline__ int fa_base(int start, int window) { return window > 
 // kv_half writes rows t = 0 … start+n-1-base of kh, vh (bf16, kc wide):
 // the key and value at position base+t. Block t handles row t; blocks past
 // the last row return. The grid (and flash_attend's rows) bounds the rows
-// by the scratch the host sized.
+// by the scratch the host sized. A null pos means start 0.
 extern "C" __global__ void kv_half(u16* kh, u16* vh, const float* k, const float* v, const float* ck, const float* cv,
                                    const int* pos, int n, int kc, int cap, int ring, int window) {
-    int start = pos[0], base = fa_base(start, window);
+    int start = pos ? pos[0] : 0, base = fa_base(start, window);
     int t = blockIdx.x, p = base + t;
     if (p >= start + n) return;
     const float *ks, *vs;
@@ -57,7 +62,7 @@ __device__ __forceinline__ u32 fa_swz(int r, int c) {
 template <int HD, int MT, int BKV>
 __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh, const int* pos,
                         int n, int rows, int heads, int kvheads, float scale, float softcap, int window,
-                        const void* sinks, int sdt) {
+                        const void* sinks, int sdt, int all) {
     extern __shared__ __align__(128) unsigned char fsm[];
     const int CH = HD / 8;              // 16-byte chunks per row
     const int BQ = FA_WARPS * 16 * MT;  // queries per block
@@ -67,7 +72,7 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // The longest rows of the causal triangle go first.
     int i0 = (gridDim.x - 1 - blockIdx.x) * BQ, h = blockIdx.y;
-    int start = pos[0], base = fa_base(start, window);
+    int start = all ? 0 : pos[0], base = all ? 0 : fa_base(start, window);
     int qc = heads * HD, kc = kvheads * HD;
     int ko = (h / (heads / kvheads)) * HD;
     int total = min(start + n - base, rows); // rows of kh, vh
@@ -92,6 +97,7 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
     int pmin = start + i0, pmax = start + min(i0 + BQ, n) - 1;
     int lo = window > 0 ? max(base, pmin - window + 1) : 0;
     int t0 = lo - base, t1 = pmax - base; // inclusive
+    if (all) t1 = window > 0 ? min(n - 1, pmax + window - 1) : n - 1;
     int tiles = (t1 - t0) / BKV + 1;
 
     auto load = [&](int stage, int tile) {
@@ -166,7 +172,8 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
         // Scale, cap, mask (only where some key of the tile is hidden from
         // some row of the warp: warp-uniform), online softmax.
         int kb = base + t0 + tile * BKV; // position of the tile's first key
-        bool masked = kb + BKV - 1 > wq0 || (window > 0 && kb <= wq1 - window) || kb - base + BKV > total;
+        bool masked = (!all && kb + BKV - 1 > wq0) || (window > 0 && kb <= wq1 - window) ||
+                      (all && window > 0 && kb + BKV - 1 >= wq0 + window) || kb - base + BKV > total;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             int qp0 = wq0 + mt * 16 + g, qp1 = qp0 + 8;
@@ -180,7 +187,8 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
                     if (masked) {
                         int kp = kb + j * 8 + (lane & 3) * 2 + (e & 1);
                         int qp = e < 2 ? qp0 : qp1;
-                        bool ok = kp <= qp && (window <= 0 || kp > qp - window) && kp - base < total;
+                        bool ok = (all ? window <= 0 || kp < qp + window : kp <= qp) &&
+                                  (window <= 0 || kp > qp - window) && kp - base < total;
                         x = ok ? x : NEG_INF;
                     }
                     s[mt][j][e] = x;
@@ -274,8 +282,8 @@ __device__ void flash_t(float* out, const float* q, const u16* kh, const u16* vh
 }
 
 #define FLASH_ARGS float *out, const float *q, const u16 *kh, const u16 *vh, const int *pos, int n, int rows, int heads, int kvheads, \
-                   float scale, float softcap, int window, const void *sinks, int sdt
-#define FLASH_CALL out, q, kh, vh, pos, n, rows, heads, kvheads, scale, softcap, window, sinks, sdt
+                   float scale, float softcap, int window, const void *sinks, int sdt, int all
+#define FLASH_CALL out, q, kh, vh, pos, n, rows, heads, kvheads, scale, softcap, window, sinks, sdt, all
 
 // Tile shapes (query tiles per warp, keys per tile) by head dim; the host's
 // flashConfigs must agree.
