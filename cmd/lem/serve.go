@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"lem/engine"
+	"lem/model"
 	"lem/server"
 )
 
@@ -101,21 +105,42 @@ accepted until one closes.`,
 			if !isLoopback(addr) && apiKey == "" {
 				log.Warn("listening beyond this machine without an API key: anyone who can reach " + addr + " can use the model; set --api-key or LEM_API_KEY")
 			}
+			var (
+				m       *server.Model
+				name    string
+				backend string
+			)
 			em, err := openModelArg(args, rf)
-			if err != nil {
+			switch {
+			case len(args) > 0 && errors.Is(err, model.ErrEncoder):
+				// An encoder model (BERT, XLM-RoBERTa, ModernBERT) serves
+				// embeddings and, with a classification head, reranking.
+				opts, oerr := rf.options()
+				if oerr != nil {
+					return oerr
+				}
+				enc, oerr := engine.OpenEncoder(args[0], opts)
+				if oerr != nil {
+					return oerr
+				}
+				defer enc.Close()
+				id := cmp.Or(alias, filepath.Base(filepath.Clean(enc.Name)))
+				if m, err = server.NewEncoderModel(id, enc, server.ModelOptions{Context: rf.ctx}); err != nil {
+					return err
+				}
+				name, backend = enc.Name, enc.Backend.Name()
+			case err != nil:
 				return err
-			}
-			defer em.Close()
-			if len(args) == 0 {
-				log.Info(tinyNote("serve"))
-			}
-			id := alias
-			if id == "" {
-				id = filepath.Base(filepath.Clean(em.Name))
-			}
-			m, err := server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)})
-			if err != nil {
-				return err
+			default:
+				defer em.Close()
+				if len(args) == 0 {
+					log.Info(tinyNote("serve"))
+				}
+				id := cmp.Or(alias, filepath.Base(filepath.Clean(em.Name)))
+				if m, err = server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)}); err != nil {
+					return err
+				}
+				name, backend = em.Name, em.Backend.Name()
 			}
 			cfg := limits
 			// On the command line 0 means none; in server.Config, the default.
@@ -142,7 +167,7 @@ accepted until one closes.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log.Info("serving", "model", id, "path", em.Name, "backend", em.Backend.Name(),
+			log.Info("serving", "model", m.ID(), "path", name, "backend", backend,
 				"context", m.ContextLength(), "parallel", m.Parallel(), "url", "http://"+ln.Addr().String())
 			return s.Serve(ctx, ln, drain)
 		},
