@@ -386,7 +386,7 @@ func (m *Model) config() *model.Config {
 // errEmbeddingOnly is the error of a generation request to an encoder
 // model.
 func (m *Model) errEmbeddingOnly() *Error {
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Param: "model",
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest,
 		Message: fmt.Sprintf("model %q is an embedding model: it serves embeddings (/v1/embeddings, /api/embed) and, with a classification head, reranking (/v1/rerank, /v1/score), not text generation", m.id)}
 }
 

@@ -110,15 +110,20 @@ accepted until one closes.`,
 				name    string
 				backend string
 			)
-			em, err := openModelArg(args, rf)
+			opts, err := rf.options()
+			if err != nil {
+				return err
+			}
+			var em *engine.Model
+			if len(args) == 0 {
+				em, err = engine.OpenTiny(opts)
+			} else {
+				em, err = engine.Open(args[0], opts)
+			}
 			switch {
 			case len(args) > 0 && errors.Is(err, model.ErrEncoder):
 				// An encoder model (BERT, XLM-RoBERTa, ModernBERT) serves
 				// embeddings and, with a classification head, reranking.
-				opts, oerr := rf.options()
-				if oerr != nil {
-					return oerr
-				}
 				enc, oerr := engine.OpenEncoder(args[0], opts)
 				if oerr != nil {
 					return oerr
