@@ -28,6 +28,15 @@ import (
 // scheduler, beside the generations of other requests; the request holds
 // one place of the model's queue like a generation.
 //
+// An encoder model (NewEncoderModel: BERT, XLM-RoBERTa, ModernBERT) has no
+// scheduler: a request's inputs, each with the tokenizer's special tokens
+// ([CLS] … [SEP], <s> … </s>), go to the encoder in batches of up to
+// engine.DefaultEncodeTokens tokens per Encode call, one request at a time,
+// and are pooled as the model's sentence-transformers files say (CLS for
+// BGE, mean for e5; mean without them) and normalised. Its generation
+// routes answer 400 ("… is an embedding model"), and Ollama's /api/show
+// gives it the one capability "embedding".
+//
 // Reranking scores each document against the query: with a cross-encoder
 // (an encoder model with a classification head of one label, as
 // bge-reranker and the ms-marco MiniLM models have) the score is the
