@@ -138,6 +138,11 @@ func (m *Model) embedInputs(req *EmbedRequest) ([][]int32, int, error) {
 		}
 		if len(ids) > limit {
 			ids = ids[:limit]
+			if end, ok := m.closingToken(); ok && req.Texts != nil {
+				// An encoder's input keeps its closing [SEP] or </s>, as
+				// sentence-transformers and TEI truncate.
+				ids[limit-1] = end
+			}
 		}
 		if len(ids) == 0 {
 			return nil, 0, invalid(fmt.Sprintf("%s[%d]", param, i), "encodes to no tokens")
@@ -175,6 +180,19 @@ func (m *Model) Embed(ctx context.Context, req EmbedRequest) (*EmbedResult, erro
 		vecs[i] = engine.FinishEmbedding(vecs[i], req.Dimensions, cfg.Normalize || req.Dimensions > 0)
 	}
 	return &EmbedResult{Embeddings: vecs, PromptTokens: total, Duration: time.Since(start)}, nil
+}
+
+// closingToken returns the special token an encoder model's tokenizer
+// ends a text with ([SEP], </s>), and whether it has one.
+func (m *Model) closingToken() (int32, bool) {
+	if m.enc == nil {
+		return 0, false
+	}
+	ids, _ := m.eng.Tokenizer.EncodeSpecial("")
+	if len(ids) < 2 {
+		return 0, false
+	}
+	return ids[len(ids)-1], true
 }
 
 // runEmbed runs the pooled hidden states of ids through the queue and the

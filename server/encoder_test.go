@@ -130,8 +130,30 @@ func TestEncoderEmbeddings(t *testing.T) {
 			if code, _, raw := post(t, ts.URL+"/v1/embeddings", `{"model":"`+tc.name+`","input":"`+long+`"}`); code != 400 || !strings.Contains(raw, "context") {
 				t.Errorf("long input: %d %s", code, raw)
 			}
-			if code, o, raw := post(t, ts.URL+"/api/embed", `{"model":"`+tc.name+`","input":"`+long+`"}`); code != 200 || len(o["embeddings"].([]any)) != 1 {
-				t.Errorf("long input, truncated: %d %.300s", code, raw)
+			code, o, raw = post(t, ts.URL+"/api/embed", `{"model":"`+tc.name+`","input":"`+long+`"}`)
+			if code != 200 || len(o["embeddings"].([]any)) != 1 {
+				t.Fatalf("long input, truncated: %d %.300s", code, raw)
+			}
+			// Truncated to the positions, the closing special token kept.
+			ids, _ := e.Tokenizer.EncodeSpecial(long)
+			n := e.Net.MaxTokens()
+			ids = append(ids[:n-1:n-1], ids[len(ids)-1])
+			out, err := e.Net.Encode([]model.EncoderInput{{IDs: ids}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dim := e.Net.Config().HiddenSize
+			want := make([]float64, dim)
+			for i := range n {
+				if tc.pool == engine.PoolFirst && i > 0 {
+					break
+				}
+				for j := range dim {
+					want[j] += float64(out[0].Hidden[i*dim+j])
+				}
+			}
+			if c := cosine(floats(t, o["embeddings"].([]any)[0]), want); c < 1-1e-5 {
+				t.Errorf("long input, truncated: cosine %g to the input cut to %d tokens with its closing token", c, n)
 			}
 		})
 	}
