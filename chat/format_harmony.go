@@ -80,6 +80,7 @@ func (harmonyFormat) begin(p *OutputParser, inReasoning bool) bool {
 	p.st = (*OutputParser).stepHarmonyHeader
 	if inReasoning {
 		p.st, p.hKind, p.trimLead = (*OutputParser).stepHarmonyBody, OutputReasoning, true
+		p.reasoning = true
 	}
 	return true
 }
@@ -144,6 +145,7 @@ func (p *OutputParser) stepHarmonyHeader() bool {
 	if name, ok := strings.CutPrefix(recipient, harmonyFunctions); ok && p.tools && validName(name) {
 		p.hKind, p.name = OutputToolCall, name
 	}
+	p.reasoning = p.hKind == OutputReasoning
 	return true
 }
 
@@ -186,7 +188,7 @@ func (p *OutputParser) stepHarmonyBody() bool {
 	}
 	p.ws = p.ws[:0]
 	p.buf = rest
-	p.st, p.trimLead = (*OutputParser).stepHarmonyHeader, true
+	p.st, p.trimLead, p.reasoning = (*OutputParser).stepHarmonyHeader, true, false
 	return i > 0 || m != ""
 }
 

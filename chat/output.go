@@ -82,6 +82,10 @@ type OutputParser struct {
 	checked bool // stepValue: the start of the value was found plausible
 	name    string
 
+	// reasoning: the output is inside reasoning (after its start marker,
+	// or a Harmony analysis header, and before its end).
+	reasoning bool
+
 	// Formats with channels.
 	hKind OutputKind // what the message body is
 	hText OutputKind // what a call's body becomes when it is not one
@@ -127,7 +131,7 @@ func (f OutputFormat) NewParser(inReasoning, toolsOffered bool) *OutputParser {
 	switch {
 	case f.Tools != nil && f.Tools.begin(p, inReasoning):
 	case inReasoning && f.ThinkEnd != "":
-		p.st, p.trimLead = (*OutputParser).stepReasoning, true
+		p.st, p.trimLead, p.reasoning = (*OutputParser).stepReasoning, true, true
 	default:
 		p.st = (*OutputParser).stepStart
 	}
@@ -161,6 +165,12 @@ func (p *OutputParser) Finish() []OutputEvent {
 	p.finished = true
 	return p.take()
 }
+
+// Reasoning reports whether the output read so far ends inside reasoning:
+// after the start of reasoning (its marker, a Harmony analysis header, or
+// the prompt's end, see NewParser) and before its end. A marker is seen
+// once all of its text has come. Servers count reasoning tokens with it.
+func (p *OutputParser) Reasoning() bool { return p.reasoning }
 
 // take returns the events gathered and resets the list.
 func (p *OutputParser) take() []OutputEvent {
@@ -237,7 +247,7 @@ func (p *OutputParser) stepStart() bool {
 	if strings.HasPrefix(t, start) {
 		p.buf = t[len(start):]
 		p.ws = p.ws[:0]
-		p.st, p.trimLead = (*OutputParser).stepReasoning, true
+		p.st, p.trimLead, p.reasoning = (*OutputParser).stepReasoning, true, true
 		return true
 	}
 	if !p.final && strings.HasPrefix(start, t) {
@@ -255,6 +265,7 @@ func (p *OutputParser) stepReasoning() bool {
 		p.ws = p.ws[:0]
 		p.buf = p.buf[i+len(end):]
 		p.st, p.trimLead, p.reply = (*OutputParser).stepContent, true, true
+		p.reasoning = false
 		return true
 	}
 	return p.release(OutputReasoning, end)

@@ -644,3 +644,38 @@ func BenchmarkOutputParser(b *testing.B) {
 		})
 	}
 }
+
+// TestParserReasoning feeds outputs a token at a time and checks, after
+// each, whether the parser says it is inside reasoning.
+func TestParserReasoning(t *testing.T) {
+	tests := []struct {
+		name        string
+		f           OutputFormat
+		inReasoning bool
+		tokens      []string
+		want        string // per token: r inside reasoning after it, - not
+	}{
+		{"think tags", qwen3, false, []string{"<think>", "\n", "Hmm", ".", "\n", "</think>", "\n\n", "Tokyo", "."}, "rrrrr----"},
+		{"marker in pieces", qwen3, false, []string{"<th", "ink>", "a", "</th", "ink>", "b"}, "-rrr--"},
+		{"prompt ends in reasoning", qwen3, true, []string{"Hmm", "</think>", "Tokyo"}, "r--"},
+		{"no reasoning", qwen3, false, []string{"Tokyo", " is", "."}, "---"},
+		{"mistral", mistral, false, []string{"[THINK]", "x", "[/THINK]", "y"}, "rr--"},
+		{"harmony", harmony, false, []string{"<|channel|>", "analysis", "<|message|>", "Hmm", "<|end|>", "<|start|>", "assistant", "<|channel|>", "final", "<|message|>", "Tokyo", "<|return|>"}, "--rr--------"},
+		{"harmony prompt ends in reasoning", harmony, true, []string{"Hmm", "<|end|>", "<|start|>"}, "r--"},
+	}
+	for _, tt := range tests {
+		p := tt.f.NewParser(tt.inReasoning, false)
+		var got strings.Builder
+		for _, tok := range tt.tokens {
+			p.Feed(tok)
+			if p.Reasoning() {
+				got.WriteByte('r')
+			} else {
+				got.WriteByte('-')
+			}
+		}
+		if got.String() != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got.String(), tt.want)
+		}
+	}
+}

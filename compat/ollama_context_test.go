@@ -77,3 +77,33 @@ func TestOllamaNoRoute(t *testing.T) {
 		t.Errorf("delete: %#v, want a 404 whose message is the text (as the JavaScript client shows it too), not a JSON object", err)
 	}
 }
+
+// TestOllamaLongPrompt sends, through Ollama's client, a generate prompt
+// longer than the served context (2048 tokens): by default its oldest
+// tokens are dropped, the end kept with room for num_predict, and the
+// model answers; with truncate false it is a 400 about the context.
+func TestOllamaLongPrompt(t *testing.T) {
+	base, _ := startServer(t, server.Config{})
+	c := newOllama(t, base, "")
+	var b strings.Builder
+	for i := range 600 {
+		fmt.Fprintf(&b, "item %d is here. ", i)
+	}
+	opts := map[string]any{"temperature": 0, "num_predict": 4}
+	for _, raw := range []bool{false, true} {
+		var got api.GenerateResponse
+		err := c.Generate(context.Background(), &api.GenerateRequest{Model: "chat-model", Prompt: b.String(), Raw: raw, Stream: &olFalse, Options: opts},
+			func(r api.GenerateResponse) error { got = r; return nil })
+		if err != nil {
+			t.Fatalf("raw %v: %v", raw, err)
+		}
+		if got.PromptEvalCount+4 > 2048 || got.PromptEvalCount < 2048-4-16 || got.EvalCount == 0 {
+			t.Errorf("raw %v: a prompt of %d tokens and %d generated, want the prompt to fill 2048 less num_predict 4", raw, got.PromptEvalCount, got.EvalCount)
+		}
+	}
+	err := c.Generate(context.Background(), &api.GenerateRequest{Model: "chat-model", Prompt: b.String(), Options: opts, Truncate: &olFalse},
+		func(api.GenerateResponse) error { return nil })
+	if !isStatus(err, 400) || !strings.Contains(err.Error(), "context") || !strings.Contains(err.Error(), "truncate") {
+		t.Errorf("truncate false: %v, want a 400 about the context", err)
+	}
+}

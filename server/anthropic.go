@@ -42,11 +42,6 @@ import (
 //     longer send them); otherwise the model's generation_config.json
 //     holds.
 
-func (s *Server) anthropicRoutes() {
-	s.handle("POST /v1/messages", anthropicErrors, 0, s.anthropicMessages)
-	s.handle("POST /v1/messages/count_tokens", anthropicErrors, 0, s.anthropicCountTokens)
-}
-
 // anthropicErrors writes an error in Anthropic's shape:
 // {"type": "error", "error": {"type", "message"}, "request_id"}.
 func anthropicErrors(w http.ResponseWriter, e *Error) {

@@ -235,12 +235,18 @@ type Choice struct {
 	StopSequence string
 	// Tokens is the number of tokens generated.
 	Tokens int
+	// ReasoningTokens is the number of those that were reasoning: from
+	// the token that opened it to the one that closed it (see
+	// choiceRun.onToken).
+	ReasoningTokens int
 }
 
 // Usage counts a request's tokens.
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
+	// ReasoningTokens are the completion tokens that were reasoning.
+	ReasoningTokens int
 	// CachedTokens are prompt tokens reused from the model's prefix cache
 	// rather than computed (those of the first choice).
 	CachedTokens int
@@ -733,6 +739,8 @@ func reasoningField(msgs []chat.Message, key string) {
 type eventParser interface {
 	Feed(delta string) []outputEvent
 	Finish() []outputEvent
+	// Reasoning reports whether the output so far ends inside reasoning.
+	Reasoning() bool
 }
 
 // plainText is the parser of raw completions and JSON output: all of it
@@ -747,6 +755,8 @@ func (plainText) Feed(delta string) []outputEvent {
 }
 
 func (plainText) Finish() []outputEvent { return nil }
+
+func (plainText) Reasoning() bool { return false }
 
 // errStopSequence ends generation when a stop sequence is found.
 var errStopSequence = errors.New("stop sequence")
@@ -790,6 +800,7 @@ func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) erro
 	res.Usage.CachedTokens = cached
 	for _, c := range res.Choices {
 		res.Usage.CompletionTokens += c.Tokens
+		res.Usage.ReasoningTokens += c.ReasoningTokens
 	}
 	m.logGeneration(ctx, p, res, err)
 	if err != nil {
@@ -997,8 +1008,15 @@ func (r *choiceRun) onToken(t engine.Token) error {
 	if stopped {
 		r.choice.StopSequence = r.stop.matched
 	}
+	// A token is reasoning when the output was inside reasoning before
+	// it or is after it: the markers that open and close reasoning count
+	// with it.
+	before := r.parser.Reasoning()
 	if err := r.deliver(r.parser.Feed(text)); err != nil {
 		return err
+	}
+	if t.ID >= 0 && (before || r.parser.Reasoning()) {
+		r.choice.ReasoningTokens++
 	}
 	if stopped {
 		return errStopSequence

@@ -19,12 +19,18 @@
 //
 // A dialect adapter is a set of handlers that
 //
-//  1. register their routes in a method called from Server.routes, through
-//     Server.handle(pattern, errorWriter, flags, handler), which adds the
-//     request id, panic recovery, the Host and Origin checks against DNS
-//     rebinding and cross-site requests (guard.go: 403 before the body is
-//     read), CORS, the API key check (unless flags has open), the
-//     body-size limit and read deadline, metrics and the access log;
+//  1. list their routes in the route table (routes.go): pattern, error
+//     writer, flags, handler, and for the OpenAPI document (openapi.go,
+//     GET /openapi.json, lem spec) the dialect, a summary, a value of the
+//     request's and of the reply's Go type and the media type of a stream.
+//     Adding a route is adding its entry there: Server.routes registers
+//     each through Server.handle, which adds the request id, panic
+//     recovery, the Host and Origin checks against DNS rebinding and
+//     cross-site requests (guard.go: 403 before the body is read), CORS,
+//     the API key check (unless flags has open), the body-size limit and
+//     read deadline, metrics and the access log; the document's schemas
+//     come from the types by reflection, and a test fails for a route
+//     handled but not in the document;
 //  2. decode the body with Server.readJSON (413, 408 and 400 errors come
 //     back as *Error) and find the model with Server.Model (404 for an
 //     unknown id);

@@ -153,3 +153,42 @@ func TestScoreLoglikelihood(t *testing.T) {
 		t.Error("no choice ended on the stop token: the test no longer covers it")
 	}
 }
+
+// TestOllamaShowFIM checks that /api/show tells Ollama's clients a model
+// fills in the middle: the insert capability, and a template that reads
+// .Suffix in the model's FIM markers before the chat template; a model
+// without FIM tokens has neither.
+func TestOllamaShowFIM(t *testing.T) {
+	_, ts := newTestServer(t, Config{})
+	code, v, raw := post(t, ts.URL+"/api/show", `{"model":"chat"}`)
+	tmpl, _ := v["template"].(string)
+	want := "{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>{{- else }}"
+	if code != 200 || !strings.HasPrefix(tmpl, want) || !strings.HasSuffix(tmpl, "{{- end }}") || !strings.Contains(tmpl, "<|im_start|>") {
+		t.Errorf("template: %d %q", code, tmpl)
+	}
+	if !slices.Contains(v["capabilities"].([]any), any("insert")) || !strings.Contains(v["modelfile"].(string), ".Suffix") {
+		t.Errorf("capabilities %v, modelfile %q: %s", v["capabilities"], v["modelfile"], raw)
+	}
+
+	e, err := engine.OpenTiny(engine.Options{Backend: cpu.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Tokenizer, err = tokenizer.LoadDir(fixtures.Dir(t, "tokenizers", "llama2")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel("plain-llm", e, ModelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts2 := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { s.Close(); ts2.Close() })
+	code, v, raw = post(t, ts2.URL+"/api/show", `{"model":"plain-llm"}`)
+	if code != 200 || strings.Contains(raw, "Suffix") || slices.Contains(v["capabilities"].([]any), any("insert")) {
+		t.Errorf("no FIM tokens: %d %s", code, raw)
+	}
+}

@@ -58,7 +58,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"responses bad item", "/v1/responses", `{"model":"chat","input":[{"type":"web_search_call"}]}`, 400, "input[0].type"},
 		{"responses bad tool", "/v1/responses", `{"model":"chat","input":"hi","tools":[{"type":"web_search"}]}`, 400, "tools[0].type"},
 		{"responses unknown previous", "/v1/responses", `{"model":"chat","input":"hi","previous_response_id":"resp_nope"}`, 404, "previous_response_id"},
-		{"unknown route", "/v1/embeddings", `{}`, 404, ""},
+		{"unknown route", "/v1/engines", `{}`, 404, ""},
 		{"wrong method", "/v1/models", `{}`, 405, ""},
 	}
 	for _, tt := range tests {

@@ -11,9 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"lem/chat"
 	"lem/constrain"
+	"lem/tokenizer"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed
@@ -44,23 +46,18 @@ import (
 //     /api/chat history that does not fit (see olPrepare); the reply's
 //     truncated_messages counts them, and the server logs it. With
 //     truncate false such a history is a 400 context_length_exceeded.
+//     On /api/generate, truncate drops the oldest tokens of a prompt that
+//     does not fit, keeping its end, the template and any suffix (see
+//     olGenerateRequest.prepare); the reply says truncated: true.
 
 // ollamaVersion is the version of the Ollama API lem speaks, which
 // /api/version reports: clients compare it to decide what to send.
 const ollamaVersion = "0.17.4"
 
-func (s *Server) ollamaRoutes() {
-	s.handle("POST /api/chat", ollamaErrors, 0, s.ollamaChat)
-	s.handle("POST /api/generate", ollamaErrors, 0, s.ollamaGenerate)
-	s.handle("GET /api/tags", ollamaErrors, 0, s.ollamaTags)
-	s.handle("POST /api/show", ollamaErrors, 0, s.ollamaShow)
-	s.handle("GET /api/ps", ollamaErrors, 0, s.ollamaPS)
-	s.handle("GET /api/version", ollamaErrors, 0, s.ollamaVersionHandler)
-	// GET patterns answer HEAD too.
-	s.handle("GET /{$}", ollamaErrors, open, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write([]byte("lem is running"))
-	})
+// ollamaRoot answers GET / (and HEAD) as Ollama does.
+func (s *Server) ollamaRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("lem is running"))
 }
 
 // ollamaErrors writes an error in Ollama's shape: {"error": "…"}.
@@ -624,6 +621,9 @@ type olGenerateResponse struct {
 	Done       bool            `json:"done"`
 	DoneReason string          `json:"done_reason,omitempty"`
 	Logprobs   []olLogprob     `json:"logprobs,omitempty"`
+	// Truncated says the oldest part of the prompt was dropped so that it
+	// fits the context (lem's own field).
+	Truncated bool `json:"truncated,omitempty"`
 	*olMetrics
 }
 
@@ -670,7 +670,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteUnenforced(w, req)
-	s.olRun(w, r, m, req, limit, fit, &t, newOlEncoder(name, true), o.stream())
+	s.olRun(w, r, m, func() (*Prepared, int, error) { return olPrepare(r.Context(), m, req, limit, fit) }, fit, &t, newOlEncoder(name, true), o.stream())
 }
 
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -703,31 +703,46 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, olGenerateResponse{Model: name, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
 		return
 	}
-	req, limit, err := o.toRequest(m)
-	if err != nil {
-		ollamaErrors(w, AsError(err))
-		return
-	}
 	fit, err := o.fit(m)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return
 	}
-	noteUnenforced(w, req)
-	s.olRun(w, r, m, req, limit, fit, &t, newOlEncoder(name, false), o.stream())
-}
-
-// olRun generates a chat or generate reply, streamed as NDJSON chunks
-// ended by one with done: true and the metrics, or whole.
-func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Request, limit int, fit olFit, t *olTimer, enc *olEncoder, streamed bool) {
-	p, dropped, err := olPrepare(r.Context(), m, req, limit, fit)
-	if err != nil {
+	req, limit, err := o.toRequest(m)
+	if err != nil && AsError(err).Code != CodeContextExceeded {
 		ollamaErrors(w, AsError(err))
 		return
 	}
+	if req != nil {
+		noteUnenforced(w, req)
+	}
+	s.olRun(w, r, m, func() (*Prepared, int, error) { return o.prepare(r.Context(), m, req, limit, err, fit) }, fit, &t, newOlEncoder(name, false), o.stream())
+}
+
+// olRun generates a chat or generate reply, streamed as NDJSON chunks
+// ended by one with done: true and the metrics, or whole. prepare
+// prepares the request within fit and returns what it dropped to fit:
+// messages of a chat, prompt bytes of a generate request.
+func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, prepare func() (*Prepared, int, error), fit olFit, t *olTimer, enc *olEncoder, streamed bool) {
+	p, dropped, err := prepare()
+	if err != nil {
+		e := AsError(err)
+		if e.Code == CodeContextExceeded && !fit.truncate {
+			c := *e
+			c.Message += " (truncate is false: the prompt is not shortened to fit)"
+			e = &c
+		}
+		ollamaErrors(w, e)
+		return
+	}
 	if dropped > 0 {
-		s.log.Info("chat history truncated to fit the context", "request_id", RequestID(r.Context()), "model", m.id,
-			"dropped_messages", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
+		if enc.chat {
+			s.log.Info("chat history truncated to fit the context", "request_id", RequestID(r.Context()), "model", m.id,
+				"dropped_messages", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
+		} else {
+			s.log.Info("prompt truncated to fit the context", "request_id", RequestID(r.Context()), "model", m.id,
+				"dropped_bytes", dropped, "prompt_tokens", p.PromptTokens(), "context", fit.ctx)
+		}
 		enc.truncated = dropped
 	}
 	if !streamed {
@@ -745,7 +760,8 @@ func (s *Server) olRun(w http.ResponseWriter, r *http.Request, m *Model, req *Re
 				Logprobs: olLogprobs(c.Logprobs), TruncatedMessages: enc.truncated, olMetrics: met})
 		} else {
 			writeJSON(w, http.StatusOK, olGenerateResponse{Model: enc.model, CreatedAt: now, Done: true, DoneReason: olDoneReason(c.Finish),
-				Response: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls), Logprobs: olLogprobs(c.Logprobs), olMetrics: met})
+				Response: c.Content, Thinking: c.Reasoning, ToolCalls: olToolCalls(c.ToolCalls), Logprobs: olLogprobs(c.Logprobs),
+				Truncated: enc.truncated > 0, olMetrics: met})
 		}
 		return
 	}
@@ -792,6 +808,15 @@ type olFit struct {
 	truncate bool // drop the oldest messages of a chat history that does not fit
 }
 
+// reserve is the room for output a truncated prompt leaves: num_predict
+// (limit; 0: unset, then olReserve), at most a quarter of the context.
+func (f olFit) reserve(limit int) int {
+	if limit > 0 {
+		return min(limit, f.ctx/4)
+	}
+	return min(olReserve, f.ctx/4)
+}
+
 // olReserve is the room for output a truncated history leaves when
 // num_predict does not say: this many tokens, at most a quarter of the
 // context.
@@ -809,10 +834,7 @@ const olReserve = 1024
 // kept; failing that, the longest that fits at all. It returns the
 // number of messages dropped.
 func olPrepare(ctx context.Context, m *Model, req *Request, limit int, fit olFit) (*Prepared, int, error) {
-	reserve := min(olReserve, fit.ctx/4)
-	if limit > 0 {
-		reserve = min(limit, fit.ctx/4)
-	}
+	reserve := fit.reserve(limit)
 	try := func(r *Request) (*Prepared, error) {
 		p, err := prepareBounded(ctx, m, r, limit)
 		if err != nil {
@@ -899,6 +921,111 @@ func olPrepare(ctx context.Context, m *Model, req *Request, limit int, fit olFit
 	return at(i).p, olDropped(full, cuts[i]), nil
 }
 
+// prepare prepares a generate request within fit. When its prompt does
+// not leave room for output (as olPrepare reckons it) and fit.truncate
+// holds, the oldest tokens of the prompt text are dropped, as Ollama's
+// runner drops the oldest tokens of a prompt too long for its context:
+// the template around it, system and (filling in the middle) the suffix
+// stay, and the end of the prompt is kept. The longest end that leaves
+// that room is kept; failing that, the longest that fits at all. It
+// returns the number of the prompt's bytes dropped.
+//
+// req is the request toRequest made, or nil with its error when the
+// prompt was too long to encode whole.
+func (o *olGenerateRequest) prepare(ctx context.Context, m *Model, req *Request, limit int, err error, fit olFit) (*Prepared, int, error) {
+	var p *Prepared
+	if req != nil {
+		p, _, err = olPrepare(ctx, m, req, limit, fit)
+	}
+	roomy := func(p *Prepared) bool { return p.PromptTokens()+fit.reserve(limit) <= fit.ctx }
+	if err == nil && roomy(p) || err != nil && AsError(err).Code != CodeContextExceeded || !fit.truncate || o.Prompt == "" {
+		return p, 0, err
+	}
+	toks, whole := olTail(m.eng.Tokenizer, o.Prompt, fit.ctx)
+	type attempt struct {
+		p      *Prepared
+		err    error
+		prompt string
+	}
+	tried := map[int]attempt{}
+	// at prepares the request with the last keep tokens of the prompt.
+	at := func(keep int) attempt {
+		if a, ok := tried[keep]; ok {
+			return a
+		}
+		short := *o
+		// A cut inside a character leaves its tail bytes undecodable.
+		short.Prompt = strings.TrimLeft(m.eng.Tokenizer.Decode(toks[len(toks)-keep:], false), "\uFFFD")
+		r, _, err := short.toRequest(m)
+		var p *Prepared
+		if err == nil {
+			p, _, err = olPrepare(ctx, m, r, limit, fit)
+		}
+		tried[keep] = attempt{p, err, short.Prompt}
+		return tried[keep]
+	}
+	// search finds the most tokens to keep (at least one, at most those
+	// of the whole prompt less one, and of the context) whose prompt
+	// passes ok, or 0.
+	search := func(ok func(*Prepared) bool) (int, error) {
+		lo, hi := 0, min(len(toks), fit.ctx)
+		if whole {
+			hi = min(hi, len(toks)-1)
+		}
+		for lo < hi {
+			mid := lo + (hi-lo+1)/2
+			a := at(mid)
+			if a.err != nil && AsError(a.err).Code != CodeContextExceeded {
+				return 0, a.err
+			}
+			if a.err == nil && ok(a.p) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		return lo, nil
+	}
+	keep, err2 := search(roomy)
+	if err2 != nil {
+		return nil, 0, err2
+	}
+	if keep == 0 {
+		if err == nil {
+			// The whole prompt fits, if tightly, and no cut leaves it
+			// the room: keep it.
+			return p, 0, nil
+		}
+		if keep, err2 = search(func(*Prepared) bool { return true }); err2 != nil {
+			return nil, 0, err2
+		}
+		if keep == 0 {
+			return nil, 0, err
+		}
+	}
+	return tried[keep].p, len(o.Prompt) - len(tried[keep].prompt), nil
+}
+
+// olTail encodes the end of prompt: at least ctx+1 tokens of it, or all of
+// it (whole), so that a prompt of many megabytes is not tokenized whole to
+// keep its last few thousand tokens. Where the window of text does not
+// start the prompt, its first token, which may be cut from a longer one,
+// is left out.
+func olTail(tok *tokenizer.Tokenizer, prompt string, ctx int) (toks []int32, whole bool) {
+	for w := 16 * (ctx + 1); ; w *= 4 {
+		if w >= len(prompt) {
+			return tok.EncodePlain(prompt, false), true
+		}
+		start := len(prompt) - w
+		for start < len(prompt) && !utf8.RuneStart(prompt[start]) {
+			start++
+		}
+		if toks = tok.EncodePlain(prompt[start:], false); len(toks) > ctx+1 {
+			return toks[1:], false
+		}
+	}
+}
+
 // olCuts lists, in order, where a chat history may be cut so that what is
 // kept (the system messages before it and everything from it) starts a
 // turn: each user message after a non-system one, and the last message.
@@ -941,8 +1068,8 @@ type olEncoder struct {
 	head  []byte // {"model":…,"created_at":"
 	buf   []byte
 
-	// truncated counts the messages dropped from the history, reported
-	// in the last chunk.
+	// truncated counts the messages dropped from a chat history, or the
+	// bytes from a generate prompt, reported in the last chunk.
 	truncated int
 }
 
@@ -1011,7 +1138,7 @@ func (e *olEncoder) done(reason string, met *olMetrics) []byte {
 		v = olChatResponse{Model: e.model, CreatedAt: now, Message: olMessageOut{Role: "assistant"}, Done: true, DoneReason: reason,
 			TruncatedMessages: e.truncated, olMetrics: met}
 	} else {
-		v = olGenerateResponse{Model: e.model, CreatedAt: now, Done: true, DoneReason: reason, olMetrics: met}
+		v = olGenerateResponse{Model: e.model, CreatedAt: now, Done: true, DoneReason: reason, Truncated: e.truncated > 0, olMetrics: met}
 	}
 	data, _ := json.Marshal(v)
 	return append(data, '\n')
@@ -1040,6 +1167,11 @@ type olListed struct {
 	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
 	SizeVRAM      *int64     `json:"size_vram,omitempty"`
 	ContextLength int        `json:"context_length,omitempty"`
+}
+
+// olModelList is the reply of /api/tags and /api/ps.
+type olModelList struct {
+	Models []olListed `json:"models"`
 }
 
 // paramCount estimates a model's parameters from its configuration:
@@ -1117,7 +1249,7 @@ func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
 	for i, m := range s.models {
 		models[i] = m.olDescribe()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+	writeJSON(w, http.StatusOK, olModelList{Models: models})
 }
 
 func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
@@ -1136,19 +1268,22 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 		d.ContextLength = m.ctxLen
 		models[i] = d
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"models": models})
+	writeJSON(w, http.StatusOK, olModelList{Models: models})
 }
 
 func (s *Server) ollamaVersionHandler(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": ollamaVersion})
 }
 
+// olShowRequest is an /api/show request.
+type olShowRequest struct {
+	Model   string `json:"model"`
+	Name    string `json:"name"`
+	Verbose bool   `json:"verbose"`
+}
+
 func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
-	var o struct {
-		Model   string `json:"model"`
-		Name    string `json:"name"`
-		Verbose bool   `json:"verbose"`
-	}
+	var o olShowRequest
 	if err := s.readJSON(r, &o); err != nil {
 		ollamaErrors(w, err)
 		return
@@ -1203,6 +1338,17 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 			template = t.Source()
 		}
 	}
+	if fim := m.olFIMTemplate(); fim != "" {
+		// Ollama's clients (Continue, for one) offer fill-in-the-middle
+		// when the template reads .Suffix, or the model has the insert
+		// capability.
+		caps = append(caps, "insert")
+		body := template
+		if body == "" {
+			body = "{{ .Prompt }}"
+		}
+		template = fim + "{{- else }}" + body + "{{- end }}"
+	}
 	params := m.olParameters()
 	var mf strings.Builder
 	// The model's file or folder by its name only: where it lies on the
@@ -1226,6 +1372,32 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		"capabilities": caps,
 		"modified_at":  d.ModifiedAt,
 	})
+}
+
+// olFIMTemplate returns, for a model whose tokenizer declares
+// fill-in-the-middle tokens, the opening branch of an Ollama template that
+// writes its FIM prompt when a request has a suffix:
+//
+//	{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>
+//
+// (with Codestral's markers, [SUFFIX]{{ .Suffix }}[PREFIX]{{ .Prompt }}),
+// and "" for a model without them. /api/show puts the chat template (or
+// the bare prompt) in its else branch. lem builds the prompt itself (see
+// fimPrompt): the template tells clients what suffix does.
+func (m *Model) olFIMTemplate() string {
+	tok := m.eng.Tokenizer
+	if tok == nil {
+		return ""
+	}
+	f, ok := tok.FIM()
+	if !ok {
+		return ""
+	}
+	mark := func(id int32) string { return strings.TrimSpace(tok.Decode([]int32{id}, false)) }
+	if f.SuffixFirst {
+		return "{{- if .Suffix }}" + mark(f.Suffix) + "{{ .Suffix }}" + mark(f.Prefix) + "{{ .Prompt }}"
+	}
+	return "{{- if .Suffix }}" + mark(f.Prefix) + "{{ .Prompt }}" + mark(f.Suffix) + "{{ .Suffix }}" + mark(f.Middle)
 }
 
 // olParameters lists the served context (num_ctx), the model's default

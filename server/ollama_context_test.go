@@ -115,7 +115,8 @@ func TestOllamaNumCtx(t *testing.T) {
 		{"num_ctx bounds prompt and output", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":120}}`, 200, 120},
 		{"num_predict within num_ctx", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":120,"num_predict":500}}`, 200, 120},
 		{"larger than served is clamped", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":1000000,"num_predict":4}}`, 200, 2048},
-		{"prompt over num_ctx", `{"model":"chat","stream":false,` + prompt + `,"options":{"num_ctx":20}}`, 400, 0},
+		{"prompt over num_ctx", `{"model":"chat","stream":false,"truncate":false,` + prompt + `,"options":{"num_ctx":20}}`, 400, 0},
+		{"prompt over num_ctx truncated", `{"model":"chat","stream":false,` + prompt + `,"options":{"temperature":0,"num_ctx":40}}`, 200, 40},
 		{"not an integer", `{"model":"chat","stream":false,` + prompt + `,"options":{"num_ctx":"big"}}`, 400, 0},
 	}
 	for _, tt := range tests {
@@ -193,5 +194,75 @@ func TestNotFoundShapes(t *testing.T) {
 		if e, ok := v["error"].(map[string]any); !tt.ollama && (!ok || e["message"] == nil) {
 			t.Errorf("%s %s: %v, want OpenAI's error object", tt.method, tt.path, v)
 		}
+	}
+}
+
+// TestOllamaGenerateTruncate sends /api/generate prompts longer than the
+// context (512 tokens): by default the oldest tokens of the prompt are
+// dropped, the template and the end of the prompt kept, leaving room for
+// num_predict; the answer is the one to the kept end sent alone. With
+// truncate false it is a 400 that says so.
+func TestOllamaGenerateTruncate(t *testing.T) {
+	ts := newContextServer(t, 512)
+	tok := openChatModel(t).Tokenizer
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, "item %d is here. ", i)
+	}
+	prompt := b.String()
+	opts := `"options":{"temperature":0,"num_predict":8}`
+	const short = "item 1 is here."
+	for _, raw := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%s,%s}`, raw, mustJSON(prompt), opts)
+		code, v, rawBody := post(t, ts.URL+"/api/generate", body)
+		if code != 200 {
+			t.Fatalf("raw %v: %d %s", raw, code, rawBody)
+		}
+		n := int(v["prompt_eval_count"].(float64))
+		if n+8 > 512 || n < 512-8-16 || v["truncated"] != true {
+			t.Errorf("raw %v: a prompt of %d tokens, truncated %v, want it to fill 512 less num_predict 8", raw, n, v["truncated"])
+		}
+		// The template's tokens around the prompt.
+		_, w, _ := post(t, ts.URL+"/api/generate", fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%q,%s}`, raw, short, opts))
+		around := int(w["prompt_eval_count"].(float64)) - len(tok.EncodePlain(short, false))
+		// The kept end, sent alone, gives the same prompt and answer.
+		toks := tok.EncodePlain(prompt, false)
+		tail := tok.Decode(toks[len(toks)-(n-around):], false)
+		if !strings.HasSuffix(prompt, tail) || !strings.HasSuffix(tail, "item 999 is here. ") {
+			t.Fatalf("raw %v: kept %q, not the end of the prompt", raw, tail)
+		}
+		_, w, _ = post(t, ts.URL+"/api/generate", fmt.Sprintf(`{"model":"chat","stream":false,"raw":%v,"prompt":%s,%s}`, raw, mustJSON(tail), opts))
+		if w["prompt_eval_count"] != v["prompt_eval_count"] || w["response"] != v["response"] || w["truncated"] != nil {
+			t.Errorf("raw %v: truncated %v tokens answering %q, the kept end alone %v tokens answering %q", raw,
+				v["prompt_eval_count"], v["response"], w["prompt_eval_count"], w["response"])
+		}
+	}
+
+	// Streamed, the last chunk counts the dropped tokens.
+	resp, err := http.Post(ts.URL+"/api/generate", "application/json", strings.NewReader(`{"model":"chat","prompt":`+mustJSON(prompt)+`,`+opts+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := olLines(t, resp)
+	resp.Body.Close()
+	if last := lines[len(lines)-1]; last["done"] != true || last["truncated"] != true {
+		t.Errorf("streamed: last chunk %v, want truncated", last)
+	}
+
+	// Filling in the middle, the text before the gap loses its start.
+	code, v, raw := post(t, ts.URL+"/api/generate", `{"model":"chat","stream":false,"prompt":`+mustJSON(prompt)+`,"suffix":"\nprint(x)\n",`+opts+`}`)
+	if code != 200 || v["truncated"] != true || int(v["prompt_eval_count"].(float64))+8 > 512 {
+		t.Errorf("suffix: %d %s", code, raw)
+	}
+
+	// truncate false: a 400 that names it.
+	code, v, raw = post(t, ts.URL+"/api/generate", `{"model":"chat","stream":false,"truncate":false,"prompt":`+mustJSON(prompt)+`,`+opts+`}`)
+	if msg, _ := v["error"].(string); code != 400 || !strings.Contains(msg, "truncate is false") {
+		t.Errorf("truncate false: %d %s", code, raw)
+	}
+	// A prompt that fits is not touched.
+	code, v, raw = post(t, ts.URL+"/api/generate", `{"model":"chat","stream":false,"prompt":"`+short+`",`+opts+`}`)
+	if code != 200 || v["truncated"] != nil {
+		t.Errorf("short prompt: %d %s", code, raw)
 	}
 }

@@ -6,14 +6,6 @@ import (
 	"net/http"
 )
 
-// Ollama's embedding routes: /api/embed and the older /api/embeddings (see
-// embed.go for the core).
-
-func (s *Server) ollamaEmbedRoutes() {
-	s.handle("POST /api/embed", ollamaErrors, 0, s.ollamaEmbed)
-	s.handle("POST /api/embeddings", ollamaErrors, 0, s.ollamaEmbeddings)
-}
-
 // ollamaEmbedRequest is the body of POST /api/embed.
 type ollamaEmbedRequest struct {
 	Model      string          `json:"model"`

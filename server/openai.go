@@ -18,14 +18,6 @@ import (
 // This file is the OpenAI dialect: /v1/chat/completions, /v1/completions
 // and /v1/models. /v1/responses is in openai_responses.go.
 
-func (s *Server) openaiRoutes() {
-	s.handle("POST /v1/chat/completions", openaiErrors, 0, s.chatCompletions)
-	s.handle("POST /v1/completions", openaiErrors, 0, s.completions)
-	s.handle("GET /v1/models", openaiErrors, shared, s.listModels)
-	s.handle("GET /v1/models/{id...}", openaiErrors, shared, s.getModel)
-	s.responsesRoutes()
-}
-
 // openaiErrors writes an error in OpenAI's shape:
 // {"error": {"message", "type", "param", "code"}}.
 func openaiErrors(w http.ResponseWriter, e *Error) {
@@ -428,6 +420,8 @@ func oaUsage(u Usage) map[string]any {
 		"completion_tokens":     u.CompletionTokens,
 		"total_tokens":          u.TotalTokens(),
 		"prompt_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
+		// Reasoning tokens are counted in completion_tokens too.
+		"completion_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
 	}
 }
 
@@ -822,6 +816,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 func addUsage(dst *Usage, u Usage) {
 	dst.PromptTokens += u.PromptTokens
 	dst.CompletionTokens += u.CompletionTokens
+	dst.ReasoningTokens += u.ReasoningTokens
 	dst.CachedTokens += u.CachedTokens
 }
 

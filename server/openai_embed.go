@@ -10,16 +10,6 @@ import (
 	"time"
 )
 
-// The embedding and scoring routes of the OpenAI-style dialects:
-// OpenAI's /v1/embeddings, the Cohere/Jina shape of /v1/rerank and vLLM's
-// /v1/score, all with OpenAI's error shape (see embed.go for the core).
-
-func (s *Server) embedRoutes() {
-	s.handle("POST /v1/embeddings", openaiErrors, 0, s.embeddings)
-	s.handle("POST /v1/rerank", openaiErrors, 0, s.rerank)
-	s.handle("POST /v1/score", openaiErrors, 0, s.score)
-}
-
 // oaEmbeddingRequest is the body of POST /v1/embeddings.
 type oaEmbeddingRequest struct {
 	Model          string          `json:"model"`

@@ -118,12 +118,6 @@ func (s *responseStore) delete(id string) bool {
 
 // --- /v1/responses ---
 
-func (s *Server) responsesRoutes() {
-	s.handle("POST /v1/responses", openaiErrors, 0, s.responses)
-	s.handle("GET /v1/responses/{id}", openaiErrors, 0, s.getResponse)
-	s.handle("DELETE /v1/responses/{id}", openaiErrors, 0, s.deleteResponse)
-}
-
 type respRequest struct {
 	Model              string            `json:"model"`
 	Input              json.RawMessage   `json:"input"`
@@ -544,7 +538,7 @@ func (rs *respState) body(u Usage) map[string]any {
 	if status != "in_progress" {
 		b["usage"] = map[string]any{
 			"input_tokens": u.PromptTokens, "input_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
-			"output_tokens": u.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+			"output_tokens": u.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
 			"total_tokens": u.TotalTokens(),
 		}
 	}

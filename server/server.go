@@ -83,6 +83,8 @@ type Config struct {
 	// tokenized at once, over all models (0: DefaultMaxPrepareBytes);
 	// requests beyond it wait their turn (see admit.go).
 	MaxPrepareBytes int64
+	// Version is the lem version GET /openapi.json names ("": dev).
+	Version string
 	// LogContent adds prompts and outputs to the request logs.
 	LogContent bool
 	// Logger receives request logs (nil: slog.Default()).
@@ -103,6 +105,10 @@ type Server struct {
 	store   *responseStore
 	hosts   atomic.Pointer[hostPolicy]
 	prepare *prepareGate // bounds the prompts being prepared
+
+	// patterns are those handle registered, in order (the OpenAPI
+	// test checks each is in the document).
+	patterns []string
 
 	// base is the parent of every request's context; cancelling it stops
 	// generations (after the drain deadline of Serve).
@@ -173,37 +179,6 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 	s.metrics.reg.MustRegister(newSchedulerMetrics(s.models))
 	s.routes()
 	return s, nil
-}
-
-// routes registers every route. A dialect adds its own through a method
-// like openaiRoutes.
-func (s *Server) routes() {
-	s.handle("GET /health", nil, open, s.health)
-	s.handle("GET /metrics", openaiErrors, 0, func(w http.ResponseWriter, r *http.Request) {
-		s.metrics.handler().ServeHTTP(w, r)
-	})
-	s.openaiRoutes()
-	s.anthropicRoutes()
-	s.ollamaRoutes()
-	s.embedRoutes()
-	s.ollamaEmbedRoutes()
-	s.mux.HandleFunc("OPTIONS /", s.preflight)
-	s.handle("/", openaiErrors, open, func(w http.ResponseWriter, r *http.Request) {
-		// Under /api/ the Ollama dialect's shape, {"error": "…"}, which
-		// its clients show; elsewhere OpenAI's.
-		errors := openaiErrors
-		if strings.HasPrefix(r.URL.Path, "/api/") {
-			errors = ollamaErrors
-		}
-		if methods := s.methods[r.URL.Path]; len(methods) > 0 {
-			w.Header().Set("Allow", strings.Join(methods, ", "))
-			errors(w, &Error{Status: http.StatusMethodNotAllowed, Code: CodeInvalidRequest,
-				Message: fmt.Sprintf("%s %s is not allowed; use %s", r.Method, r.URL.Path, strings.Join(methods, " or "))})
-			return
-		}
-		errors(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
-			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
-	})
 }
 
 // Handler returns the server's HTTP handler.
@@ -313,11 +288,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	return err
 }
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"status":"ok","models":%d}`+"\n", len(s.models))
-}
-
 // errorWriter writes an *Error in a dialect's shape.
 type errorWriter func(w http.ResponseWriter, e *Error)
 
@@ -354,6 +324,7 @@ func RequestID(ctx context.Context) string {
 // ew writes errors in the route's dialect.
 func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.HandlerFunc) {
 	route := pattern
+	s.patterns = append(s.patterns, pattern)
 	if ew == nil {
 		ew = openaiErrors
 	}

@@ -255,7 +255,7 @@ func TestSynthBuiltinTokenizer(t *testing.T) {
 		{259, 259},
 		{512, 512},
 		{1000, 1000},
-		{151936, 0}, // more than the corpus gives: left unpadded
+		{151936, 151936}, // more than the corpus gives: filler words
 	}
 	for _, tt := range tests {
 		bt, err := NewBuiltinTokenizer(tt.vocab)
@@ -278,6 +278,18 @@ func TestSynthBuiltinTokenizer(t *testing.T) {
 		}
 		if tok.VocabSize() != bt.Size() {
 			t.Errorf("vocab %d: parsed tokenizer has %d ids, want %d", tt.vocab, tok.VocabSize(), bt.Size())
+		}
+		// Every ordinary id decodes to text of its own (what random
+		// weights generate is visible), and text never encodes to a
+		// filler word.
+		last := int32(len(bt.Vocab) - 1)
+		if got := tok.Decode([]int32{last}, true); got == "" {
+			t.Errorf("vocab %d: id %d decodes to nothing", tt.vocab, last)
+		}
+		for _, id := range tok.Encode("a capital quick brown fox, qax qbx", false) {
+			if w := bt.Vocab[id]; strings.HasPrefix(w, "Ġq") && strings.HasSuffix(w, "x") && len(bt.Merges) < int(id)-255 {
+				t.Errorf("vocab %d: text encoded to filler %q", tt.vocab, w)
+			}
 		}
 	}
 	if _, err := NewBuiltinTokenizer(100); err == nil {

@@ -117,15 +117,9 @@ func (t *BuiltinTokenizer) SpecialID(tok string) int {
 // Size returns the number of token ids, specials included.
 func (t *BuiltinTokenizer) Size() int { return len(t.Vocab) + len(t.Special) }
 
-// maxReserved bounds the reserved special tokens that pad the built-in
-// tokenizer up to a model's vocabulary when the corpus yields too few
-// merges; larger vocabularies are left with ids the tokenizer lacks, as
-// real models' padded vocabularies are.
-const maxReserved = 1024
-
 // NewBuiltinTokenizer learns merges until the tokenizer has vocab ids, or
-// the corpus has no more pairs to merge. Reserved special tokens make up a
-// small shortfall.
+// the corpus has no more pairs to merge; filler words (see fillerWord)
+// make up the rest.
 func NewBuiltinTokenizer(vocab int) (*BuiltinTokenizer, error) {
 	specials := []string{EndOfText, ImStart, ImEnd}
 	if vocab < 256+len(specials) {
@@ -201,12 +195,31 @@ func NewBuiltinTokenizer(vocab int) (*BuiltinTokenizer, error) {
 			words[wi].syms = out
 		}
 	}
-	if short := want - len(t.Vocab); short > 0 && short <= maxReserved {
-		for i := range short {
-			t.Special = append(t.Special, fmt.Sprintf("<|reserved_%d|>", i))
+	// Filler words make up the rest: no merge produces them, so text never
+	// encodes to them, but each decodes to a word of its own, so that what
+	// random weights generate streams as visible text.
+	for i := 0; len(t.Vocab) < want; i++ {
+		w := fillerWord(i)
+		if !index[w] {
+			index[w] = true
+			t.Vocab = append(t.Vocab, w)
 		}
 	}
 	return t, nil
+}
+
+// fillerWord returns the i-th filler token: a space and a made-up word
+// ("Ġ" is the byte-level alphabet's space).
+func fillerWord(i int) string {
+	w := []byte{'q'}
+	for {
+		w = append(w, byte('a'+i%26))
+		i /= 26
+		if i == 0 {
+			break
+		}
+	}
+	return "Ġ" + string(append(w, 'x'))
 }
 
 // TokenizerJSON returns the tokenizer.json of t: NFC normalisation, the

@@ -40,6 +40,7 @@ func TestFIM(t *testing.T) {
 		{"codellama", withAdded("llama2", "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"), "codellama", [3]string{"▁<PRE>", "▁<SUF>", "▁<MID>"}},
 		{"deepseek", withAdded("llama3", "<｜fim▁hole｜>", "<｜fim▁begin｜>", "<｜fim▁end｜>"), "deepseek", [3]string{"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"}},
 		{"partial", withAdded("llama3", "<fim_prefix>", "<fim_suffix>"), "", [3]string{}},
+		{"mistral", withAdded("llama2", "[INST]", "[/INST]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]"), "mistral", [3]string{"[PREFIX]", "[SUFFIX]", ""}},
 	}
 	for _, tt := range tests {
 		f, ok := tt.tok.FIM()
@@ -56,6 +57,10 @@ func TestFIM(t *testing.T) {
 		}
 		pre, suf := tt.tok.EncodePlain("def add(a, b):\n    return ", false), tt.tok.EncodePlain("\n\nprint(add(1, 2))\n", false)
 		want := slices.Concat([]int32{f.Prefix}, pre, []int32{f.Suffix}, suf, []int32{f.Middle})
+		if tt.style == "mistral" {
+			// Codestral's order: the suffix first, the prefix last.
+			want = slices.Concat([]int32{f.Suffix}, suf, []int32{f.Prefix}, pre)
+		}
 		if p := f.Prompt(pre, suf); !slices.Equal(p, want) {
 			t.Errorf("%s: Prompt = %v, want %v", tt.name, p, want)
 		}

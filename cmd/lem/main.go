@@ -10,9 +10,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
-
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "lem",
@@ -20,11 +17,14 @@ func newRootCmd() *cobra.Command {
 		Long: `lem loads a model (a Hugging Face safetensors directory or a GGUF file),
 runs it on the CPU or an NVIDIA GPU, and serves it through the OpenAI,
 Anthropic and Ollama APIs.`,
-		Version:       version,
+		Version:       buildVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	cobra.AddTemplateFunc("versionText", versionText)
+	root.SetVersionTemplate("{{ versionText }}")
 	root.AddCommand(
+		newVersionCmd(),
 		newInspectCmd(),
 		newTokenizeCmd(),
 		newTemplateCmd(),
@@ -35,6 +35,7 @@ Anthropic and Ollama APIs.`,
 		newServeCmd(),
 		newQuantCmd(),
 		newLoadCmd(),
+		newSpecCmd(),
 	)
 	return root
 }

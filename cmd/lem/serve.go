@@ -160,6 +160,7 @@ accepted until one closes.`,
 			cfg.APIKey, cfg.CORSOrigins, cfg.MaxQueue, cfg.MaxBodyBytes = apiKey, cors, maxQueue, maxBody
 			cfg.AllowedHosts = append(hosts, addrName(addr)...)
 			cfg.LogContent, cfg.Logger = logContent, log
+			cfg.Version = version
 			s, err := server.New(cfg, m)
 			if err != nil {
 				m.Close()

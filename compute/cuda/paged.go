@@ -91,14 +91,14 @@ func parsePoolType(s string) (compute.DType, error) {
 // at absolute positions, empty splits add nothing, and calls whose parts
 // would pass Backend.pagedPart bytes run in launches of fewer rows.
 //
-// With LEM_CUDA_ATTENTION=flash (for now: the path has not yet been
-// measured on a device), when pg.Spans says where the sequences' rows lie,
-// a prompt chunk of flashMinRows rows or more whose head dim flash_attend
-// has is attended on the tensor cores: kv_half_paged gathers its keys and
-// values (cached and new, from the pool) into contiguous bf16 rows and
-// flash_attend runs over them for the chunk's rows alone, so a chunk row depends only on its own sequence's
-// chunk and cache. The other rows take the paged kernels, in launches of
-// the runs of rows between chunks.
+// When pg.Spans says where the sequences' rows lie, a prompt chunk of
+// flashMinRows rows or more whose head dim flash_attend has is attended on
+// the tensor cores (unless LEM_CUDA_ATTENTION=exact): kv_half_paged
+// gathers its keys and values (cached and new, from the pool) into
+// contiguous bf16 rows and flash_attend runs over them for the chunk's
+// rows alone, so a chunk row depends only on its own sequence's chunk and
+// cache. The other rows take the paged kernels, in launches of the runs of
+// rows between chunks.
 func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
 	n := q.Rows()
 	if n == 0 {
@@ -127,7 +127,7 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 // pagedFlash attends the chunks of pg.Spans that suit flash_attend and
 // returns their spans, in row order.
 func (b *Backend) pagedFlash(dst, q *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) []compute.PageSpan {
-	if len(pg.Spans) == 0 || b.flash.mode != attnFlash || dptr(q)%16 != 0 || dptr(dst)%8 != 0 {
+	if len(pg.Spans) == 0 || b.flash.mode == attnExact || dptr(q)%16 != 0 || dptr(dst)%8 != 0 {
 		return nil
 	}
 	cfg, fn, ok := b.flashKernel(a.HeadDim)
