@@ -20,10 +20,10 @@ import (
 	"github.com/ollama/ollama/api"
 	"github.com/openai/openai-go/v3"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/server"
-	"lem/tiny"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/server"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // startEncoderServer serves the encoder fixture ../server/testdata/encoders/name

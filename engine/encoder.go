@@ -8,9 +8,9 @@ import (
 	"os"
 	"sync"
 
-	"lem/compute"
-	"lem/model"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Encoder is a runnable encoder model (BERT, XLM-RoBERTa, ModernBERT, and

@@ -15,11 +15,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/engine"
-	"lem/model"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Limits on what one request may ask for.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"lem/engine"
-	"lem/model"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 )
 
 // Embeddings and reranking, the dialect-neutral part: the OpenAI

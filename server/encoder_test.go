@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/model"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 )
 
 // newEncoderServer serves the encoder fixture server/testdata/encoders/name

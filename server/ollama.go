@@ -13,9 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute"
-	"lem/convert"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/convert"
 )
 
 func newQuantCmd() *cobra.Command {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 func newRunCmd() *cobra.Command {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/engine"
-	"lem/model"
-	"lem/server"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/server"
 )
 
 // defaultAddr is where lem serve listens unless told otherwise.

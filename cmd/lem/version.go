@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute/cpu"
-	"lem/compute/cuda"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/compute/cuda"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; without
