@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/lem-engine/lem/chat"
 	"github.com/lem-engine/lem/constrain"
 	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 	"github.com/lem-engine/lem/tokenizer"
 )
 
@@ -313,6 +315,12 @@ type Model struct {
 
 	// Per-model metric children, set by New.
 	obs modelMetrics
+
+	// enc runs an encoder model (NewEncoderModel): it embeds, and scores
+	// pairs when it has a classification head; it does not generate, and
+	// sched is nil.
+	enc    *engine.EncoderRunner
+	encNet model.Encoder
 }
 
 // NewModel wraps an engine model for serving under id, starting its
@@ -358,11 +366,62 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 // an error, and its cache is freed. The server closes its models when it
 // shuts down.
 func (m *Model) Close() error {
+	if m.sched == nil {
+		return nil
+	}
 	return m.sched.Close()
 }
 
-// Parallel returns how many sequences of the model run at once.
-func (m *Model) Parallel() int { return m.sched.Stats().Parallel }
+// Parallel returns how many sequences of the model run at once (an
+// encoder model's requests run one at a time, each batched).
+func (m *Model) Parallel() int {
+	if m.sched == nil {
+		return 1
+	}
+	return m.sched.Stats().Parallel
+}
+
+// config returns the model's configuration.
+func (m *Model) config() *model.Config {
+	if m.encNet != nil {
+		return m.encNet.Config()
+	}
+	return m.eng.Net.Config()
+}
+
+// errEmbeddingOnly is the error of a generation request to an encoder
+// model.
+func (m *Model) errEmbeddingOnly() *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest,
+		Message: fmt.Sprintf("model %q is an embedding model: it serves embeddings (/v1/embeddings, /api/embed) and, with a classification head, reranking (/v1/rerank, /v1/score), not text generation", m.id)}
+}
+
+// NewEncoderModel wraps an encoder model (BERT, XLM-RoBERTa, ModernBERT)
+// for serving under id: it answers the embedding routes, pooled and
+// normalised as e.Embedding says, and, when it has a classification head
+// of one or two labels (a cross-encoder), /v1/rerank and /v1/score. The
+// generation routes answer it with a 400. The model must have a
+// tokenizer; opts.Context caps the tokens of an input (0: the model's
+// position table). A Server closes the model's runner, not e itself.
+func NewEncoderModel(id string, e *engine.Encoder, opts ModelOptions) (*Model, error) {
+	if e.Tokenizer == nil {
+		return nil, fmt.Errorf("serve %s: the model has no tokenizer", e.Name)
+	}
+	if id == "" {
+		return nil, errors.New("serve: empty model id")
+	}
+	ctxLen := e.Net.MaxTokens()
+	if opts.Context > 0 {
+		ctxLen = min(opts.Context, ctxLen)
+	}
+	created := opts.Created
+	if created.IsZero() {
+		created = time.Now()
+	}
+	shell := &engine.Model{Name: e.Name, Backend: e.Backend, Tokenizer: e.Tokenizer, Embedding: e.Embedding}
+	return &Model{id: id, created: created, eng: shell, ctxLen: ctxLen,
+		enc: engine.NewEncoderRunner(e.Net, 0), encNet: e.Net}, nil
+}
 
 // ID returns the id clients use for the model.
 func (m *Model) ID() string { return m.id }
@@ -417,11 +476,14 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 // (Config.MaxPrepareBytes), and ctx ending while the request waits for
 // its turn ends the wait.
 func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, error) {
+	if m.enc != nil {
+		return nil, m.errEmbeddingOnly()
+	}
 	p := &Prepared{req: req, arrived: time.Now(), n: max(req.N, 1)}
 	if err := m.checkRequest(req); err != nil {
 		return nil, err
 	}
-	vocab := m.eng.Net.Config().VocabSize
+	vocab := m.config().VocabSize
 	promptParam := param(req.PromptParam, "prompt")
 	if len(req.Messages) > 0 {
 		promptParam = param(req.PromptParam, "messages")

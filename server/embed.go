@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 )
 
 // Embeddings and reranking, the dialect-neutral part: the OpenAI
@@ -27,7 +28,22 @@ import (
 // scheduler, beside the generations of other requests; the request holds
 // one place of the model's queue like a generation.
 //
-// Reranking scores each document against the query: with a
+// An encoder model (NewEncoderModel: BERT, XLM-RoBERTa, ModernBERT) has no
+// scheduler: a request's inputs, each with the tokenizer's special tokens
+// ([CLS] … [SEP], <s> … </s>), go to the encoder in batches of up to
+// engine.DefaultEncodeTokens tokens per Encode call, one request at a time,
+// and are pooled as the model's sentence-transformers files say (CLS for
+// BGE, mean for e5; mean without them) and normalised. Its generation
+// routes answer 400 ("… is an embedding model"), and Ollama's /api/show
+// gives it the one capability "embedding".
+//
+// Reranking scores each document against the query: with a cross-encoder
+// (an encoder model with a classification head of one label, as
+// bge-reranker and the ms-marco MiniLM models have) the score is the
+// sigmoid of the head's logit for the pair (query, document), a relevance
+// in (0, 1) as Cohere's and Jina's APIs return and as TEI, vLLM and
+// sentence-transformers' CrossEncoder give for one-label heads (a
+// two-label head's softmax probability of its second label); with a
 // Qwen3-Reranker style model (a decoder whose directory or file name says
 // "reranker" and whose vocabulary has "yes" and "no" tokens) the score is
 // the probability of "yes" against "no" at the last position of its
@@ -71,7 +87,12 @@ type EmbedResult struct {
 }
 
 // embedder returns the model's source of pooled hidden states.
-func (m *Model) embedder() engine.Embedder { return m.sched }
+func (m *Model) embedder() engine.Embedder {
+	if m.enc != nil {
+		return m.enc
+	}
+	return m.sched
+}
 
 // embedInputs tokenizes the request's inputs and checks them against the
 // limits.
@@ -85,7 +106,7 @@ func (m *Model) embedInputs(req *EmbedRequest) ([][]int32, int, error) {
 		return nil, 0, invalid(param, "has %d inputs; at most %d are allowed per request", n, maxEmbedInputs)
 	}
 	limit := m.ctxLen
-	vocab := m.eng.Net.Config().VocabSize
+	vocab := m.config().VocabSize
 	out := make([][]int32, 0, n)
 	total := 0
 	for i := range n {
@@ -117,6 +138,11 @@ func (m *Model) embedInputs(req *EmbedRequest) ([][]int32, int, error) {
 		}
 		if len(ids) > limit {
 			ids = ids[:limit]
+			if end, ok := m.closingToken(); ok && req.Texts != nil {
+				// An encoder's input keeps its closing [SEP] or </s>, as
+				// sentence-transformers and TEI truncate.
+				ids[limit-1] = end
+			}
 		}
 		if len(ids) == 0 {
 			return nil, 0, invalid(fmt.Sprintf("%s[%d]", param, i), "encodes to no tokens")
@@ -154,6 +180,19 @@ func (m *Model) Embed(ctx context.Context, req EmbedRequest) (*EmbedResult, erro
 		vecs[i] = engine.FinishEmbedding(vecs[i], req.Dimensions, cfg.Normalize || req.Dimensions > 0)
 	}
 	return &EmbedResult{Embeddings: vecs, PromptTokens: total, Duration: time.Since(start)}, nil
+}
+
+// closingToken returns the special token an encoder model's tokenizer
+// ends a text with ([SEP], </s>), and whether it has one.
+func (m *Model) closingToken() (int32, bool) {
+	if m.enc == nil {
+		return 0, false
+	}
+	ids, _ := m.eng.Tokenizer.EncodeSpecial("")
+	if len(ids) < 2 {
+		return 0, false
+	}
+	return ids[len(ids)-1], true
 }
 
 // runEmbed runs the pooled hidden states of ids through the queue and the
@@ -232,6 +271,9 @@ func (m *Model) Rerank(ctx context.Context, req RerankRequest) (*RerankResult, e
 	case len(req.Documents) > maxEmbedInputs:
 		return nil, invalid(dp, "has %d documents; at most %d are allowed per request", len(req.Documents), maxEmbedInputs)
 	}
+	if m.enc != nil && (m.enc.Labels() == 1 || m.enc.Labels() == 2) {
+		return m.rerankCross(ctx, req, queries)
+	}
 	if yes, no, ok := m.judge(); ok {
 		return m.rerankJudge(ctx, req, queries, yes, no)
 	}
@@ -260,6 +302,66 @@ func (m *Model) Rerank(ctx context.Context, req RerankRequest) (*RerankResult, e
 		res.Scores = append(res.Scores, dot)
 	}
 	return res, nil
+}
+
+// rerankCross scores each (query, document) pair with the encoder's
+// classification head: sigmoid of its relevance logit. A pair longer than
+// the model's context loses the end of the document, as TEI and
+// sentence-transformers truncate.
+func (m *Model) rerankCross(ctx context.Context, req RerankRequest, queries []string) (*RerankResult, error) {
+	qp, dp := cmpOr(req.QueryParam, "query"), cmpOr(req.DocumentsParam, "documents")
+	tok := m.eng.Tokenizer
+	inputs := make([]model.EncoderInput, len(req.Documents))
+	total := 0
+	for i, d := range req.Documents {
+		if d == "" {
+			return nil, invalid(fmt.Sprintf("%s[%d]", dp, i), "is an empty string")
+		}
+		ids, types := tok.EncodePair(queries[min(i, len(queries)-1)], d)
+		if len(ids) > m.ctxLen {
+			q := tok.Encode(queries[min(i, len(queries)-1)], false)
+			if len(q)+tok.PairTokens() >= m.ctxLen {
+				return nil, &Error{Status: http.StatusBadRequest, Code: CodeContextExceeded, Param: qp,
+					Message: fmt.Sprintf("the query takes %d tokens, leaving no room for a document in the model's context length of %d", len(q), m.ctxLen)}
+			}
+			ids, types = truncatePair(ids, types, m.ctxLen)
+		}
+		total += len(ids)
+		if total > maxEmbedTokens {
+			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Param: dp,
+				Message: fmt.Sprintf("the documents have more than %d tokens together, the most one request may have", maxEmbedTokens)}
+		}
+		inputs[i] = model.EncoderInput{IDs: ids, TypeIDs: types}
+	}
+	if err := m.wait(ctx, nil); err != nil {
+		return nil, err
+	}
+	defer m.q.release()
+	m.obs.promptTokens.Add(float64(total))
+	m.obs.embedInputs.Add(float64(len(inputs)))
+	m.obs.embedTokens.Add(float64(total))
+	logits, err := m.enc.ScorePairs(ctx, inputs)
+	if err != nil {
+		return nil, engineError(ctx, err)
+	}
+	res := &RerankResult{PromptTokens: total}
+	for _, l := range logits {
+		res.Scores = append(res.Scores, 1/(1+math.Exp(-float64(l))))
+	}
+	return res, nil
+}
+
+// truncatePair cuts an encoded pair to limit tokens by dropping tokens of
+// the second text (those typed like the last token, before the closing
+// special tokens). The pair's layout keeps its special tokens: the tokens
+// after the cut are the template's last ones.
+func truncatePair(ids, types []int32, limit int) ([]int32, []int32) {
+	over := len(ids) - limit
+	// The closing special token(s): keep the last one, which every pair
+	// template ends with ([SEP], </s>).
+	tail := 1
+	cut := len(ids) - tail - over
+	return append(ids[:cut:cut], ids[len(ids)-tail:]...), append(types[:cut:cut], types[len(types)-tail:]...)
 }
 
 // judge returns the "yes" and "no" token ids of a Qwen3-Reranker style

@@ -138,6 +138,9 @@ func (c *schedulerMetrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *schedulerMetrics) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.models {
+		if m.sched == nil {
+			continue
+		}
 		st := m.sched.Stats()
 		c.collect(ch, m.id, st)
 	}

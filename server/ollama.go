@@ -651,6 +651,12 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, AsError(err))
 		return
 	}
+	if m.enc != nil {
+		// Before a load request's answer too, as Ollama refuses
+		// generation on an embedding model.
+		ollamaErrors(w, m.errEmbeddingOnly())
+		return
+	}
 	name := o.Model
 	if name == "" {
 		name = ollamaName(m.id)
@@ -689,6 +695,12 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 	m, err := s.ollamaModel(o.Model)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
+		return
+	}
+	if m.enc != nil {
+		// Before a load request's answer too, as Ollama refuses
+		// generation on an embedding model.
+		ollamaErrors(w, m.errEmbeddingOnly())
 		return
 	}
 	name := o.Model
@@ -1177,7 +1189,7 @@ type olModelList struct {
 // paramCount estimates a model's parameters from its configuration:
 // embeddings, attention, MLP (or experts) and the output head.
 func (m *Model) paramCount() int64 {
-	c := m.eng.Net.Config()
+	c := m.config()
 	h, v := int64(c.HiddenSize), int64(c.VocabSize)
 	heads, kv, hd := int64(c.NumAttentionHeads), int64(c.NumKeyValueHeads), int64(c.HeadDim)
 	if kv == 0 {
@@ -1216,7 +1228,7 @@ func humanCount(n int64) string {
 // digest of its weights (see describeStore), and its details as Ollama
 // gives them.
 func (m *Model) olDescribe() olListed {
-	cfg := m.eng.Net.Config()
+	cfg := m.config()
 	st := m.store()
 	format := "safetensors"
 	if st.gguf {
@@ -1302,7 +1314,7 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := m.olDescribe()
-	cfg := m.eng.Net.Config()
+	cfg := m.config()
 	arch := cfg.ModelType
 	info := map[string]any{
 		"general.architecture":                     arch,
@@ -1323,6 +1335,9 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		info[arch+".expert_used_count"] = cfg.NumExpertsPerTok
 	}
 	caps := []string{"completion"}
+	if m.enc != nil {
+		caps = []string{"embedding"}
+	}
 	if m.canCallTools() {
 		caps = append(caps, "tools")
 	}

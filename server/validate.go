@@ -59,7 +59,7 @@ func (m *Model) checkRequest(req *Request) error {
 			return invalid(fmt.Sprintf("%s[%d]", stop, i), "a stop sequence must hold 1 to %d bytes, got %d", MaxStopLen, len(s))
 		}
 	}
-	vocab := m.eng.Net.Config().VocabSize
+	vocab := m.config().VocabSize
 	for id := range req.Sample.LogitBias {
 		if id < 0 || int(id) >= vocab {
 			return invalid(req.param("logit_bias"), "token id %d is outside the vocabulary [0, %d)", id, vocab)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 	"github.com/lem-engine/lem/server"
 )
 
@@ -142,24 +145,42 @@ accepted until one closes.`,
 				return fmt.Errorf("--addr %s: %w", addr, err)
 			}
 			defer ln.Close()
-			em, err := openModelArg(args, rf)
-			if err != nil {
+			var (
+				m             *server.Model
+				id            string
+				name, backend string
+			)
+			if enc, err := openEncoderArg(args, rf); err != nil {
 				return err
-			}
-			defer em.Close()
-			if len(args) == 0 {
-				log.Info(tinyNote("serve"))
-			}
-			id := alias
-			if id == "" && len(args) > 0 && em.Name != args[0] {
-				id = args[0] // a name, not a path
-			}
-			if id == "" {
-				id = filepath.Base(filepath.Clean(em.Name))
-			}
-			m, err := server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)})
-			if err != nil {
-				return err
+			} else if enc != nil {
+				// An encoder model (BERT, XLM-RoBERTa, ModernBERT) serves
+				// embeddings and, with a classification head, reranking.
+				defer enc.Close()
+				id = cmp.Or(alias, filepath.Base(filepath.Clean(enc.Name)))
+				if m, err = server.NewEncoderModel(id, enc, server.ModelOptions{Context: rf.ctx}); err != nil {
+					return err
+				}
+				name, backend = enc.Name, enc.Backend.Name()
+			} else {
+				em, err := openModelArg(args, rf)
+				if err != nil {
+					return err
+				}
+				defer em.Close()
+				if len(args) == 0 {
+					log.Info(tinyNote("serve"))
+				}
+				id = alias
+				if id == "" && len(args) > 0 && em.Name != args[0] {
+					id = args[0] // a name, not a path
+				}
+				if id == "" {
+					id = filepath.Base(filepath.Clean(em.Name))
+				}
+				if m, err = server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)}); err != nil {
+					return err
+				}
+				name, backend = em.Name, em.Backend.Name()
 			}
 			cfg := limits
 			// On the command line 0 means none; in server.Config, the default.
@@ -182,7 +203,7 @@ accepted until one closes.`,
 				return err
 			}
 			ctx := shutdownOnSignal(cmd.Context(), log, cmd.ErrOrStderr())
-			log.Info("serving", "model", id, "path", em.Name, "backend", em.Backend.Name(),
+			log.Info("serving", "model", id, "path", name, "backend", backend,
 				"context", m.ContextLength(), "parallel", m.Parallel(), "url", "http://"+ln.Addr().String())
 			return s.Serve(ctx, ln, drain)
 		},
@@ -298,4 +319,26 @@ func shutdownOnSignal(parent context.Context, log *slog.Logger, w io.Writer) con
 		os.Exit(130)
 	}()
 	return ctx
+}
+
+// openEncoderArg opens the model args[0] names when it is an encoder
+// directory (BERT, XLM-RoBERTa, ModernBERT), which serves embeddings and
+// reranking rather than generation; it returns nil for any other model.
+func openEncoderArg(args []string, rf runFlags) (*engine.Encoder, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	path, err := resolveModel(args[0])
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := model.LoadConfig(path)
+	if err != nil || !model.IsEncoder(cfg.ModelType) {
+		return nil, nil // not an encoder directory: the decoder path reports any error
+	}
+	opts, err := rf.options()
+	if err != nil {
+		return nil, err
+	}
+	return engine.OpenEncoder(path, opts)
 }

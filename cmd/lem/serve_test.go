@@ -134,3 +134,30 @@ func TestServePolicy(t *testing.T) {
 		t.Errorf("audit %q %v", log, err)
 	}
 }
+
+// TestServeEncoder serves an encoder model directory: embeddings and
+// rerank answer, generation is a 400 naming it an embedding model.
+func TestServeEncoder(t *testing.T) {
+	dir := filepath.Join("..", "..", "server", "testdata", "encoders", "reranker-tiny")
+	url := startServe(t, "--device", "cpu", "--threads", "1", dir)
+	for _, tt := range []struct {
+		path, body string
+		want       int
+		has        string
+	}{
+		{"/v1/embeddings", `{"model":"reranker-tiny","input":["the capital of france","paris"]}`, 200, `"embedding":[`},
+		{"/v1/rerank", `{"model":"reranker-tiny","query":"the capital of france","documents":["paris","bananas"]}`, 200, `"relevance_score":0.`},
+		{"/v1/chat/completions", `{"model":"reranker-tiny","messages":[{"role":"user","content":"hi"}]}`, 400, "is an embedding model"},
+		{"/api/generate", `{"model":"reranker-tiny"}`, 400, "is an embedding model"},
+	} {
+		resp, err := http.Post(url+tt.path, "application/json", strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.want || !strings.Contains(string(b), tt.has) {
+			t.Errorf("%s: %d %s; want %d with %q", tt.path, resp.StatusCode, b, tt.want, tt.has)
+		}
+	}
+}
