@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 // DefaultModelKeepAlive is how long a model loaded on demand stays resident

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/catalog"
-	"lem/engine"
-	"lem/server"
+	"github.com/lem-engine/lem/catalog"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/server"
 )
 
 // manyServe carries serve's other flags to serveMany.
