@@ -501,7 +501,7 @@ func (s *Server) anDecode(w http.ResponseWriter, r *http.Request, count bool) (*
 		anthropicErrors(w, err)
 		return nil, nil, nil
 	}
-	m := s.lookupModel(w, a.Model, anthropicErrors)
+	m := s.lookupModel(w, r, a.Model, anthropicErrors)
 	if m == nil {
 		return nil, nil, nil
 	}

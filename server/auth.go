@@ -17,7 +17,18 @@ func (s *Server) authorized(r *http.Request) bool {
 	if s.cfg.APIKey == "" {
 		return true
 	}
-	want := sha256.Sum256([]byte(s.cfg.APIKey))
+	return hasKey(r, s.cfg.APIKey)
+}
+
+// adminAuthorized reports whether r carries the admin key; without one
+// configured, nothing opens the admin routes.
+func (s *Server) adminAuthorized(r *http.Request) bool {
+	return s.cfg.AdminKey != "" && hasKey(r, s.cfg.AdminKey)
+}
+
+// hasKey reports whether r carries key, in either header.
+func hasKey(r *http.Request, key string) bool {
+	want := sha256.Sum256([]byte(key))
 	ok := 0
 	if k := r.Header.Get("X-Api-Key"); k != "" {
 		got := sha256.Sum256([]byte(k))

@@ -19,6 +19,8 @@ const (
 	CodeQueueFull       = "queue_full"
 	CodeUnavailable     = "unavailable"
 	CodeInternal        = "internal_error"
+	CodePermission      = "permission_denied"
+	CodeLoadFailed      = "model_load_failed"
 )
 
 // Error is a failure to report to a client. The core returns it for every
@@ -68,6 +70,8 @@ var (
 		Message: "the server is shutting down", RetryAfter: shutdownRetryAfter}
 	errUnauthorized = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
 		Message: "missing or invalid API key"}
+	errAdminUnauthorized = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+		Message: "missing or invalid admin key (the admin routes take the admin key, not the API key)"}
 )
 
 // errBodyTooLarge reports a request body over the limit.

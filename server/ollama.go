@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -86,6 +87,9 @@ func ollamaName(id string) string {
 // ":latest" tag; an empty name gives the default model, and any name the
 // only model when one is served.
 func (s *Server) ollamaModel(name string) (*Model, error) {
+	if s.reg != nil {
+		return s.Model(name)
+	}
 	name = strings.TrimSpace(name)
 	if name == "" || len(s.models) == 1 {
 		return s.models[0], nil
@@ -100,6 +104,25 @@ func (s *Server) ollamaModel(name string) (*Model, error) {
 	}
 	return nil, &Error{Status: http.StatusNotFound, Code: CodeModelNotFound,
 		Message: fmt.Sprintf("model %q not found", name)}
+}
+
+// ollamaModelFor is ollamaModel for the request r, which holds the model
+// (with a registry, loading it if need be) until its handler returns,
+// and keeps it loaded afterwards as keepAlive says (Ollama's keep_alive).
+func (s *Server) ollamaModelFor(r *http.Request, name string, keepAlive json.RawMessage) (*Model, error) {
+	if s.reg == nil {
+		return s.ollamaModel(name)
+	}
+	d, err := parseKeepAlive(keepAlive)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.acquireModel(r, name)
+	if err != nil {
+		return nil, err
+	}
+	setKeepAlive(r, d)
+	return m, nil
 }
 
 // canThink reports whether the model reasons (its template has thinking
@@ -646,7 +669,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, err)
 		return
 	}
-	m, err := s.ollamaModel(o.Model)
+	m, err := s.ollamaModelFor(r, o.Model, o.KeepAlive)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return
@@ -692,7 +715,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, err)
 		return
 	}
-	m, err := s.ollamaModel(o.Model)
+	m, err := s.ollamaModelFor(r, o.Model, o.KeepAlive)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return
@@ -1257,6 +1280,24 @@ func (m *Model) olDescribe() olListed {
 }
 
 func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
+	if s.reg != nil {
+		models := []olListed{}
+		for _, st := range s.reg.states() {
+			if st.Loaded {
+				models = append(models, st.model.olDescribe())
+				continue
+			}
+			d := describeStore(st.Path)
+			mod := time.Time{}
+			if fi, err := os.Stat(st.Path); err == nil {
+				mod = fi.ModTime().UTC()
+			}
+			models = append(models, olListed{Name: ollamaName(st.Name), Model: ollamaName(st.Name), ModifiedAt: &mod,
+				Size: d.size, Digest: d.digest, Details: olDetails{Format: map[bool]string{true: "gguf", false: "safetensors"}[d.gguf], QuantizationLevel: d.quant}})
+		}
+		writeJSON(w, http.StatusOK, olModelList{Models: models})
+		return
+	}
 	models := make([]olListed, len(s.models))
 	for i, m := range s.models {
 		models[i] = m.olDescribe()
@@ -1265,6 +1306,30 @@ func (s *Server) ollamaTags(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
+	if s.reg != nil {
+		models := []olListed{}
+		for _, st := range s.reg.states() {
+			if !st.Loaded {
+				continue
+			}
+			d := st.model.olDescribe()
+			d.ModifiedAt = nil
+			d.Size = st.Bytes
+			exp := st.ExpiresAt
+			if exp == nil {
+				// Busy, pinned or kept forever: Ollama reports far ahead.
+				far := time.Now().UTC().AddDate(100, 0, 0)
+				exp = &far
+			}
+			d.ExpiresAt = exp
+			vram := st.VRAM
+			d.SizeVRAM = &vram
+			d.ContextLength = st.model.ctxLen
+			models = append(models, d)
+		}
+		writeJSON(w, http.StatusOK, olModelList{Models: models})
+		return
+	}
 	// lem keeps its models loaded until it stops.
 	expires := time.Now().UTC().AddDate(100, 0, 0)
 	models := make([]olListed, len(s.models))
@@ -1308,7 +1373,7 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, invalid("model", "is required"))
 		return
 	}
-	m, err := s.ollamaModel(name)
+	m, err := s.ollamaModelFor(r, name, nil)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return

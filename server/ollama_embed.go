@@ -58,7 +58,7 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, err)
 		return
 	}
-	m, err := s.ollamaModel(o.Model)
+	m, err := s.ollamaModelFor(r, o.Model, rawKeepAlive(o.KeepAlive))
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return
@@ -102,7 +102,7 @@ func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, err)
 		return
 	}
-	m, err := s.ollamaModel(o.Model)
+	m, err := s.ollamaModelFor(r, o.Model, rawKeepAlive(o.KeepAlive))
 	if err != nil {
 		ollamaErrors(w, AsError(err))
 		return
@@ -124,4 +124,14 @@ func (s *Server) ollamaEmbeddings(w http.ResponseWriter, r *http.Request) {
 		v[i] = float64(x)
 	}
 	writeJSON(w, http.StatusOK, map[string][]float64{"embedding": v})
+}
+
+// rawKeepAlive returns the JSON of a keep_alive decoded as any (nil when
+// absent).
+func rawKeepAlive(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	data, _ := json.Marshal(v)
+	return data
 }

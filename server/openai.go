@@ -304,12 +304,12 @@ func templateKwargs(kw map[string]json.RawMessage, effort *string, effortField s
 }
 
 // lookupModel finds the request's model, writing a 404 when it is unknown.
-func (s *Server) lookupModel(w http.ResponseWriter, id string, ew errorWriter) *Model {
+func (s *Server) lookupModel(w http.ResponseWriter, r *http.Request, id string, ew errorWriter) *Model {
 	if id == "" {
 		ew(w, invalid("model", "is required"))
 		return nil
 	}
-	m, err := s.Model(id)
+	m, err := s.acquireModel(r, id)
 	if err != nil {
 		ew(w, AsError(err))
 		return nil
@@ -323,7 +323,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, err)
 		return
 	}
-	m := s.lookupModel(w, o.Model, openaiErrors)
+	m := s.lookupModel(w, r, o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -661,7 +661,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, err)
 		return
 	}
-	m := s.lookupModel(w, o.Model, openaiErrors)
+	m := s.lookupModel(w, r, o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -924,13 +924,35 @@ func oaModel(m *Model) map[string]any {
 	}
 }
 
+// modelCards returns the /v1/models entries of the served models; with a
+// registry, every known model, loaded or not ("loaded").
+func (s *Server) modelCards() []map[string]any {
+	if s.reg == nil {
+		out := make([]map[string]any, len(s.models))
+		for i, m := range s.models {
+			out[i] = oaModel(m)
+		}
+		return out
+	}
+	var out []map[string]any
+	for _, st := range s.reg.states() {
+		c := map[string]any{"id": st.Name, "object": "model", "owned_by": "lem", "type": "model", "display_name": st.Name, "loaded": st.Loaded}
+		if st.Loaded {
+			c = oaModel(st.model)
+			c["loaded"] = true
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
 // maxModelsLimit bounds Anthropic's limit parameter, as the API does.
 const maxModelsLimit = 1000
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	ew := sharedErrors(r)
 	q := r.URL.Query()
-	models := s.models
+	models := s.modelCards()
 	limit := len(models)
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -947,7 +969,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	index := func(id, param string) (int, bool) {
 		for i, m := range models {
-			if m.id == id {
+			if m["id"] == id {
 				return i, true
 			}
 		}
@@ -975,9 +997,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 		hi = min(hi, limit)
 	}
 	data := make([]map[string]any, 0, hi-lo)
-	for _, m := range models[lo:hi] {
-		data = append(data, oaModel(m))
-	}
+	data = append(data, models[lo:hi]...)
 	var first, last any
 	if len(data) > 0 {
 		first, last = data[0]["id"], data[len(data)-1]["id"]
@@ -992,6 +1012,16 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimSpace(r.PathValue("id"))
+	if s.reg != nil {
+		for _, c := range s.modelCards() {
+			if c["id"] == id {
+				writeJSON(w, http.StatusOK, c)
+				return
+			}
+		}
+		sharedErrors(r)(w, errModelNotFound(id))
+		return
+	}
 	m := s.byID[id]
 	if m == nil {
 		sharedErrors(r)(w, errModelNotFound(id))

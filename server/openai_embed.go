@@ -87,7 +87,7 @@ func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, err)
 		return
 	}
-	m := s.lookupModel(w, o.Model, openaiErrors)
+	m := s.lookupModel(w, r, o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -194,7 +194,7 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, err)
 		return
 	}
-	m := s.lookupModel(w, o.Model, openaiErrors)
+	m := s.lookupModel(w, r, o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -279,7 +279,7 @@ func (s *Server) score(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, err)
 		return
 	}
-	m := s.lookupModel(w, o.Model, openaiErrors)
+	m := s.lookupModel(w, r, o.Model, openaiErrors)
 	if m == nil {
 		return
 	}

@@ -311,7 +311,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		openaiErrors(w, err)
 		return
 	}
-	m := s.lookupModel(w, o.Model, openaiErrors)
+	m := s.lookupModel(w, r, o.Model, openaiErrors)
 	if m == nil {
 		return
 	}

@@ -37,7 +37,7 @@ var (
 // routeTable lists every route the server serves (besides the catch-all
 // 404 and the CORS preflight). Adding a route is adding it here.
 func (s *Server) routeTable() []route {
-	return []route{
+	return append([]route{
 		{pattern: "GET /health", errors: openaiErrors, flags: open, handler: s.health,
 			dialect: "lem", summary: "Liveness: the server answers and how many models it serves", response: healthReply{}, errorBody: openaiErrorValue},
 		{pattern: "GET /metrics", errors: openaiErrors, handler: s.metricsHandler,
@@ -92,7 +92,7 @@ func (s *Server) routeTable() []route {
 			dialect: "Ollama", summary: `The chat page for a browser (Accept: text/html); else "lem is running", as Ollama answers`, media: "text/plain", errorBody: ollamaErrorValue},
 		{pattern: "GET " + webui.Prefix, errors: ollamaErrors, flags: open, handler: webui.ServeAsset,
 			dialect: "lem", summary: "The chat page's script and style sheet", media: "text/plain", errorBody: ollamaErrorValue},
-	}
+	}, s.adminRoutes()...)
 }
 
 // routes registers every route of the table, then the CORS preflight and
@@ -127,7 +127,11 @@ type healthReply struct {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, healthReply{Status: "ok", Models: len(s.models)})
+	n := len(s.models)
+	if s.reg != nil {
+		n = len(s.reg.order)
+	}
+	writeJSON(w, http.StatusOK, healthReply{Status: "ok", Models: n})
 }
 
 func (s *Server) metricsHandler(w http.ResponseWriter, r *http.Request) {

@@ -83,6 +83,10 @@ type Config struct {
 	// tokenized at once, over all models (0: DefaultMaxPrepareBytes);
 	// requests beyond it wait their turn (see admit.go).
 	MaxPrepareBytes int64
+	// AdminKey is the key of the /v1/admin/ routes ("Authorization:
+	// Bearer KEY" or "x-api-key: KEY"); the API key does not open them,
+	// and without an admin key they answer 401 to every request.
+	AdminKey string
 	// Version is the lem version GET /openapi.json names ("": dev).
 	Version string
 	// LogContent adds prompts and outputs to the request logs.
@@ -108,6 +112,7 @@ type Server struct {
 	store   *responseStore
 	hosts   atomic.Pointer[hostPolicy]
 	prepare *prepareGate // bounds the prompts being prepared
+	reg     *registry    // models loaded on demand (NewRegistry); nil for New
 
 	// patterns are those handle registered, in order (the OpenAPI
 	// test checks each is in the document).
@@ -131,6 +136,36 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 	if len(models) == 0 {
 		return nil, errors.New("serve: no models")
 	}
+	s, err := newServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range models {
+		if m.srv != nil {
+			return nil, fmt.Errorf("serve: model %q already belongs to a server", m.id)
+		}
+		if s.byID[m.id] != nil {
+			return nil, fmt.Errorf("serve: two models with the id %q", m.id)
+		}
+		s.attach(m)
+		s.byID[m.id] = m
+		s.models = append(s.models, m)
+	}
+	s.metrics.reg.MustRegister(newSchedulerMetrics(s.models))
+	s.routes()
+	return s, nil
+}
+
+// attach makes m the server's: its metrics and its queue.
+func (s *Server) attach(m *Model) {
+	m.srv = s
+	m.obs = s.metrics.forModel(m.id)
+	m.q = newQueue(m.Parallel(), s.cfg.MaxQueue, func(n int) { m.obs.queueDepth.Set(float64(n)) })
+}
+
+// newServer returns a server with cfg's defaults applied and no models
+// or routes yet.
+func newServer(cfg Config) (*Server, error) {
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = DefaultMaxQueue
 	}
@@ -166,35 +201,42 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.hosts.Store(newHostPolicy(cfg.AllowedHosts))
-	for _, m := range models {
-		if m.srv != nil {
-			return nil, fmt.Errorf("serve: model %q already belongs to a server", m.id)
-		}
-		if s.byID[m.id] != nil {
-			return nil, fmt.Errorf("serve: two models with the id %q", m.id)
-		}
-		m.srv = s
-		m.obs = s.metrics.forModel(m.id)
-		m.q = newQueue(m.Parallel(), cfg.MaxQueue, func(n int) { m.obs.queueDepth.Set(float64(n)) })
-		s.byID[m.id] = m
-		s.models = append(s.models, m)
-	}
-	s.metrics.reg.MustRegister(newSchedulerMetrics(s.models))
-	s.routes()
 	return s, nil
 }
 
 // Handler returns the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Models returns the served models in order.
-func (s *Server) Models() []*Model { return s.models }
+// Models returns the served models in order: with a registry, those
+// loaded now.
+func (s *Server) Models() []*Model {
+	if s.reg != nil {
+		var out []*Model
+		for _, in := range s.reg.loaded() {
+			out = append(out, in.m)
+		}
+		return out
+	}
+	return s.models
+}
 
 // Model returns the model of the given id; an empty id gives the first.
 // When the server serves one model, any id gives it, as llama-server
 // does, so that clients configured with another name work. Otherwise an
 // unknown id is a 404 *Error.
+//
+// With a registry (NewRegistry), the model is loaded if need be; the
+// server holds no reference for the caller, so that it may be unloaded
+// at any time.
 func (s *Server) Model(id string) (*Model, error) {
+	if s.reg != nil {
+		in, err := s.reg.acquire(context.Background(), id)
+		if err != nil {
+			return nil, err
+		}
+		s.reg.release(in, nil)
+		return in.m, nil
+	}
 	if id == "" || len(s.models) == 1 {
 		return s.models[0], nil
 	}
@@ -215,6 +257,9 @@ func (s *Server) Close() {
 // closeModels closes the models' schedulers, once.
 func (s *Server) closeModels() {
 	s.closed.Do(func() {
+		if s.reg != nil {
+			s.reg.close()
+		}
 		for _, m := range s.models {
 			if err := m.Close(); err != nil {
 				s.log.Warn("closing the model", "model", m.id, "error", err)
@@ -225,6 +270,9 @@ func (s *Server) closeModels() {
 
 func (s *Server) stopAdmitting() {
 	s.once.Do(func() {
+		if s.reg != nil {
+			s.reg.stopAdmitting()
+		}
 		for _, m := range s.models {
 			m.q.close()
 		}
@@ -309,6 +357,9 @@ const (
 	// (/v1/models); errors take Anthropic's shape when the request has
 	// an anthropic-version header, as Anthropic's clients send.
 	shared
+	// admin: an admin route, opened by the admin key only (not the API
+	// key).
+	admin
 )
 
 // sharedErrors returns the error writer of a request on a shared route.
@@ -393,12 +444,23 @@ func (s *Server) handle(pattern string, ew errorWriter, flags int, h http.Handle
 			return
 		}
 		s.cors(rec, r)
-		if flags&open == 0 && !s.authorized(r) {
+		if flags&admin != 0 {
+			if !s.adminAuthorized(r) {
+				rec.Header().Set("WWW-Authenticate", `Bearer realm="lem-admin"`)
+				ew(rec, errAdminUnauthorized)
+				return
+			}
+		} else if flags&open == 0 && !s.authorized(r) {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="lem"`)
 			ew(rec, errUnauthorized)
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, s.cfg.MaxBodyBytes)
+		if s.reg != nil {
+			l := &leases{}
+			defer s.releaseAll(l)
+			r = r.WithContext(context.WithValue(r.Context(), leasesKey, l))
+		}
 		h(rec, r)
 	})
 }

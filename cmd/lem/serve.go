@@ -45,6 +45,11 @@ func newServeCmd() *cobra.Command {
 		auditPath  string
 		mediator   string
 		hp         hostPort
+		modelDirs  []string
+		roots      []string
+		memLimit   byteSize
+		keepAlive  time.Duration
+		adminKey   string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [PATH]",
@@ -96,7 +101,7 @@ accepted until one closes.`,
   lem serve model-dir --model-alias qwen3 --addr 0.0.0.0:8080 --api-key secret
   lem serve --allowed-hosts lem.example.com --cors-origin https://app.example.com
   curl localhost:36911/v1/chat/completions -d '{"model":"chat-model","messages":[{"role":"user","content":"Hi"}]}'`,
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if parallel < 0 {
 				return fmt.Errorf("--parallel: want 0 (chosen from memory) or a positive number of sequences, got %d", parallel)
@@ -145,6 +150,11 @@ accepted until one closes.`,
 				return fmt.Errorf("--addr %s: %w", addr, err)
 			}
 			defer ln.Close()
+			if len(args) > 1 || len(modelDirs) > 0 {
+				return serveMany(cmd, ln, log, args, modelDirs, roots, int64(memLimit), keepAlive, adminKey, apiKey, manyServe{
+					rf: rf, parallel: parallel, kv: int64(kvMemory), limits: limits, cors: cors, hosts: hosts, addr: addr,
+					maxQueue: maxQueue, maxBody: maxBody, drain: drain, logContent: logContent, policy: policy})
+			}
 			var (
 				m             *server.Model
 				id            string
@@ -226,6 +236,11 @@ accepted until one closes.`,
 	fs.Var(&kvMemory, "kv-memory", "memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
+	fs.StringSliceVar(&modelDirs, "models", nil, "serve every model of this directory, loaded on first use (repeatable; \"default\": lem's models directory)")
+	fs.StringSliceVar(&roots, "model-root", nil, "a directory whose models the admin API may load by path (repeatable; the models directory and --models dirs are roots too)")
+	fs.Var(&memLimit, "memory-limit", "with several models, the most memory the loaded ones may take (weights and KV), as 24GiB; the least recently used idle model is unloaded to make room (0: no limit)")
+	fs.DurationVar(&keepAlive, "keep-alive", server.DefaultModelKeepAlive, "with several models, how long a model stays loaded after its last request (negative: forever; requests may set keep_alive)")
+	fs.StringVar(&adminKey, "admin-key", "", "key of the /v1/admin/ routes (default $LEM_ADMIN_KEY, else one generated at start, written to the data directory and printed once)")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
 	fs.StringVar(&logFormat, "log-format", "auto", "log format: text (lines for people), json (one object a line) or auto (text on a terminal, else json)")
 	fs.StringVar(&policyPath, "policy", "", "filter every reply through the policy in this JSON file (see README: Outbound policy)")
