@@ -126,6 +126,12 @@ type Request struct {
 	// "stop", "top_logprobs", …; see checkRequest) to the dialect's
 	// ("options.temperature", "stop_sequences", …) where they differ.
 	Params map[string]string
+
+	// mediation marks the welfare guard's own generation, which is not
+	// scored; welfare holds the guard's outcome once decided, so that a
+	// request prepared again (or a copy of it) is not mediated twice.
+	mediation bool
+	welfare   *welfareOutcome
 }
 
 // Prepared is a validated request with its prompt rendered and tokenized.
@@ -144,6 +150,9 @@ type Prepared struct {
 	json        func(stopIDs []int32) engine.Constraint
 	grammar     *constrain.Grammar
 	arrived     time.Time
+	// pause is the welfare guard's reply when it paused the
+	// conversation: Generate answers with it instead of the model.
+	pause string
 }
 
 // PromptTokens returns the number of prompt tokens.
@@ -417,10 +426,14 @@ func (m *Model) Prepare(req *Request) (*Prepared, error) {
 // (Config.MaxPrepareBytes), and ctx ending while the request waits for
 // its turn ends the wait.
 func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, error) {
-	p := &Prepared{req: req, arrived: time.Now(), n: max(req.N, 1)}
+	arrived := time.Now()
 	if err := m.checkRequest(req); err != nil {
 		return nil, err
 	}
+	// The welfare guard (welfare.go), when on, may rephrase the user's
+	// last message for this request or answer it with a pause.
+	req, pause := m.welfare(ctx, req)
+	p := &Prepared{req: req, arrived: arrived, n: max(req.N, 1), pause: pause}
 	vocab := m.eng.Net.Config().VocabSize
 	promptParam := param(req.PromptParam, "prompt")
 	if len(req.Messages) > 0 {
@@ -712,6 +725,9 @@ var errStopSequence = errors.New("stop sequence")
 // failure in the middle of a choice it returns what was generated with
 // the error.
 func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {
+	if p.pause != "" {
+		return m.pauseReply(ctx, p, emit)
+	}
 	if err := m.wait(ctx, emit); err != nil {
 		return nil, err
 	}

@@ -89,6 +89,9 @@ type Config struct {
 	LogContent bool
 	// Logger receives request logs (nil: slog.Default()).
 	Logger *slog.Logger
+	// Welfare, when set, turns on the welfare guard (welfare.go); nil,
+	// the default, scores nothing.
+	Welfare *WelfareConfig
 }
 
 // Server serves models over HTTP in several API dialects. Each dialect
@@ -104,7 +107,8 @@ type Server struct {
 	metrics *metrics
 	store   *responseStore
 	hosts   atomic.Pointer[hostPolicy]
-	prepare *prepareGate // bounds the prompts being prepared
+	prepare *prepareGate  // bounds the prompts being prepared
+	welfare *welfareGuard // nil unless Config.Welfare
 
 	// patterns are those handle registered, in order (the OpenAPI
 	// test checks each is in the document).
@@ -160,6 +164,13 @@ func New(cfg Config, models ...*Model) (*Server, error) {
 		prepare: newPrepareGate(cfg.MaxPrepareBytes)}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if cfg.Welfare != nil {
+		g, err := newWelfareGuard(cfg.Welfare)
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.welfare = g
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.hosts.Store(newHostPolicy(cfg.AllowedHosts))
