@@ -37,6 +37,7 @@ func newServeCmd() *cobra.Command {
 		maxBody    int64
 		drain      time.Duration
 		logContent bool
+		wf         welfareFlags
 		logFormat  string
 		hp         hostPort
 	)
@@ -84,7 +85,17 @@ and bodies within --body-timeout (a streamed response may take longer),
 idle connections close after --idle-timeout, and headers beyond
 --max-header-bytes get 431. At --max-connections open connections, those
 idle between requests are closed to make room, and new clients wait to be
-accepted until one closes.`,
+accepted until one closes.
+
+--welfare (off unless given) turns on the welfare guard for chat requests
+(not raw completions): a user message scored as hostile (insults and
+slurs after folding leetspeak, shouting, threats, or hostility sustained
+over the recent user turns) is shown to the served model with a fixed
+instruction, in a short greedy generation of its own, to proceed,
+rephrase the message or pause the conversation with a friendly reply; an
+answer that does not parse proceeds unchanged. Triggers go to
+--welfare-audit (JSON lines) or the log, without the user's text unless
+--welfare-audit-text. The model's replies are never checked.`,
 		Example: `  lem serve
   lem serve ../shared/fixtures/chat-model
   lem serve model-dir --model-alias qwen3 --addr 0.0.0.0:8080 --api-key secret
@@ -149,6 +160,12 @@ accepted until one closes.`,
 			cfg.AllowedHosts = append(hosts, addrName(addr)...)
 			cfg.LogContent, cfg.Logger = logContent, log
 			cfg.Version = releaseVersion()
+			var closeAudit func() error
+			if cfg.Welfare, closeAudit, err = wf.config(); err != nil {
+				m.Close()
+				return err
+			}
+			defer closeAudit()
 			s, err := server.New(cfg, m)
 			if err != nil {
 				m.Close()
@@ -179,6 +196,7 @@ accepted until one closes.`,
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
+	wf.register(fs)
 	fs.StringVar(&logFormat, "log-format", "auto", "log format: text (lines for people), json (one object a line) or auto (text on a terminal, else json)")
 	return cmd
 }
