@@ -1,4 +1,4 @@
-module lem
+module github.com/lem-engine/lem
 
 go 1.26.0
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"lem/hub"
+	"github.com/lem-engine/lem/hub"
 )
 
 // Dirs are the places names are looked up in.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/hub"
+	"github.com/lem-engine/lem/hub"
 )
 
 const commit = "0123456789abcdef0123456789abcdef01234567"

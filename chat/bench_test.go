@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // BenchmarkRenderQwen3Tools renders Qwen3's template with two tools, a tool

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // FuzzParseTokenizerConfig fuzzes the chat templates and special tokens

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // fixedNow is the clock of the reference renders (see the library notes).

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 func ExampleTemplate_Render() {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"lem/gguf"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // FromGGUF reads the chat templates stored in a GGUF file's metadata:

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestRenderGoMessages renders a conversation built in Go (reasoning, two

@@ -13,8 +13,8 @@ import (
 	aopt "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/param"
 
-	"lem/engine"
-	"lem/server"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/server"
 )
 
 // newAnthropic returns an Anthropic SDK client of the server at base,

@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // The questions below are ones the chat model answers in text, or with

@@ -11,11 +11,11 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
-	"lem/server"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/server"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // TestFillInTheMiddle fills in the middle through openai-go's

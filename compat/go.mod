@@ -1,14 +1,14 @@
-module lem/compat
+module github.com/lem-engine/lem/compat
 
 go 1.26.0
 
-replace lem => ../
+replace github.com/lem-engine/lem => ../
 
 require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.17.0
 	github.com/ollama/ollama v0.17.4
 	github.com/openai/openai-go/v3 v3.102.0
-	lem v0.0.0
+	github.com/lem-engine/lem v0.0.0
 )
 
 require (

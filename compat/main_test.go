@@ -12,11 +12,11 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
-	"lem/server"
-	"lem/tiny"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/server"
+	"github.com/lem-engine/lem/tiny"
 )
 
 var (

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // TestOllamaLongChat sends, through Ollama's client, a chat history longer

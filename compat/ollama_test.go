@@ -14,8 +14,8 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"lem/server"
-	"lem/tiny"
+	"github.com/lem-engine/lem/server"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // newOllama returns Ollama's client of the server at base; a key, when

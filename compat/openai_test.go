@@ -18,8 +18,8 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
-	"lem/engine"
-	"lem/server"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/server"
 )
 
 const (

@@ -8,7 +8,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // TestReasoningTokens reads the reasoning tokens of the chat model's

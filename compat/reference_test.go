@@ -18,9 +18,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 
-	"lem/internal/fixtures"
-	"lem/server"
-	"lem/tiny"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/server"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // refCase is one case of the chat model's reference.json: a conversation

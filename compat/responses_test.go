@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // streamSnapshot rebuilds a response from its stream events as the

@@ -9,7 +9,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // TestScorePrompt scores a prompt through openai-go as evaluation

@@ -16,7 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // Timings of the queued-stream tests: the server sends a keep-alive

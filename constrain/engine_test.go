@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/compute/cpu"
-	"lem/constrain"
-	"lem/engine"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 var _ engine.Constraint = (*constrain.JSONState)(nil)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // This file holds the grammar constraint: output in phases, each held to

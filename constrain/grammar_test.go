@@ -8,11 +8,11 @@ import (
 	"sync"
 	"testing"
 
-	"lem/chat"
-	"lem/compute/cpu"
-	"lem/constrain"
-	"lem/engine"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 var (

@@ -7,10 +7,10 @@ import (
 	"sync"
 	"testing"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/synth"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/synth"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // The Harmony format of the gpt-oss models, as a server holds output to it.

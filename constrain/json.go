@@ -32,7 +32,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // maxCacheBytes bounds the memory of a table's cache of allowed-token sets.

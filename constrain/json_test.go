@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"lem/internal/fixtures"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // chatModelStop is the chat model's <|im_end|>.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // tokenBytes returns the bytes each token id stands for in generated text,

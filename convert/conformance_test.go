@@ -12,15 +12,15 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/gguf"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/internal/half"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // runLogits feeds the 40 reference tokens at once and returns every row.

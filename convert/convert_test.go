@@ -13,15 +13,15 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/gguf"
-	"lem/internal/fixtures"
-	"lem/internal/half"
-	"lem/model"
-	"lem/safetensors"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // TestTokenizerRoundTrip writes each fixture tokenizer as GGUF metadata,

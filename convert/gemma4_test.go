@@ -11,14 +11,14 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/gguf"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/internal/half"
-	"lem/model"
-	"lem/safetensors"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // gemma4Fixtures are the Gemma 4 fixtures: per-layer inputs and wider

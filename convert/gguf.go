@@ -18,11 +18,11 @@ import (
 	"sync"
 	"time"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/gguf"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // GGUFOptions configure ToGGUF.

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
-	"lem/synth"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/synth"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // llamaCppArchs are the architecture fixtures compared; those whose GGUF

@@ -18,10 +18,10 @@ import (
 	"strings"
 	"time"
 
-	"lem/compute/quant"
-	"lem/internal/half"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // MLXOptions configure ToMLX.

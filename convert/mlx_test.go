@@ -11,13 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/compute/quant"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // TestMLXGroup checks one group worked out by hand. 2 bits, values

@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 // TestOlmoHybridFlagsGGUF checks that OLMo Hybrid's two switches survive

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // A file type as lem quant --gguf names it: the type most weights get,

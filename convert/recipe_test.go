@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // TestRecipeCounts checks the per-tensor types of the recipes on Llama 3

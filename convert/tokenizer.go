@@ -11,10 +11,10 @@ import (
 	"slices"
 	"strings"
 
-	"lem/chat"
-	"lem/gguf"
-	"lem/model"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Token types of tokenizer.ggml.token_type.

@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // Greedy decoding on a backend that feeds tokens (compute.TokenFeeder)

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // decodeFixtures are the fixtures whose steady-state decode step must not

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/compute/device"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
-	"lem/synth"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/compute/device"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/synth"
 )
 
 // openSlow writes and opens a random-weight model whose prefill takes

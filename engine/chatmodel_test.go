@@ -8,10 +8,10 @@ import (
 	"slices"
 	"testing"
 
-	"lem/chat"
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 type chatCase struct {

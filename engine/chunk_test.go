@@ -3,8 +3,8 @@ package engine
 import (
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
 )
 
 // chunky is a CPU backend that asks for another prefill chunk.

@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 func TestDenseConformance(t *testing.T) {

@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/device"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/device"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 // deviceTolerance is the largest logit difference allowed on a device for

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"lem/gguf"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // Pooling is how the final hidden states of a sequence's tokens become one

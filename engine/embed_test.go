@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // readF32 reads a tensor of a safetensors file as float32.

@@ -6,8 +6,8 @@ import (
 	"io/fs"
 	"os"
 
-	"lem/model"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Encoder is a runnable encoder model (BERT, XLM-RoBERTa, ModernBERT, and

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/model"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/model"
 )
 
 func TestOpenEncoder(t *testing.T) {

@@ -3,11 +3,11 @@ package engine_test
 import (
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/model"
-	"lem/synth"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/synth"
 )
 
 // everyLayer hands the model a logits tensor where the session passes

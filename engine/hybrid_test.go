@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // hybridFixtures are the families whose stacks mix Gated DeltaNet linear

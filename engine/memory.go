@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"lem/compute"
-	"lem/gguf"
-	"lem/model"
-	"lem/tiny"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // EnvAvailableMemory names the environment variable that, when set to a

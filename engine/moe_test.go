@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // moeFixtures are the mixture-of-experts fixtures that the CPU runs.

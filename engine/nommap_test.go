@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/convert"
-	"lem/synth"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/convert"
+	"github.com/lem-engine/lem/synth"
 )
 
 // mapsFile reports whether the process maps the file at path, from

@@ -7,11 +7,11 @@ import (
 	"os"
 	"strings"
 
-	"lem/chat"
-	"lem/compute"
-	"lem/gguf"
-	"lem/model"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Model is a runnable model: the network on a backend with its tokenizer,

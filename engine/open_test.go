@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestOpenNeedsBackend checks that the caller chooses the backend: engine

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // On backends that implement compute.TokenPicker, a decode step need not

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
 )
 
 // plainBackend hides every optional interface of a backend (token picking,

@@ -4,10 +4,10 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 // TestRecurrentReuse checks prompt-prefix reuse on models with recurrent

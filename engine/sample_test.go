@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
 )
 
 // The sampler is checked against exact distributions: each case states its

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // SchedulerOptions configure a Scheduler. Zero fields take defaults.

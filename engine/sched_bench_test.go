@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/synth"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/synth"
 )
 
 // BenchmarkSchedDecode measures aggregate decode over the scheduler with

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // nearTie is the largest gap between a Session's two most likely tokens

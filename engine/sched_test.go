@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // schedFixtures are the families the scheduler tests run on: dense,

@@ -3,8 +3,8 @@ package engine
 import (
 	"fmt"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // Padded decode steps. A step in which every sequence runs one token (no

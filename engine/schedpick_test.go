@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // mixedRequests returns requests whose rows the backend picks candidates

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // holdoff is how long a step waits for the sequences that were handed

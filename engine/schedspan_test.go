@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // spanBackend is the CPU backend that checks, in every AttendPaged call,

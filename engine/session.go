@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // DefaultChunk is the number of prompt tokens processed per forward pass

@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // ssmFixtures are the fixtures of the state-space and short-convolution

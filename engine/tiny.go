@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"lem/chat"
-	"lem/compute"
-	"lem/model"
-	"lem/safetensors"
-	"lem/tiny"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
+	"github.com/lem-engine/lem/tiny"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // OpenTiny loads lem-tiny, the small chat model built into lem (see package

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
-	"lem/safetensors"
-	"lem/tiny"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/safetensors"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // TestOpenTiny runs every reference case of the chat model on the embedded

@@ -22,7 +22,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"lem/internal/mmap"
+	"github.com/lem-engine/lem/internal/mmap"
 )
 
 // Magic is the four bytes every GGUF file starts with.

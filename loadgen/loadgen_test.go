@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/server"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/server"
 )
 
 var (

@@ -1,6 +1,6 @@
 package model
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // arena hands out the float32 activation buffers of one forward pass over
 // chunks of n rows: one buffer per name, layer and width, allocated on

@@ -3,7 +3,7 @@ package model
 import (
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // attention is the softmax attention block of every family that has one.

@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // The encoder families: BERT and XLM-RoBERTa (absolute and token type

@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 func ptr[T any](v T) *T { return &v }

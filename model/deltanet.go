@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // deltaNet is a Gated DeltaNet linear-attention layer (Qwen3-Next,

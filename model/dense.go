@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // dense is the decoder-only transformer that the dense families share:

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // ErrEncoder is wrapped by the error of loading an encoder model (BERT,

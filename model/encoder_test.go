@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // encoderRef is a fixture's reference: the inputs, and transformers'

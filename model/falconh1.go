@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Falcon-H1: every layer runs attention and a Mamba2 mixer side by side on

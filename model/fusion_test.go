@@ -6,9 +6,9 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // fusionPlan replays the part of the CUDA backend's decode fusion

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Gemma 2 and Gemma 3 (text): sandwich norms around both blocks, RMSNorm

@@ -6,8 +6,8 @@ import (
 	"math"
 	"strconv"
 
-	"lem/compute"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // Gemma 3n (text). The hidden state is k streams (AltUp, altup_num_inputs);

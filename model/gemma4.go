@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // Gemma 4 (text). Gemma 3's sandwich norms around attention and MLP, with

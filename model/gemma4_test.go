@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/gguf"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // tinyGemma4 returns the keys and F32 tensors (name → dims, values; nil

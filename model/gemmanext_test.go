@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // hiding is a Source without some tensors.

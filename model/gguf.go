@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // GGUF files as llama.cpp writes them. A GGUF file names its architecture

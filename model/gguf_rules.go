@@ -2,7 +2,7 @@ package model
 
 import (
 	"fmt"
-	"lem/gguf"
+	"github.com/lem-engine/lem/gguf"
 	"math"
 	"slices"
 	"strconv"

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/gguf"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestPermuteRows checks the permutation against llama.cpp's converter

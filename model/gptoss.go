@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // gpt-oss: attention with q/k/v/o biases and a learned sink logit per head

@@ -5,10 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/convert"
-	"lem/gguf"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/convert"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 // TestGGUFConfigKeys writes fixtures as GGUF files and reads them back: the

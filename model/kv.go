@@ -1,6 +1,6 @@
 package model
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // kvState is the per-sequence state of the attention layers: a KV cache per
 // layer that owns one (full-attention layers hold ctx positions,

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // LFM2: pre-norm blocks whose mixer is either grouped-query attention

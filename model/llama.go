@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // The llama family and the dense architectures that differ from it only in

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"lem/compute"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // safetensorsSource adapts a safetensors directory to Source.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Mamba2: a stack of selective state-space mixers with pre-norm residual

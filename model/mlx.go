@@ -5,10 +5,10 @@ import (
 	"slices"
 	"strings"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/mmap"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/mmap"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // MLX affine packs. mlx-lm stores a quantized linear layer or embedding

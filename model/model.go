@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Stored is a tensor as a model file holds it: its type, shape and bytes.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Mixture-of-experts feed-forward blocks, shared by every family that has

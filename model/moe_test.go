@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // plainBackend hides every optional interface of the backend it wraps.

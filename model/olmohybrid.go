@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	"lem/compute"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // OLMo Hybrid (model_type olmo_hybrid): Gated DeltaNet linear-attention

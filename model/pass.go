@@ -1,6 +1,6 @@
 package model
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // pass is one forward pass over n rows, the one body a family's Forward
 // and ForwardBatch share: the backend, the activation arena, the rows'

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Qwen3 MoE: Qwen 3's attention (per-head q/k RMSNorm before rope) with a

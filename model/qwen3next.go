@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"lem/compute"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // Qwen3-Next and Qwen3.5: a hybrid stack in which most layers mix tokens

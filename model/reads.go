@@ -1,6 +1,6 @@
 package model
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // WeightReads accounts what a loaded model reads of its weights, from the
 // tensors its loader fetched and how the architecture uses each: the basis

@@ -3,7 +3,7 @@ package model
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // maxCheckpoints bounds the checkpoints a recurrent state keeps. When a

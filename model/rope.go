@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // NewRope computes the rotary embedding of one layer type: the inverse

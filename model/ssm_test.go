@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // convOnly offers causal convolutions but no SSM scan.

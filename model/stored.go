@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // toF32 decodes a stored float tensor into float32 values.

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // FuzzParse checks that Parse never panics, and that whatever it accepts is

@@ -26,8 +26,8 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"lem/internal/half"
-	"lem/internal/mmap"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/internal/mmap"
 )
 
 // MaxHeaderSize is the largest JSON header accepted, in bytes, the same

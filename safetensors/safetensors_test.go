@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // rawFile builds a safetensors file from a literal header and data region.

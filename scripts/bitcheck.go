@@ -21,11 +21,11 @@ import (
 	"path/filepath"
 	"sort"
 
-	"lem/compute"
-	"lem/compute/device"
-	"lem/convert"
-	"lem/engine"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/device"
+	"github.com/lem-engine/lem/convert"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 )
 
 var prompt = []int32{1, 5, 9, 17, 33, 2, 40, 77, 100, 3, 8, 12, 60, 61, 62, 7, 4, 90, 11, 23}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 // Bounded work before admission.

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/tiny"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // childEnv makes the test binary serve lem-tiny instead of testing: see

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 // TestPrepareGate checks the byte semaphore: requests that fit go at

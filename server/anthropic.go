@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/engine"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
 )
 
 // This file is the Anthropic dialect: POST /v1/messages (streamed as

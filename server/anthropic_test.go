@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/engine"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/engine"
 )
 
 // anConvert decodes body and converts it as /v1/messages does.

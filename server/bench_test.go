@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 // TestFrameEncodingAllocs checks that encoding a per-token stream frame

@@ -14,10 +14,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/engine"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Limits on what one request may ask for.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/engine"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/engine"
 )
 
 type sampleP = engine.SampleParams

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 // Embeddings and reranking, the dialect-neutral part: the OpenAI

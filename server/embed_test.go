@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/engine"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
 )
 
 // newTinyEmbedServer serves lem-tiny as "tiny" on a loopback port.

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // TestFillInTheMiddle checks suffix on /v1/completions and /api/generate:

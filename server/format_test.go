@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 // TestServerNamesNoFormat checks that the server's code consumes the

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/engine"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
 )
 
 // The request fuzz targets drive the real handler in-process with

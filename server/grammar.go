@@ -8,8 +8,8 @@ import (
 	"strings"
 	"sync"
 
-	"lem/chat"
-	"lem/constrain"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
 )
 
 // This file turns a request's demands on the output into a grammar

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/synth"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/synth"
 )
 
 // harmonySpecials are the special tokens of the Harmony format.

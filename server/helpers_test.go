@@ -12,9 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 var (

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"lem/constrain"
-	"lem/engine"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // newJSONFactory returns a maker of constraints that hold output to one

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/engine"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
 )
 
 // TestModelNames checks that a server of one model answers any model name

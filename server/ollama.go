@@ -13,10 +13,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"lem/chat"
-	"lem/constrain"
-	"lem/server/webui"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/server/webui"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // This file is the Ollama dialect: /api/chat and /api/generate (streamed

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	"lem/gguf"
-	"lem/tiny"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // modelStore describes the files a model was loaded from, as Ollama's

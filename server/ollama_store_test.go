@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/gguf"
-	"lem/internal/fixtures"
-	"lem/tiny"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/tiny"
 )
 
 func sha256Hex(b []byte) string {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 func TestOllamaOptions(t *testing.T) {

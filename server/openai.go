@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 // This file is the OpenAI dialect: /v1/chat/completions, /v1/completions

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 // responseStore keeps recent responses of /v1/responses so that a later

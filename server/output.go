@@ -1,6 +1,6 @@
 package server
 
-import "lem/chat"
+import "github.com/lem-engine/lem/chat"
 
 // The model-output parser of package chat splits generated text into
 // reasoning (between the model's thinking markers), content and tool calls

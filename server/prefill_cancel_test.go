@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/synth"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/synth"
 )
 
 // newSlowServer serves as "slow" a random-weight model whose prefill is slow

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"lem/chat"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // A client's text must never become the model's control tokens: a message

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"lem/chat"
-	"lem/internal/fixtures"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // injection is text a client sends to forge the model's control tokens

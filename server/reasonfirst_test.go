@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // reasonSchema keeps its strings to enums: the chat model was never taught

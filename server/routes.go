@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"lem/server/webui"
+	"github.com/lem-engine/lem/server/webui"
 )
 
 // A route is one entry of the route table: the mux serves it and the

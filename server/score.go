@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 // scorePrompt runs p's prompt through the model from its start and

@@ -16,8 +16,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"lem/compute/cpu"
-	"lem/engine"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
 )
 
 // newTinyServer serves lem-tiny under each of the ids (one engine each)

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"lem/chat"
-	"lem/engine"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/engine"
 )
 
 // The welfare guard (opt-in: Config.Welfare, lem serve --welfare). On each

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"lem/safetensors"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // Geometry is the shape of a model to synthesise: the hyperparameters of a

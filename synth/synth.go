@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // Options configure Write.

@@ -11,13 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/compute/cpu"
-	"lem/engine"
-	"lem/internal/fixtures"
-	"lem/model"
-	"lem/safetensors"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // TestSynthLikeGeometry checks each geometry's parameter count against the

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"sync"
 
-	"lem/internal/half"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // chunkBytes is how much of a tensor one worker generates at a time. The

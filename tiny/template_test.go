@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"lem/chat"
-	"lem/internal/fixtures"
-	"lem/tiny"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // tools are the two tools lem-tiny was trained to call.

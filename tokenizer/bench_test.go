@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // corpus builds about size bytes of text from testdata/<kind>.txt,

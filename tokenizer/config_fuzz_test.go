@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // FuzzApplyConfig fuzzes tokenizer_config.json over a small byte-level

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // referenceCase is one entry of a fixture's reference.json.

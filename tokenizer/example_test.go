@@ -3,7 +3,7 @@ package tokenizer_test
 import (
 	"fmt"
 
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // ExampleNew builds a tiny byte-level BPE tokenizer from a Spec, the way a

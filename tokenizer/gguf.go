@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"lem/gguf"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // GGUF metadata keys of the tokenizer, as llama.cpp writes them.

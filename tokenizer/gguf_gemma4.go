@@ -1,6 +1,6 @@
 package tokenizer
 
-import "lem/gguf"
+import "github.com/lem-engine/lem/gguf"
 
 // ggufGemma4 fills the parts of a "gemma4" vocabulary, the form llama.cpp's
 // converter gives Gemma 4's tokenizer, and returns the default for adding

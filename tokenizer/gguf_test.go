@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"lem/gguf"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // ggufKV is one metadata entry of a test file.

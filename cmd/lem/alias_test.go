@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestFlagAliases parses the names llama.cpp and Ollama give lem's flags,

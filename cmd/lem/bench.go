@@ -18,12 +18,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute"
-	"lem/compute/device"
-	"lem/engine"
-	"lem/gguf"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/device"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // benchReport is what bench --json prints; a stable contract.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 // benchParallel is one row of bench's parallel mode (-npl), as

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/mmap"
-	"lem/synth"
+	"github.com/lem-engine/lem/internal/mmap"
+	"github.com/lem-engine/lem/synth"
 )
 
 // synthTiny writes the tiny synthetic model and returns its directory.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/gguf"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // execLemIn runs lem with args and standard input.

@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"lem/compute/device"
-	"lem/engine"
-	"lem/tiny"
+	"github.com/lem-engine/lem/compute/device"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/tiny"
 )
 
 // runFlags are the flags of every verb that runs a model.

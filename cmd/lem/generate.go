@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/chat"
-	"lem/engine"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/engine"
 )
 
 // generateOutput is what generate --json prints; a stable contract.

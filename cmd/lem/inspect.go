@@ -13,10 +13,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/chat"
-	"lem/gguf"
-	"lem/model"
-	"lem/safetensors"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // inspection is what lem inspect reports; its JSON form is a stable contract.

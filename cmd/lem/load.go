@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/loadgen"
+	"github.com/lem-engine/lem/loadgen"
 )
 
 func newLoadCmd() *cobra.Command {

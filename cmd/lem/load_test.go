@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/loadgen"
+	"github.com/lem-engine/lem/loadgen"
 )
 
 // startServe runs lem serve with lem-tiny on a free loopback port, with

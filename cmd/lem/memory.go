@@ -6,7 +6,7 @@ import (
 	"os"
 	"syscall"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 // openPlanned checks the model at path ("" for lem-tiny) against the memory

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/engine"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // runLemBin runs the built lem binary with extra environment and returns

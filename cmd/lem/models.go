@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/catalog"
-	"lem/hub"
+	"github.com/lem-engine/lem/catalog"
+	"github.com/lem-engine/lem/hub"
 )
 
 // resolveModel turns a verb's MODEL argument into a path (see

@@ -14,8 +14,8 @@ import (
 
 	"github.com/creack/pty"
 
-	"lem/compute/cpu"
-	"lem/engine"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/engine"
 )
 
 // TestMain lets the tests run this binary as lem (LEM_TEST_AS_LEM=1), for

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute"
-	"lem/convert"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/convert"
+	"github.com/lem-engine/lem/gguf"
 )
 
 func newQuantCmd() *cobra.Command {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestQuantCmd writes a GGUF file and an MLX pack with lem quant, inspects

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"lem/engine"
+	"github.com/lem-engine/lem/engine"
 )
 
 func newRunCmd() *cobra.Command {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestRunCmd drives the terminal chat through standard input: two turns

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // defaultAddr is where lem serve listens unless told otherwise.

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"lem/chat"
-	"lem/gguf"
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/chat"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 // source is a model on disk as the CLI's read-only verbs see it: a Hugging

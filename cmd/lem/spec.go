@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 func newSpecCmd() *cobra.Command {

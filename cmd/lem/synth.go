@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/synth"
+	"github.com/lem-engine/lem/synth"
 )
 
 func newSynthCmd() *cobra.Command {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/model"
+	"github.com/lem-engine/lem/model"
 )
 
 // execLem runs the lem command line with args and returns its standard

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/chat"
+	"github.com/lem-engine/lem/chat"
 )
 
 func newTemplateCmd() *cobra.Command {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/tokenizer"
+	"github.com/lem-engine/lem/tokenizer"
 )
 
 func newTokenizeCmd() *cobra.Command {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"lem/compute/device"
+	"github.com/lem-engine/lem/compute/device"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; without

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"lem/server"
+	"github.com/lem-engine/lem/server"
 )
 
 // welfareFlags are lem serve's flags of the welfare guard.

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // Prefill on AMX. On CPUs with AMX-BF16 (Intel Sapphire Rapids and later),

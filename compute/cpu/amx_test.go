@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 func TestAMXArgsLayout(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"sync/atomic"
 
-	"lem/compute"
-	"lem/compute/quant"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
 )
 
 // Backend is the CPU implementation of compute.Backend. Float32 tensors are

@@ -7,8 +7,8 @@ import (
 	"runtime"
 	"testing"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // benchWeightBytes returns m×k weights of type dt filled fast enough for

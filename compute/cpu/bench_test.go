@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"lem/compute"
-	"lem/internal/mmap"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/mmap"
 )
 
 // benchBuf is 256 MiB of random, finite 16-bit floats (bf16 or f16 bit

@@ -3,7 +3,7 @@ package cpu
 import (
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestCapabilities checks the device capabilities the CPU backend answers

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestCausalConv checks the convolution against its definition, and that

@@ -3,7 +3,7 @@ package cpu
 import (
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.DeltaRuler = (*Backend)(nil)

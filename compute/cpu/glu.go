@@ -1,6 +1,6 @@
 package cpu
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // gluChunk is the number of elements of a GLU call a thread takes at a
 // time; calls of fewer than two chunks run on the calling goroutine.

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestGLUParallel checks GLU calls large enough to be split over the pool

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestSetInterrupt checks that the expensive operations do nothing while

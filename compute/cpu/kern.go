@@ -6,7 +6,7 @@ import (
 	"math"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Kernel design. MatMul multiplies float32 activations by weights kept in

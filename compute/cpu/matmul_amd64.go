@@ -4,7 +4,7 @@
 
 package cpu
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 //go:noescape
 func kAVX512BF16R4C6(a *kargs)

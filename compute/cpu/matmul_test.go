@@ -8,8 +8,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // levels returns the kernel levels this machine runs, lowest first; under

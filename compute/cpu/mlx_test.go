@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // randMLXWeights returns m×k random weights of the MLX affine type dt:

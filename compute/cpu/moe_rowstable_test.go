@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestExpertsRowStable checks that with SetRowStable each row of

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 func TestExpertsRoute(t *testing.T) {

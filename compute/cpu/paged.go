@@ -3,7 +3,7 @@ package cpu
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // pagedJob is one AttendPaged call, split over the pool by units of (row,

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // pagedSeq is one sequence of a paged test: cached positions 0..cached−1,

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // benchQuantTypes are the four main types, Q5_0 and Q5_K (the other

@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestQuantMatMulGuardPage places the weights so that they end where an

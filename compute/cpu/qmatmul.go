@@ -6,8 +6,8 @@ import (
 	"math"
 	"unsafe"
 
-	"lem/compute"
-	"lem/compute/quant"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
 )
 
 // Quantized matrix products. Weights of the block-quantized types stay in

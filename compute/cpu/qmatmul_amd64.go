@@ -4,7 +4,7 @@
 
 package cpu
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 //go:noescape
 func qkAVX512Q8_0R1C4p1024(a *qargs)

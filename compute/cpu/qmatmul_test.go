@@ -8,9 +8,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 func TestQargsLayout(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/mmap"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/mmap"
 )
 
 // Packed quantized weights. At load, the backend copies the 2-D Q8_0,

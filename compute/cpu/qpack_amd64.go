@@ -4,7 +4,7 @@
 
 package cpu
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 //go:noescape
 func qpAVX512Q8_0R1(a *qpargs)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"lem/compute"
-	"lem/compute/quant"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
 )
 
 func TestQpargsLayout(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestRoPEReuse checks that RoPE's reuse of the last position's rotation

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 func TestRowOps(t *testing.T) {

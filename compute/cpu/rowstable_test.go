@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // rowStableNs are the batch sizes the row-stability tests compare against

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.SSMScanner = (*Backend)(nil)

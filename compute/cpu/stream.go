@@ -7,7 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"lem/internal/mmap"
+	"github.com/lem-engine/lem/internal/mmap"
 )
 
 // streamChunk is the number of bytes a thread reads at a time in

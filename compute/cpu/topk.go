@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.TokenPicker = (*Backend)(nil)

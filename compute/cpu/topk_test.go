@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestAnyAbove checks anyAbove against a plain loop, with the threshold and

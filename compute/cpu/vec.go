@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // The vector kernels below work on one row at a time. With AVX2 available

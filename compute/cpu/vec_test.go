@@ -7,8 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 var vecSizes = []int{0, 1, 7, 8, 9, 31, 32, 33, 100, 1000, 4099}

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // ropePrep mirrors struct RopePrep in kernels/decode.cu.

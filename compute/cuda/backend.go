@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // buffer is the Buf of a CUDA tensor.

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 var (

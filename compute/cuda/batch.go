@@ -1,6 +1,6 @@
 package cuda
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // Batched decode products. A step of a batched server multiplies the rows
 // of every running sequence (a few to a few dozen) by each weight.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/model"
 )
 
 // BenchmarkBatchStep times the batched passes of a served 8B model on

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // batchRows are the row counts of decode batches the product tests cover.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
-	"lem/internal/half"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
 )
 
 // copyBandwidth measures the device's memory bandwidth once per process

@@ -3,11 +3,11 @@ package cuda
 import (
 	"testing"
 
-	"lem/compute"
-	"lem/engine"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 func argmax(v []float32) int32 {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // decodeKernels are the handles of kernels/decode.cu.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestFusedDecode runs the operations of a llama-style block on one row,

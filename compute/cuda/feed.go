@@ -5,7 +5,7 @@ import (
 	"math"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.TokenFeeder = (*Backend)(nil)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Prefill attention (chunks of at least flashMinRows queries, head dims 64,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // pinAttention sets the attention mode and returns a function restoring it.

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Decode of one token is a few hundred small dependent operations; each

@@ -1,6 +1,6 @@
 package cuda
 
-import "lem/compute"
+import "github.com/lem-engine/lem/compute"
 
 // Fusion of one-row products with block-quantized weights: the fgemv
 // launches of fuse.go (norm folded in, stacked matrices, GLU pairs,

@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
-	"lem/internal/half"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
 )
 
 // fqDTypes are the weight types with fused products.

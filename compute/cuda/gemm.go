@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // Prefill matrix products (n > 4 rows) on bf16 and f16 weights run on the

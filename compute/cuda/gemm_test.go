@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // relErr returns ‖got - want‖ / ‖want‖.

@@ -2,7 +2,7 @@ package cuda
 
 import (
 	"fmt"
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 	"unsafe"
 )
 

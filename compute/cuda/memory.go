@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.MemoryReporter = (*Backend)(nil)

@@ -3,7 +3,7 @@ package cuda
 import (
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // TestFreeMemory checks that FreeMemory reports the device's free memory:

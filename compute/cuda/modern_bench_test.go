@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
-	"lem/internal/half"
-	"lem/model"
-	"lem/synth"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
+	"github.com/lem-engine/lem/synth"
 )
 
 // geometrySource serves a synth geometry's tensors with random bf16 values

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // set uploads the same values to both tensors of p.

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"unsafe"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.Experts = (*Backend)(nil)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // fake makes a tensor at a made-up device address, for host-side tests.

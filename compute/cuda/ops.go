@@ -3,7 +3,7 @@ package cuda
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // threads returns a block size for n units of work: a multiple of 32, at

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // stepSpans lays out one call as step does, but with each sequence's rows

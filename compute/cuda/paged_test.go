@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unsafe"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // poolTypes are the element types of the CUDA paged pools under test: f32

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"lem/engine"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
 )
 
 // TestGenerateOnGPU generates through the engine on the GPU, where the

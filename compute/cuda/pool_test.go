@@ -3,11 +3,11 @@ package cuda
 import (
 	"testing"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/model"
 )
 
 // poolTolerance is the largest logit difference TestBatchedPools accepts

@@ -9,7 +9,7 @@ package cuda
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // chunkedKernels holds the handles of the prefill kernels.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
-	"lem/engine"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/engine"
 )
 
 // prefillTokens is the prompt length of BenchmarkPrefill8B:

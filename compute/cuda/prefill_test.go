@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 // readAll reads a GPU tensor into a new slice.

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"unsafe"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // Block-quantized weights on the GPU.

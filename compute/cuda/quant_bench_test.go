@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"lem/compute"
-	"lem/internal/half"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
 )
 
 // randomBlocks returns rows×cols values of dt as random codes with small

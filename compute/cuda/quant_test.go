@@ -8,14 +8,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/compute"
-	"lem/compute/quant"
-	"lem/convert"
-	"lem/engine"
-	"lem/internal/archref"
-	"lem/internal/fixtures"
-	"lem/internal/half"
-	"lem/model"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/quant"
+	"github.com/lem-engine/lem/convert"
+	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/archref"
+	"github.com/lem-engine/lem/internal/fixtures"
+	"github.com/lem-engine/lem/internal/half"
+	"github.com/lem-engine/lem/model"
 )
 
 // mlxType returns an MLX affine dtype or fails the test.

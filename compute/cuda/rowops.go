@@ -3,7 +3,7 @@ package cuda
 import (
 	"fmt"
 
-	"lem/compute"
+	"github.com/lem-engine/lem/compute"
 )
 
 var _ compute.RowOps = (*Backend)(nil)

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"lem/compute"
-	"lem/compute/cpu"
-	"lem/compute/cuda"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/compute/cuda"
 )
 
 // Open returns the backend named by spec and a one-line description of it

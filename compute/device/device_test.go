@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute/cuda"
+	"github.com/lem-engine/lem/compute/cuda"
 )
 
 func TestOpen(t *testing.T) {

@@ -1,8 +1,8 @@
 package quant
 
 import (
-	"lem/compute"
-	"lem/gguf"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
 )
 
 // ggufTypes pairs the GGUF tensor types with the dtypes they load as.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // MLX affine blocks (compute.MLXAffine): per group, the scale and the bias

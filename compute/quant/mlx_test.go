@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // putScale stores v, which must be exact, as a little-endian value of type

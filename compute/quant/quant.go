@@ -24,8 +24,8 @@ import (
 	"fmt"
 	"math"
 
-	"lem/compute"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // Dequantize decodes len(dst) elements stored as typ in src. len(dst) must

@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"lem/compute"
-	"lem/gguf"
-	"lem/internal/half"
+	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/gguf"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // f16bits returns the float16 encoding of v, which must be exact.

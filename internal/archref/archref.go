@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"lem/safetensors"
+	"github.com/lem-engine/lem/safetensors"
 )
 
 // Dense names the fixtures of dense decoder families.
