@@ -511,6 +511,11 @@ func (s *Server) anDecode(w http.ResponseWriter, r *http.Request, count bool) (*
 		return nil, nil, nil
 	}
 	noteUnenforced(w, req)
+	if count {
+		// Counting tokens is not a turn of the conversation: the
+		// welfare guard leaves it alone.
+		req.welfare = &welfareOutcome{}
+	}
 	p, err := prepareBounded(r.Context(), m, req, limit)
 	if err != nil {
 		anthropicErrors(w, AsError(err))

@@ -128,6 +128,12 @@ type Request struct {
 	// "stop", "top_logprobs", …; see checkRequest) to the dialect's
 	// ("options.temperature", "stop_sequences", …) where they differ.
 	Params map[string]string
+
+	// mediation marks the welfare guard's own generation, which is not
+	// scored; welfare holds the guard's outcome once decided, so that a
+	// request prepared again (or a copy of it) is not mediated twice.
+	mediation bool
+	welfare   *welfareOutcome
 }
 
 // Prepared is a validated request with its prompt rendered and tokenized.
@@ -146,6 +152,9 @@ type Prepared struct {
 	json        func(stopIDs []int32) engine.Constraint
 	grammar     *constrain.Grammar
 	arrived     time.Time
+	// pause is the welfare guard's reply when it paused the
+	// conversation: Generate answers with it instead of the model.
+	pause string
 }
 
 // PromptTokens returns the number of prompt tokens.
@@ -479,10 +488,14 @@ func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, er
 	if m.enc != nil {
 		return nil, m.errEmbeddingOnly()
 	}
-	p := &Prepared{req: req, arrived: time.Now(), n: max(req.N, 1)}
+	arrived := time.Now()
 	if err := m.checkRequest(req); err != nil {
 		return nil, err
 	}
+	// The welfare guard (welfare.go), when on, may rephrase the user's
+	// last message for this request or answer it with a pause.
+	req, pause := m.welfare(ctx, req)
+	p := &Prepared{req: req, arrived: arrived, n: max(req.N, 1), pause: pause}
 	vocab := m.config().VocabSize
 	promptParam := param(req.PromptParam, "prompt")
 	if len(req.Messages) > 0 {
@@ -777,6 +790,9 @@ var errPolicyRefused = errors.New("refused by policy")
 // failure in the middle of a choice it returns what was generated with
 // the error.
 func (m *Model) Generate(ctx context.Context, p *Prepared, emit func(Event) error) (*Result, error) {
+	if p.pause != "" {
+		return m.pauseReply(ctx, p, emit)
+	}
 	if err := m.wait(ctx, emit); err != nil {
 		return nil, err
 	}

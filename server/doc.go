@@ -92,6 +92,16 @@
 // markers: their JSON goes in the answer's channel and a forced call after
 // reasoning unless thinking is off, and tool_choice none keeps calls out.
 //
+// The welfare guard (welfare.go, welfare_score.go; on only with
+// Config.Welfare) runs at the start of PrepareContext for chat requests
+// whose last message is the user's: it scores the user turns and, when
+// triggered, asks a Mediator (by default the served model, through its own
+// Prepare and Generate) to proceed, rephrase the last message (a copy of
+// the Request is prepared) or pause (Generate then answers with the
+// pause text as each choice's content, without the model). The outcome
+// is kept on the Request, so that preparing it again (Ollama's
+// truncation) does not mediate twice. It never looks at the output.
+//
 // Streams go through stream (sse.go), which sets a write deadline per
 // frame and flushes it; per-token frames should be appended by hand into
 // its buffer (see chatChunker) so that they allocate nothing.

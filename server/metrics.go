@@ -24,6 +24,10 @@ type metrics struct {
 	queueWait    *prometheus.HistogramVec
 	embedInputs  *prometheus.CounterVec
 	embedTokens  *prometheus.CounterVec
+	// The welfare guard's user turns scored, and triggers by decision
+	// and mediation outcome.
+	welfareScored   prometheus.Counter
+	welfareTriggers *prometheus.CounterVec
 }
 
 // modelMetrics are the children of the per-model metrics, looked up once.
@@ -73,7 +77,13 @@ func newMetrics() *metrics {
 			Name: "lem_embedding_tokens_total", Help: "Tokens of the inputs of embedding and rerank requests.",
 		}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.promptTokens, m.genTokens, m.ttft, m.itl, m.queueDepth, m.queueWait, m.embedInputs, m.embedTokens,
+	m.welfareScored = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lem_welfare_turns_scored_total", Help: "User turns the welfare guard scored (only with the guard on).",
+	})
+	m.welfareTriggers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lem_welfare_triggers_total", Help: "User turns that triggered the welfare guard, by decision (proceed, rephrase, pause) and mediation outcome (ok, unparseable, failed).",
+	}, []string{"decision", "mediation"})
+	m.reg.MustRegister(m.welfareScored, m.welfareTriggers, m.requests, m.duration, m.promptTokens, m.genTokens, m.ttft, m.itl, m.queueDepth, m.queueWait, m.embedInputs, m.embedTokens,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

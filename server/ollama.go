@@ -983,6 +983,11 @@ func (o *olGenerateRequest) prepare(ctx context.Context, m *Model, req *Request,
 		prompt string
 	}
 	tried := map[int]attempt{}
+	// The welfare guard decides once for all the cuts.
+	var welfare *welfareOutcome
+	if req != nil {
+		welfare = req.welfare
+	}
 	// at prepares the request with the last keep tokens of the prompt.
 	at := func(keep int) attempt {
 		if a, ok := tried[keep]; ok {
@@ -994,7 +999,9 @@ func (o *olGenerateRequest) prepare(ctx context.Context, m *Model, req *Request,
 		r, _, err := short.toRequest(m)
 		var p *Prepared
 		if err == nil {
+			r.welfare = welfare
 			p, _, err = olPrepare(ctx, m, r, limit, fit)
+			welfare = r.welfare
 		}
 		tried[keep] = attempt{p, err, short.Prompt}
 		return tried[keep]

@@ -96,6 +96,9 @@ type Config struct {
 	// Policy, when set, filters every reply's content, reasoning and
 	// tool-call arguments (policy.go).
 	Policy *Policy
+	// Welfare, when set, turns on the welfare guard (welfare.go); nil,
+	// the default, scores nothing.
+	Welfare *WelfareConfig
 }
 
 // Server serves models over HTTP in several API dialects. Each dialect
@@ -111,8 +114,9 @@ type Server struct {
 	metrics *metrics
 	store   *responseStore
 	hosts   atomic.Pointer[hostPolicy]
-	prepare *prepareGate // bounds the prompts being prepared
-	reg     *registry    // models loaded on demand (NewRegistry); nil for New
+	prepare *prepareGate  // bounds the prompts being prepared
+	reg     *registry     // models loaded on demand (NewRegistry); nil for New
+	welfare *welfareGuard // nil unless Config.Welfare
 
 	// patterns are those handle registered, in order (the OpenAPI
 	// test checks each is in the document).
@@ -198,6 +202,13 @@ func newServer(cfg Config) (*Server, error) {
 		prepare: newPrepareGate(cfg.MaxPrepareBytes)}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if cfg.Welfare != nil {
+		g, err := newWelfareGuard(cfg.Welfare)
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.welfare = g
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	s.hosts.Store(newHostPolicy(cfg.AllowedHosts))

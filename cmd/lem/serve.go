@@ -40,6 +40,7 @@ func newServeCmd() *cobra.Command {
 		maxBody    int64
 		drain      time.Duration
 		logContent bool
+		wf         welfareFlags
 		logFormat  string
 		policyPath string
 		auditPath  string
@@ -95,7 +96,17 @@ and bodies within --body-timeout (a streamed response may take longer),
 idle connections close after --idle-timeout, and headers beyond
 --max-header-bytes get 431. At --max-connections open connections, those
 idle between requests are closed to make room, and new clients wait to be
-accepted until one closes.`,
+accepted until one closes.
+
+--welfare (off unless given) turns on the welfare guard for chat requests
+(not raw completions): a user message scored as hostile (insults and
+slurs after folding leetspeak, shouting, threats, or hostility sustained
+over the recent user turns) is shown to the served model with a fixed
+instruction, in a short greedy generation of its own, to proceed,
+rephrase the message or pause the conversation with a friendly reply; an
+answer that does not parse proceeds unchanged. Triggers go to
+--welfare-audit (JSON lines) or the log, without the user's text unless
+--welfare-audit-text. The model's replies are never checked.`,
 		Example: `  lem serve
   lem serve ../shared/fixtures/chat-model
   lem serve model-dir --model-alias qwen3 --addr 0.0.0.0:8080 --api-key secret
@@ -140,6 +151,11 @@ accepted until one closes.`,
 			} else if auditPath != "" || mediator != "" {
 				return fmt.Errorf("--policy-audit and --policy-mediator need --policy")
 			}
+			welfare, closeAudit, err := wf.config()
+			if err != nil {
+				return err
+			}
+			defer closeAudit()
 			if !isLoopback(addr) && apiKey == "" {
 				log.Warn("listening beyond this machine without an API key: anyone who can reach " + addr + " can use the model; set --api-key or LEM_API_KEY")
 			}
@@ -153,7 +169,7 @@ accepted until one closes.`,
 			if len(args) > 1 || len(modelDirs) > 0 {
 				return serveMany(cmd, ln, log, args, modelDirs, roots, int64(memLimit), keepAlive, adminKey, apiKey, manyServe{
 					rf: rf, parallel: parallel, kv: int64(kvMemory), limits: limits, cors: cors, hosts: hosts, addr: addr,
-					maxQueue: maxQueue, maxBody: maxBody, drain: drain, logContent: logContent, policy: policy})
+					maxQueue: maxQueue, maxBody: maxBody, drain: drain, logContent: logContent, policy: policy, welfare: welfare})
 			}
 			var (
 				m             *server.Model
@@ -207,6 +223,7 @@ accepted until one closes.`,
 			cfg.LogContent, cfg.Logger = logContent, log
 			cfg.Version = releaseVersion()
 			cfg.Policy = policy
+			cfg.Welfare = welfare
 			s, err := server.New(cfg, m)
 			if err != nil {
 				m.Close()
@@ -242,6 +259,7 @@ accepted until one closes.`,
 	fs.DurationVar(&keepAlive, "keep-alive", server.DefaultModelKeepAlive, "with several models, how long a model stays loaded after its last request (negative: forever; requests may set keep_alive)")
 	fs.StringVar(&adminKey, "admin-key", "", "key of the /v1/admin/ routes (default $LEM_ADMIN_KEY, else one generated at start, written to the data directory and printed once)")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
+	wf.register(fs)
 	fs.StringVar(&logFormat, "log-format", "auto", "log format: text (lines for people), json (one object a line) or auto (text on a terminal, else json)")
 	fs.StringVar(&policyPath, "policy", "", "filter every reply through the policy in this JSON file (see README: Outbound policy)")
 	fs.StringVar(&auditPath, "policy-audit", "", "append a JSON line per policy action to this file")

@@ -30,6 +30,7 @@ type manyServe struct {
 	drain       time.Duration
 	logContent  bool
 	policy      *server.Policy
+	welfare     *server.WelfareConfig
 }
 
 // serveMany serves several models, each loaded on first use: the models
@@ -102,6 +103,7 @@ func serveMany(cmd *cobra.Command, ln net.Listener, log *slog.Logger, args, dirs
 	cfg.LogContent, cfg.Logger = o.logContent, log
 	cfg.Version = releaseVersion()
 	cfg.Policy = o.policy
+	cfg.Welfare = o.welfare
 	rf := o.rf
 	s, err := server.NewRegistry(cfg, server.RegistryConfig{
 		Models: specs, Open: func(path string) (*engine.Model, error) { return rf.open(path) },
