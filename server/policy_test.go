@@ -320,7 +320,8 @@ func policyRoutes(think bool) []struct{ route, body string } {
 	}
 }
 
-// auditBuffer is an audit log shared by a server's requests.
+// auditBuffer is an audit log in memory (the policy's, the welfare
+// guard's) shared by a server's requests.
 type auditBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -332,7 +333,9 @@ func (a *auditBuffer) Write(p []byte) (int, error) {
 	return a.b.Write(p)
 }
 
+// lines returns the audit lines decoded.
 func (a *auditBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []map[string]any

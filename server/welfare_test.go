@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,37 +10,6 @@ import (
 	"sync"
 	"testing"
 )
-
-// auditBuffer is an audit file in memory, safe for concurrent writes.
-type auditBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *auditBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// lines returns the audit lines decoded.
-func (b *auditBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var v map[string]any
-		if err := json.Unmarshal([]byte(l), &v); err != nil {
-			t.Fatalf("audit line %q: %v", l, err)
-		}
-		out = append(out, v)
-	}
-	return out
-}
 
 // scriptedMediator answers every mediation with a fixed answer or error.
 // It stands in for a model trained on the mediation instruction, which
