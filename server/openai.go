@@ -629,9 +629,21 @@ type oaCompletionRequest struct {
 // completionPrompts decodes prompt: a string, an array of strings, an
 // array of token ids, or an array of arrays of token ids.
 func completionPrompts(raw json.RawMessage) (texts []string, ids [][]int32, err error) {
+	texts, ids, e := textsOrIDs(raw, "prompt")
+	if e != nil {
+		return nil, nil, e
+	}
+	return texts, ids, nil
+}
+
+// textsOrIDs decodes an OpenAI prompt or input field named param: a
+// string, an array of strings, an array of token ids, or an array of
+// arrays of token ids. Arrays must not be empty; an empty string is the
+// caller's to judge.
+func textsOrIDs(raw json.RawMessage, param string) ([]string, [][]int32, *Error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil, invalid("prompt", "is required")
+		return nil, nil, invalid(param, "is required")
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -649,7 +661,7 @@ func completionPrompts(raw json.RawMessage) (texts []string, ids [][]int32, err 
 	if json.Unmarshal(raw, &many) == nil && len(many) > 0 {
 		return nil, many, nil
 	}
-	return nil, nil, invalid("prompt", "want a string, an array of strings, an array of token ids or an array of such arrays (not empty)")
+	return nil, nil, invalid(param, "want a string, an array of strings, an array of token ids or an array of such arrays (not empty)")
 }
 
 // maxPrompts bounds the prompts of one completion request.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -39,36 +38,17 @@ type oaEmbedUsage struct {
 	TotalTokens  int `json:"total_tokens"`
 }
 
-// embedInputJSON decodes OpenAI's input: a string, an array of strings,
-// an array of token ids or an array of such arrays.
+// embedInputJSON decodes OpenAI's input (see textsOrIDs), which may not
+// hold an empty string.
 func embedInputJSON(raw json.RawMessage, param string) ([]string, [][]int32, *Error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil, invalid(param, "is required")
+	texts, ids, e := textsOrIDs(raw, param)
+	if e != nil {
+		return nil, nil, e
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if s == "" {
-			return nil, nil, invalid(param, "is an empty string")
-		}
-		return []string{s}, nil, nil
+	if len(texts) == 1 && texts[0] == "" {
+		return nil, nil, invalid(param, "is an empty string")
 	}
-	var ss []string
-	if json.Unmarshal(raw, &ss) == nil {
-		if len(ss) == 0 {
-			return nil, nil, invalid(param, "is an empty array; want at least one input")
-		}
-		return ss, nil, nil
-	}
-	var one []int32
-	if json.Unmarshal(raw, &one) == nil && len(one) > 0 {
-		return nil, [][]int32{one}, nil
-	}
-	var many [][]int32
-	if json.Unmarshal(raw, &many) == nil && len(many) > 0 {
-		return nil, many, nil
-	}
-	return nil, nil, invalid(param, "want a string, an array of strings, an array of token ids or an array of such arrays (not empty)")
+	return texts, ids, nil
 }
 
 // base64Floats returns the base64 of v as little-endian float32 values,
