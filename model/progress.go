@@ -32,4 +32,3 @@ func (r *readLog) report() {
 		r.progress(min(r.done, r.total), r.total)
 	}
 }
-
