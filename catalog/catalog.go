@@ -251,32 +251,53 @@ func configQuant(dir string) string {
 type Target struct {
 	Name  string
 	Where string // "models" or "hub"
-	Path  string // the file or folder to delete
+	Path  string // the file or folder to delete; for one quantization, the folder holding Files
+	// Files, when set, are the only files to delete (one quantization of
+	// a folder of GGUF files): in the hub cache the snapshot's links, whose
+	// blobs go too when no snapshot links to them any more.
+	Files []string
 	Size  int64
 }
 
 // Find returns what removing name would delete: an entry of the models
-// directory (NAME or NAME.gguf) or a whole hub cache repository (ORG/NAME;
-// removing one quantization of a repository is done with the others'
-// files kept by pulling again).
+// directory (NAME or NAME.gguf), a whole hub cache repository (ORG/NAME),
+// or one quantization of a folder of GGUF files (NAME:QUANT or
+// ORG/NAME:QUANT, a tag or a file name as Resolve takes them), whose files
+// alone go.
 func Find(name string, d Dirs) (*Target, error) {
-	if strings.Contains(name, ":") {
-		return nil, fmt.Errorf("%q: remove a whole model (without :%s)", name, strings.SplitN(name, ":", 2)[1])
+	base, sel, hasSel := strings.Cut(name, ":")
+	if hasSel && sel == "" {
+		return nil, fmt.Errorf("%q: nothing after the colon (give a quantization such as Q4_K_M, or the whole model)", name)
 	}
 	var looked []string
-	if d.Models != "" && name != "" && !strings.ContainsAny(name, `/\`) && name != "." && name != ".." {
-		for _, cand := range []string{name, name + ".gguf"} {
+	if d.Models != "" && base != "" && !strings.ContainsAny(base, `/\`) && base != "." && base != ".." {
+		for _, cand := range []string{base, base + ".gguf"} {
 			p := filepath.Join(d.Models, cand)
-			if _, err := os.Lstat(p); err == nil {
+			st, err := os.Lstat(p)
+			if err != nil {
+				continue
+			}
+			if !hasSel {
 				return &Target{Name: name, Where: "models", Path: p, Size: duSize(p)}, nil
 			}
+			if !st.IsDir() {
+				return nil, fmt.Errorf("model %q: %s is one file; there is nothing to choose with :%s", name, p, sel)
+			}
+			return quantTarget(name, "models", p, p, sel)
 		}
-		looked = append(looked, fmt.Sprintf("%s or %s.gguf in the models directory %s", name, name, d.Models))
+		looked = append(looked, fmt.Sprintf("%s or %s.gguf in the models directory %s", base, base, d.Models))
 	}
-	if d.Hub != "" && hub.ValidRepo(name) == nil {
-		p := hub.RepoDir(d.Hub, name)
+	if d.Hub != "" && hub.ValidRepo(base) == nil {
+		p := hub.RepoDir(d.Hub, base)
 		if _, err := os.Stat(p); err == nil {
-			return &Target{Name: name, Where: "hub", Path: p, Size: duSize(p)}, nil
+			if !hasSel {
+				return &Target{Name: name, Where: "hub", Path: p, Size: duSize(p)}, nil
+			}
+			snap, err := hub.Snapshot(d.Hub, base, "")
+			if err != nil {
+				return nil, err
+			}
+			return quantTarget(name, "hub", p, snap, sel)
 		}
 		looked = append(looked, fmt.Sprintf("%s in the Hugging Face hub cache %s", p, d.Hub))
 	}
@@ -286,12 +307,107 @@ func Find(name string, d Dirs) (*Target, error) {
 	return nil, &NotFoundError{Name: name, Looked: looked}
 }
 
-// Remove deletes t.
+// quantTarget is the target of the GGUF files sel picks in folder dir (a
+// models directory folder, or a hub snapshot of the repository at path).
+func quantTarget(name, where, path, dir, sel string) (*Target, error) {
+	files, err := hub.SnapshotFiles(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model %q: reading %s: %w", name, dir, err)
+	}
+	if !slices.ContainsFunc(files, hub.IsGGUF) {
+		return nil, fmt.Errorf("model %q: %s holds no GGUF files to choose from with :%s (remove the whole model without it)", name, dir, sel)
+	}
+	picked, err := hub.SelectGGUF(files, sel)
+	if err != nil {
+		return nil, fmt.Errorf("model %q in %s: %w", name, dir, err)
+	}
+	t := &Target{Name: name, Where: where, Path: path}
+	for _, f := range picked {
+		p := filepath.Join(dir, filepath.FromSlash(f))
+		t.Files = append(t.Files, p)
+		if st, err := os.Stat(p); err == nil {
+			t.Size += st.Size()
+		}
+	}
+	return t, nil
+}
+
+// Remove deletes t: its folder or file, or only its Files. In the hub
+// cache, the blobs of removed snapshot links that no snapshot links to any
+// more are deleted as well, and folders left empty inside the snapshot.
 func Remove(t *Target) error {
-	if err := os.RemoveAll(t.Path); err != nil {
-		return fmt.Errorf("removing %s: %w", t.Path, err)
+	if len(t.Files) == 0 {
+		if err := os.RemoveAll(t.Path); err != nil {
+			return fmt.Errorf("removing %s: %w", t.Path, err)
+		}
+		return nil
+	}
+	var blobs []string
+	for _, f := range t.Files {
+		if b, err := filepath.EvalSymlinks(f); err == nil && b != f {
+			blobs = append(blobs, b)
+		}
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("removing %s: %w", f, err)
+		}
+		// Folders of a split quantization, left empty.
+		for dir := filepath.Dir(f); strings.HasPrefix(dir, t.Path+string(filepath.Separator)) && !isSnapshot(dir); dir = filepath.Dir(dir) {
+			if os.Remove(dir) != nil {
+				break
+			}
+		}
+	}
+	if t.Where != "hub" || len(blobs) == 0 {
+		return nil
+	}
+	used, err := linkedBlobs(t.Path)
+	if err != nil {
+		return err
+	}
+	blobDir, err := filepath.EvalSymlinks(filepath.Join(t.Path, "blobs"))
+	if err != nil {
+		return fmt.Errorf("removing the blobs of %s: %w", t.Name, err)
+	}
+	for _, b := range blobs {
+		if used[b] || filepath.Dir(b) != blobDir {
+			continue
+		}
+		if err := os.Remove(b); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing blob %s: %w", b, err)
+		}
 	}
 	return nil
+}
+
+// isSnapshot reports whether dir is a hub snapshot folder
+// (…/snapshots/COMMIT), which stays even when empty.
+func isSnapshot(dir string) bool {
+	return filepath.Base(filepath.Dir(dir)) == "snapshots"
+}
+
+// linkedBlobs returns the files that the links of every snapshot of the
+// hub repository at repo resolve to.
+func linkedBlobs(repo string) (map[string]bool, error) {
+	used := map[string]bool{}
+	err := filepath.WalkDir(filepath.Join(repo, "snapshots"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if b, err := filepath.EvalSymlinks(p); err == nil {
+			used[b] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the snapshots of %s: %w", repo, err)
+	}
+	return used, nil
 }
 
 // duSize adds the sizes of the regular files under p, not following

@@ -158,13 +158,86 @@ func TestListRemove(t *testing.T) {
 		}
 	}
 	if _, err := Find("org/model-GGUF:Q8_0", d); err == nil {
-		t.Error("Find accepted a quantization")
+		t.Error("Find found a quantization of a removed repository")
 	}
 	if _, err := Find("absent", d); err == nil || !strings.Contains(err.Error(), d.Models) {
 		t.Errorf("Find(absent): %v", err)
 	}
 	if got, _ := List(d); len(got) != 1 || got[0].Name != "org/model" {
 		t.Errorf("after removals List = %+v", got)
+	}
+}
+
+// TestRemoveQuant removes one quantization of a GGUF repository in the
+// hub cache: its files and the blobs no snapshot links to any more go, the
+// other quantizations and shared blobs stay.
+func TestRemoveQuant(t *testing.T) {
+	root := t.TempDir()
+	d := Dirs{Models: filepath.Join(root, "models"), Hub: filepath.Join(root, "hub")}
+	snap := cacheRepo(t, d.Hub, "org/m-GGUF", map[string]string{
+		"m-Q4_K_M.gguf":                   "aaaa",
+		"Q8_0/m-Q8_0-00001-of-00002.gguf": "bbbbbbbb",
+		"Q8_0/m-Q8_0-00002-of-00002.gguf": "cccccccc",
+		"README.md":                       "readme",
+	})
+	repo := hub.RepoDir(d.Hub, "org/m-GGUF")
+	// A second snapshot still links to the first part of Q8_0: that blob stays.
+	old := filepath.Join(repo, "snapshots", "old")
+	os.MkdirAll(filepath.Join(old, "Q8_0"), 0o755)
+	if err := os.Symlink(filepath.Join("..", "..", "..", "blobs", "blob-Q8_0_m-Q8_0-00001-of-00002_gguf"), filepath.Join(old, "Q8_0", "m-Q8_0-00001-of-00002.gguf")); err != nil {
+		t.Fatal(err)
+	}
+	// A models directory folder of GGUF files takes NAME:QUANT too.
+	write(t, filepath.Join(d.Models, "local", "x-Q4_0.gguf"), "dd")
+	write(t, filepath.Join(d.Models, "local", "x-Q6_K.gguf"), "eee")
+
+	tg, err := Find("org/m-GGUF:q8_0", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.Where != "hub" || len(tg.Files) != 2 || tg.Size != 16 {
+		t.Fatalf("Find = %+v", tg)
+	}
+	if err := Remove(tg); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := hub.SnapshotFiles(snap)
+	if got := strings.Join(files, " "); got != "README.md m-Q4_K_M.gguf" {
+		t.Errorf("snapshot after removal: %s", got)
+	}
+	blobs, _ := os.ReadDir(filepath.Join(repo, "blobs"))
+	var names []string
+	for _, b := range blobs {
+		names = append(names, b.Name())
+	}
+	if got := strings.Join(names, " "); got != "blob-Q8_0_m-Q8_0-00001-of-00002_gguf blob-README_md blob-m-Q4_K_M_gguf" {
+		t.Errorf("blobs after removal: %s", got)
+	}
+	if _, err := Resolve("org/m-GGUF:Q4_K_M", d); err != nil {
+		t.Errorf("the other quantization: %v", err)
+	}
+	if _, err := Resolve("org/m-GGUF:Q8_0", d); err == nil {
+		t.Error("the removed quantization still resolves")
+	}
+
+	tg, err = Find("local:Q4_0", d)
+	if err != nil || tg.Where != "models" || len(tg.Files) != 1 {
+		t.Fatalf("Find(local:Q4_0) = %+v, %v", tg, err)
+	}
+	if err := Remove(tg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Models, "local", "x-Q6_K.gguf")); err != nil {
+		t.Errorf("the other file of the folder: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Models, "local", "x-Q4_0.gguf")); err == nil {
+		t.Error("x-Q4_0.gguf is still there")
+	}
+
+	for _, bad := range []string{"org/m-GGUF:", "org/m-GGUF:Q2_K", "local:Q2_K"} {
+		if _, err := Find(bad, d); err == nil {
+			t.Errorf("Find(%q) succeeded", bad)
+		}
 	}
 }
 

@@ -51,6 +51,11 @@ type Options struct {
 	// F32 at load, for a backend that cannot compute with them natively
 	// (see model.GGUFOptions). It multiplies their memory by up to eight.
 	DequantizeToF32 bool
+	// Progress, when set, is told how loading goes, in bytes of the
+	// weights: with NoMmap those read into memory, else those handed to
+	// the backend. done never decreases and the last call has done equal
+	// to total.
+	Progress func(done, total int64)
 }
 
 // errNoBackend is the error of Open and OpenTiny without Options.Backend.
@@ -71,7 +76,7 @@ func Open(path string, opts Options) (*Model, error) {
 	if !st.IsDir() {
 		return openGGUF(path, b, opts)
 	}
-	loaded, err := model.OpenDirWith(path, b, model.OpenOptions{NoMmap: opts.NoMmap})
+	loaded, err := model.OpenDirWith(path, b, model.OpenOptions{NoMmap: opts.NoMmap, Progress: opts.Progress})
 	if errors.Is(err, model.ErrEncoder) {
 		return nil, fmt.Errorf("%w (engine.OpenEncoder loads it)", err)
 	}
@@ -105,14 +110,28 @@ func Open(path string, opts Options) (*Model, error) {
 
 // openGGUF loads a GGUF model file.
 func openGGUF(path string, b compute.Backend, opts Options) (*Model, error) {
-	f, err := gguf.OpenWith(path, gguf.OpenOptions{NoMmap: opts.NoMmap})
+	var (
+		read      func(int64)
+		readTotal int64
+		progress  = opts.Progress
+	)
+	if opts.NoMmap && progress != nil {
+		// Reading the files into memory is the progress (see
+		// model.OpenOptions).
+		read, readTotal = model.ReadProgress(progress, gguf.SplitFiles(path))
+		progress = nil
+	}
+	f, err := gguf.OpenWith(path, gguf.OpenOptions{NoMmap: opts.NoMmap, Read: read})
 	if err != nil {
 		return nil, err
 	}
-	loaded, err := model.LoadGGUF(f, b, model.GGUFOptions{DequantizeToF32: opts.DequantizeToF32})
+	loaded, err := model.LoadGGUF(f, b, model.GGUFOptions{DequantizeToF32: opts.DequantizeToF32, Progress: progress})
 	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	if read != nil {
+		opts.Progress(readTotal, readTotal)
 	}
 	m := &Model{Name: path, Net: loaded, Backend: b, loaded: loaded, GenConfig: &model.GenerationConfig{}, Embedding: ggufEmbedConfig(f)}
 	// A model without a vocabulary still runs on token ids.

@@ -369,6 +369,9 @@ type OpenOptions struct {
 	// (transparent huge pages where the kernel allows) instead of mapping
 	// it: slower to start, faster to stream on the CPU.
 	NoMmap bool
+	// Read, when set, is told of the bytes NoMmap's reading adds as it
+	// goes (see mmap.Options).
+	Read func(n int64)
 }
 
 // OpenWith is Open with options.
@@ -384,7 +387,7 @@ func OpenWith(name string, opts OpenOptions) (*File, error) {
 }
 
 func openOne(name string, opts OpenOptions) (*File, error) {
-	m, err := mmap.OpenWith(name, mmap.Options{NoMmap: opts.NoMmap})
+	m, err := mmap.OpenWith(name, mmap.Options{NoMmap: opts.NoMmap, Read: opts.Read})
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}

@@ -101,3 +101,22 @@ func valueOrMissing(f *File, key string) string {
 	}
 	return "missing"
 }
+
+// SplitFiles returns the files a model whose first (or any) file is name
+// is made of: every part, in order, when name ends in -NNNNN-of-NNNNN.gguf,
+// else name alone. The files need not exist.
+func SplitFiles(name string) []string {
+	m := splitName.FindStringSubmatch(name)
+	if m == nil {
+		return []string{name}
+	}
+	n, _ := strconv.Atoi(m[3])
+	if n < 1 {
+		return []string{name}
+	}
+	files := make([]string, n)
+	for i := range files {
+		files[i] = SplitPath(m[1], i, n)
+	}
+	return files
+}

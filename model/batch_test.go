@@ -543,7 +543,7 @@ func TestNewCacheErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := openSource(dir, cfg, OpenOptions{})
+	src, err := openSource(dir, cfg, OpenOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func OpenEncoderDir(dir string, b compute.Backend) (*LoadedEncoder, error) {
 		_, err := LoadEncoder(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	src, err := openSource(dir, cfg, OpenOptions{})
+	src, err := openSource(dir, cfg, OpenOptions{}, nil)
 	if err != nil {
 		return nil, err
 	}

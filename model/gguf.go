@@ -207,6 +207,9 @@ type GGUFOptions struct {
 	// yet. It costs 4 bytes per weight of memory instead of the stored
 	// size; it is meant for tests and fallbacks, not for serving.
 	DequantizeToF32 bool
+	// Progress, when set, is told how many bytes of the file's tensors
+	// have been handed to the backend (see OpenOptions).
+	Progress Progress
 }
 
 // OpenGGUF loads a GGUF model file (or the first part of a split model)
@@ -236,7 +239,13 @@ func LoadGGUF(f *gguf.File, b compute.Backend, opts GGUFOptions) (*Loaded, error
 	if err != nil {
 		return nil, err
 	}
-	m, reads, err := LoadReads(g.Config, g, b)
+	var total int64
+	if opts.Progress != nil {
+		for _, t := range f.Tensors {
+			total += max(t.Size(), 0)
+		}
+	}
+	m, reads, err := loadReads(g.Config, g, b, opts.Progress, total)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Name, err)
 	}

@@ -68,6 +68,10 @@ type OpenOptions struct {
 	// where the kernel allows) instead of mapping them: slower to start,
 	// faster to decode on the CPU (lem's --no-mmap).
 	NoMmap bool
+	// Progress, when set, is told how loading goes: of the weight files'
+	// bytes, those read into memory with NoMmap, else the bytes of the
+	// tensors handed to the backend.
+	Progress Progress
 }
 
 // OpenDirWith is OpenDir with options.
@@ -81,14 +85,32 @@ func OpenDirWith(dir string, b compute.Backend, opts OpenOptions) (*Loaded, erro
 		_, err := Load(cfg, nil, b)
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	src, err := openSource(dir, cfg, opts)
+	var (
+		read      func(int64)
+		readTotal int64
+		progress  = opts.Progress
+	)
+	if opts.NoMmap && progress != nil {
+		// Reading the files into memory is the slow part: it is the
+		// progress, and handing the tensors over then says nothing more.
+		files, err := safetensors.DirFiles(dir)
+		if err != nil {
+			return nil, err
+		}
+		read, readTotal = ReadProgress(progress, files)
+		progress = nil
+	}
+	src, err := openSource(dir, cfg, opts, read)
 	if err != nil {
 		return nil, err
 	}
-	m, reads, err := LoadReads(cfg, src, b)
+	m, reads, err := loadReads(cfg, src, b, progress, src.bytes)
 	if err != nil {
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if read != nil {
+		opts.Progress(readTotal, readTotal)
 	}
 	return &Loaded{Model: m, Dir: dir, Reads: reads, closers: []func() error{src.Close}}, nil
 }
@@ -100,6 +122,7 @@ type DirSource struct {
 	Source
 	names   []string
 	closers []func() error
+	bytes   int64 // of the files' tensors
 }
 
 // OpenSource opens the safetensors weights of a model directory.
@@ -108,15 +131,22 @@ func OpenSource(dir string) (*DirSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openSource(dir, cfg, OpenOptions{})
+	return openSource(dir, cfg, OpenOptions{}, nil)
 }
 
-func openSource(dir string, cfg *Config, opts OpenOptions) (*DirSource, error) {
-	st, err := safetensors.OpenDirWith(dir, safetensors.OpenOptions{NoMmap: opts.NoMmap})
+// openSource opens the weights of dir; read, when set, is told of the
+// bytes NoMmap's reading adds.
+func openSource(dir string, cfg *Config, opts OpenOptions, read func(int64)) (*DirSource, error) {
+	st, err := safetensors.OpenDirWith(dir, safetensors.OpenOptions{NoMmap: opts.NoMmap, Read: read})
 	if err != nil {
 		return nil, err
 	}
 	d := &DirSource{Source: safetensorsSource{st}, closers: []func() error{st.Close}}
+	for _, name := range st.Names() {
+		if t, ok := st.Tensor(name); ok {
+			d.bytes += int64(len(t.Data))
+		}
+	}
 	if !isMLX(cfg, st) {
 		d.names = st.Names()
 		return d, nil

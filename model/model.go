@@ -130,6 +130,13 @@ func Load(cfg *Config, src Source, b compute.Backend) (Model, error) {
 // LoadReads is Load that also accounts what the model reads of its weights
 // per decoded token.
 func LoadReads(cfg *Config, src Source, b compute.Backend) (Model, WeightReads, error) {
+	return loadReads(cfg, src, b, nil, 0)
+}
+
+// loadReads is LoadReads telling progress, when not nil, of the bytes
+// handed to the backend of total: a tensor counts once the loader asks for
+// the next, and all of them once the model is loaded.
+func loadReads(cfg *Config, src Source, b compute.Backend, progress Progress, total int64) (Model, WeightReads, error) {
 	a, ok := archByType[cfg.ModelType]
 	if !ok {
 		return nil, WeightReads{}, fmt.Errorf("unsupported model_type %q (supported: %s)", cfg.ModelType, strings.Join(Supported(), ", "))
@@ -138,9 +145,14 @@ func LoadReads(cfg *Config, src Source, b compute.Backend) (Model, WeightReads, 
 		return nil, WeightReads{}, fmt.Errorf("model_type %q: %w; open it with model.OpenEncoderDir", cfg.ModelType, ErrEncoder)
 	}
 	log := newReadLog(src)
+	log.progress, log.total = progress, total
+	log.report()
 	m, err := a.Load(cfg, log, b)
 	if err != nil {
 		return nil, WeightReads{}, err
+	}
+	if progress != nil {
+		progress(total, total)
 	}
 	return m, log.reads(), nil
 }

@@ -51,6 +51,9 @@ type readLog struct {
 	tensors map[string]*loggedTensor
 	order   []string // names in the order first fetched
 	groups  []routeGroup
+
+	progress    Progress // nil: none
+	done, total int64    // bytes of the tensors fetched, of all
 }
 
 func newReadLog(src Source) *readLog {
@@ -61,7 +64,9 @@ func newReadLog(src Source) *readLog {
 func (r *readLog) Lookup(name string) (Stored, bool) {
 	s, ok := r.src.Lookup(name)
 	if ok && r.tensors[name] == nil {
+		r.report()
 		t := &loggedTensor{bytes: int64(len(s.Data))}
+		r.done += t.bytes
 		if len(s.Shape) > 0 {
 			t.rows = s.Shape[0]
 		}

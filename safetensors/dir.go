@@ -149,3 +149,30 @@ func (d *Dir) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// DirFiles returns the weight files OpenDir opens for dir: the shards
+// model.safetensors.index.json names, sorted, else model.safetensors. The
+// files are not checked.
+func DirFiles(dir string) ([]string, error) {
+	indexPath := filepath.Join(dir, IndexFile)
+	raw, err := os.ReadFile(indexPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []string{filepath.Join(dir, SingleFile)}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	var idx shardIndex
+	if err := json.Unmarshal(raw, &idx); err != nil {
+		return nil, &FormatError{File: indexPath, Msg: "bad index JSON", Err: err}
+	}
+	shards := map[string]bool{}
+	for _, s := range idx.WeightMap {
+		shards[s] = true
+	}
+	var files []string
+	for _, s := range sortedKeys(shards) {
+		files = append(files, filepath.Join(dir, s))
+	}
+	return files, nil
+}

@@ -282,6 +282,9 @@ type OpenOptions struct {
 	// kernel allows) instead of mapping them: slower to start, faster to
 	// stream on the CPU.
 	NoMmap bool
+	// Read, when set, is told of the bytes NoMmap's reading adds as it
+	// goes (see mmap.Options).
+	Read func(n int64)
 }
 
 // Open memory-maps and parses the safetensors file at path. Close releases
@@ -290,7 +293,7 @@ func Open(path string) (*File, error) { return OpenWith(path, OpenOptions{}) }
 
 // OpenWith is Open with options.
 func OpenWith(path string, opts OpenOptions) (*File, error) {
-	mm, err := mmap.OpenWith(path, mmap.Options{NoMmap: opts.NoMmap})
+	mm, err := mmap.OpenWith(path, mmap.Options{NoMmap: opts.NoMmap, Read: opts.Read})
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: open: %w", err)
 	}

@@ -278,7 +278,9 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	}
 	rep.Model = path
 	tOpen := time.Now()
-	m, err := engine.Open(path, engine.Options{Backend: backend, NoMmap: o.noMmap})
+	bar := newLoadBar(os.Stderr, false)
+	m, err := engine.Open(path, engine.Options{Backend: backend, NoMmap: o.noMmap, Progress: bar.progress()})
+	bar.finish(err == nil)
 	if err != nil {
 		return nil, err
 	}

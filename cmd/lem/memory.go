@@ -28,7 +28,10 @@ func openPlanned(path string, opts engine.Options, ctx int, quiet bool) (*engine
 	if path == "" {
 		m, err = engine.OpenTiny(opts)
 	} else {
+		bar := newLoadBar(os.Stderr, quiet)
+		opts.Progress = bar.progress()
 		m, err = engine.Open(path, opts)
+		bar.finish(err == nil)
 	}
 	if err != nil {
 		if opts.NoMmap && errors.Is(err, syscall.ENOMEM) {

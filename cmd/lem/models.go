@@ -179,8 +179,11 @@ func newRmCmd() *cobra.Command {
 		Use:   "rm NAME...",
 		Short: "Remove models from the models directory or the hub cache",
 		Long: `Rm deletes a model lem list shows: NAME, an entry of lem's models directory,
-or ORG/NAME, a repository of the Hugging Face hub cache (all its files). It
-asks before deleting unless -f is given.`,
+or ORG/NAME, a repository of the Hugging Face hub cache (all its files).
+NAME:QUANT or ORG/NAME:QUANT (a tag such as Q4_K_M, or a file name) removes
+only that quantization's files from a folder of GGUF files, and in the hub
+cache the blobs no snapshot links to any more. It asks before deleting
+unless -f is given.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d := catalog.DefaultDirs()

@@ -28,8 +28,9 @@ func newQuantCmd() *cobra.Command {
 		Use:   "quant SRC (--gguf TYPE | --bits N) -o OUT",
 		Short: "Quantize a model to a GGUF file or an MLX pack",
 		Long: `Quant converts a model — a Hugging Face directory (safetensors of any float
-type) or a GGUF file — one tensor at a time, so memory stays bounded by the
-largest tensor.
+type) or a GGUF file, by path or by name as lem run takes it (an entry of the
+models directory, ORG/NAME[:QUANT] of the hub cache) — one tensor at a time,
+so memory stays bounded by the largest tensor.
 
 --gguf TYPE writes a GGUF file that llama.cpp loads, with the tokenizer,
 chat template and llama.cpp's names. TYPE is one of
@@ -46,18 +47,18 @@ copied.`,
   lem quant ./Qwen3-0.6B --bits 4 --group-size 64 -o qwen3-0.6b-4bit`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			src := args[0]
 			switch {
 			case out == "":
 				return errors.New("-o OUT is required")
 			case (ggufType == "") == (bits == 0):
 				return errors.New("give exactly one of --gguf TYPE and --bits N")
 			}
+			src, err := resolveModel(args[0])
+			if err != nil {
+				return err
+			}
 			progress := newProgressBar(cmd.ErrOrStderr())
-			var (
-				res *convert.Result
-				err error
-			)
+			var res *convert.Result
 			if ggufType != "" {
 				res, err = convert.ToGGUF(src, out, convert.GGUFOptions{Type: ggufType, Name: name, Threads: threads, Progress: progress.update})
 			} else {

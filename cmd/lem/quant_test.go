@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -75,5 +78,42 @@ func TestQuantCmdErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want one mentioning %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestQuantByName quantizes models named as lem run names them, and
+// removes one quantization of a folder of GGUF files with lem rm NAME:QUANT.
+func TestQuantByName(t *testing.T) {
+	root := t.TempDir()
+	models := filepath.Join(root, "models")
+	t.Setenv("LEM_MODELS", models)
+	t.Setenv("HF_HUB_CACHE", filepath.Join(root, "hub"))
+	if _, err := execLem(t, "synth", "--like", "tiny", "--seed", "3", "-o", filepath.Join(models, "mine")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(models, "packs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"q8_0", "f16"} {
+		out := filepath.Join(models, "packs", "mine-"+strings.ToUpper(typ)+".gguf")
+		if got, err := execLem(t, "quant", "mine", "--gguf", typ, "-o", out); err != nil || !strings.Contains(got, "wrote "+out) {
+			t.Fatalf("quant mine --gguf %s: %v\n%s", typ, err, got)
+		}
+	}
+	// A GGUF quantization named by its tag is a source too.
+	if _, err := execLem(t, "quant", "packs:F16", "--gguf", "q8_0", "-o", filepath.Join(root, "again.gguf")); err != nil {
+		t.Fatalf("quant packs:F16: %v", err)
+	}
+	if _, err := execLem(t, "quant", "org/absent", "--gguf", "q8_0", "-o", filepath.Join(root, "x.gguf")); err == nil || !strings.Contains(err.Error(), "lem pull") {
+		t.Errorf("quant of a missing name: %v", err)
+	}
+	if out, err := execLem(t, "rm", "-f", "packs:Q8_0"); err != nil || !strings.Contains(out, "removed packs:Q8_0") {
+		t.Fatalf("rm packs:Q8_0: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(models, "packs", "mine-Q8_0.gguf")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the Q8_0 file after rm: %v", err)
+	}
+	if _, err := execLem(t, "inspect", "packs:F16"); err != nil {
+		t.Errorf("the F16 file after rm of Q8_0: %v", err)
 	}
 }

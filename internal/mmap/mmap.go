@@ -22,6 +22,9 @@ type Options struct {
 	// NoMmap reads the file into anonymous memory (see readAnon) instead
 	// of mapping it: lem's --no-mmap.
 	NoMmap bool
+	// Read, when set, is told of each chunk that NoMmap's reading adds, in
+	// bytes, as it goes.
+	Read func(n int64)
 }
 
 // Open maps the named file read-only. An empty file maps to an empty slice.
@@ -47,7 +50,7 @@ func OpenWith(name string, opts Options) (*File, error) {
 		return nil, fmt.Errorf("mmap %s: file too large (%d bytes)", name, size)
 	}
 	if opts.NoMmap {
-		return readAnon(f, name, int(size))
+		return readAnon(f, name, int(size), opts.Read)
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
@@ -141,17 +144,31 @@ func Anon(size int) ([]byte, error) {
 // Free releases memory from Anon.
 func Free(data []byte) error { return unix.Munmap(data) }
 
+// readChunk is how much readAnon reads between reports.
+const readChunk = 16 << 20
+
 // readAnon reads the file into anonymous memory backed by transparent huge
 // pages where the kernel allows, instead of mapping it: weights then stream
 // through 2 MiB pages, which hardware prefetchers cross without stopping.
-func readAnon(f *os.File, name string, size int) (*File, error) {
+// With read set, it reads in chunks and reports each.
+func readAnon(f *os.File, name string, size int, read func(n int64)) (*File, error) {
 	data, err := Anon(size)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	if _, err := io.ReadFull(f, data); err != nil {
-		unix.Munmap(data)
-		return nil, fmt.Errorf("read %s: %w", name, err)
+	chunk := size
+	if read != nil {
+		chunk = readChunk
+	}
+	for off := 0; off < size; off += chunk {
+		end := min(off+chunk, size)
+		if _, err := io.ReadFull(f, data[off:end]); err != nil {
+			unix.Munmap(data)
+			return nil, fmt.Errorf("read %s at byte %d: %w", name, off, err)
+		}
+		if read != nil {
+			read(int64(end - off))
+		}
 	}
 	return &File{Name: name, Data: data}, nil
 }
