@@ -180,14 +180,20 @@ func vecDiff(got, want []float32) (cos, worst float64) {
 // value within 1e-3.
 func checkVec(t *testing.T, what string, got, want []float32) {
 	t.Helper()
+	checkVecTol(t, what, got, want, 1e-3)
+}
+
+// checkVecTol is checkVec with another bound on the largest difference.
+func checkVecTol(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
 	if len(got) != len(want) {
 		t.Errorf("%s: %d values, want %d", what, len(got), len(want))
 		return
 	}
 	cos, worst := vecDiff(got, want)
 	t.Logf("%s: cosine %.7f, max abs difference %.2e", what, cos, worst)
-	if !(cos >= 0.9999) || !(worst <= 1e-3) {
-		t.Errorf("%s: cosine %.6f, max abs difference %.2g (want ≥ 0.9999 and ≤ 1e-3)", what, cos, worst)
+	if !(cos >= 0.9999) || !(worst <= tol) {
+		t.Errorf("%s: cosine %.6f, max abs difference %.2g (want ≥ 0.9999 and ≤ %.0e)", what, cos, worst, tol)
 	}
 }
 
@@ -268,7 +274,9 @@ func TestEmbedScheduler(t *testing.T) {
 				t.Fatalf("%d embeddings for %d inputs", len(got), len(inputs))
 			}
 			for i := range inputs {
-				checkVec(t, fmt.Sprintf("input %d (%d tokens)", i, len(inputs[i])), got[i], want[i])
+				// The device's bound for a decoder's numbers against the
+				// CPU's, as engine's device conformance test uses.
+				checkVecTol(t, fmt.Sprintf("input %d (%d tokens)", i, len(inputs[i])), got[i], want[i], 2e-3)
 			}
 		})
 	}
