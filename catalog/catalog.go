@@ -39,6 +39,20 @@ func ModelsDir() string {
 	return filepath.Join(home, ".local", "share", "lem", "models")
 }
 
+// DataDir returns lem's data directory, where it keeps what is not a
+// model (the generated admin key): $XDG_DATA_HOME/lem, else
+// ~/.local/share/lem. LEM_MODELS does not move it.
+func DataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "lem")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(".local", "share", "lem")
+	}
+	return filepath.Join(home, ".local", "share", "lem")
+}
+
 // DefaultDirs returns the directories the environment names (see
 // ModelsDir and hub.CacheDir).
 func DefaultDirs() Dirs { return Dirs{Models: ModelsDir(), Hub: hub.CacheDir()} }
