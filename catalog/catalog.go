@@ -39,6 +39,20 @@ func ModelsDir() string {
 	return filepath.Join(home, ".local", "share", "lem", "models")
 }
 
+// DataDir returns lem's data directory, where it keeps what is not a
+// model (the generated admin key): $XDG_DATA_HOME/lem, else
+// ~/.local/share/lem. LEM_MODELS does not move it.
+func DataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "lem")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(".local", "share", "lem")
+	}
+	return filepath.Join(home, ".local", "share", "lem")
+}
+
 // DefaultDirs returns the directories the environment names (see
 // ModelsDir and hub.CacheDir).
 func DefaultDirs() Dirs { return Dirs{Models: ModelsDir(), Hub: hub.CacheDir()} }
@@ -84,6 +98,9 @@ func Resolve(name string, d Dirs) (string, error) {
 				}
 				return p, nil
 			}
+			if HasManifest(p) {
+				return manifestPath(name, p, sel)
+			}
 			return inFolder(name, p, sel)
 		}
 		looked = append(looked, fmt.Sprintf("%s or %s.gguf in the models directory %s (none; set LEM_MODELS to use another)", base, base, d.Models))
@@ -96,6 +113,25 @@ func Resolve(name string, d Dirs) (string, error) {
 		looked = append(looked, fmt.Sprintf("%s in the Hugging Face hub cache %s (not there; set HF_HUB_CACHE or HF_HOME to use another)", base, d.Hub))
 	}
 	return "", &NotFoundError{Name: name, Looked: looked}
+}
+
+// manifestPath returns the weights the manifest in dir names.
+func manifestPath(name, dir, sel string) (string, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return "", fmt.Errorf("model %q: %w", name, err)
+	}
+	st, err := os.Stat(m.From)
+	if err != nil {
+		return "", fmt.Errorf("model %q: the weights it was made from: %w", name, err)
+	}
+	if !st.IsDir() {
+		if sel != "" {
+			return "", fmt.Errorf("model %q: %s is one file; there is nothing to choose with :%s", name, m.From, sel)
+		}
+		return m.From, nil
+	}
+	return inFolder(name, m.From, sel)
 }
 
 // inFolder picks the model in a folder: the folder itself when it holds
@@ -128,6 +164,9 @@ type Entry struct {
 	Modified time.Time // latest modification of its files
 	Format   string    // gguf or safetensors
 	Quant    string    // Q4_K_M, BF16 … ("" when unknown)
+	// Manifest is set for a model made from another's weights (its
+	// folder holds a lem-model.json); Path is then those weights.
+	Manifest *Manifest
 }
 
 // List returns the models of the models directory, then those of the hub
@@ -152,6 +191,12 @@ func List(d Dirs) ([]Entry, error) {
 				}
 				continue
 			}
+			if HasManifest(p) {
+				if me, ok := manifestEntry(e.Name(), p); ok {
+					out = append(out, me)
+				}
+				continue
+			}
 			out = append(out, folderEntries(e.Name(), "models", p)...)
 		}
 	}
@@ -169,6 +214,29 @@ func List(d Dirs) ([]Entry, error) {
 		}
 	}
 	return out, nil
+}
+
+// manifestEntry lists the model of a manifest folder, described by the
+// weights it names; false when they are gone or unreadable.
+func manifestEntry(name, dir string) (Entry, bool) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return Entry{}, false
+	}
+	path, err := manifestPath(name, dir, "")
+	if err != nil {
+		return Entry{}, false
+	}
+	e := Entry{Name: name, Where: "models", Path: path, Manifest: m, Format: "safetensors"}
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		e.Size, e.Modified, e.Format, e.Quant = st.Size(), st.ModTime(), "gguf", hub.QuantOf(filepath.Base(path))
+	} else {
+		e.Size, e.Quant = duSize(path), configQuant(path)
+	}
+	if st, err := os.Stat(filepath.Join(dir, ManifestFile)); err == nil {
+		e.Modified = st.ModTime()
+	}
+	return e, true
 }
 
 // folderEntries lists the models of a folder named name: one for a

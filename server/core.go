@@ -289,6 +289,9 @@ type ModelOptions struct {
 	KVBytes int64
 	// Created is reported as the model's creation time (zero: now).
 	Created time.Time
+	// Defaults are the deployer's defaults of the model's requests
+	// (--config, a manifest of /api/create): a request's own values win.
+	Defaults ModelDefaults
 }
 
 // Model is a model as the server serves it: the engine model, the
@@ -321,6 +324,9 @@ type Model struct {
 
 	storeOnce sync.Once
 	storeInfo modelStore
+
+	// defaults are the deployer's defaults of requests (ModelOptions).
+	defaults ModelDefaults
 
 	// Per-model metric children, set by New.
 	obs modelMetrics
@@ -361,7 +367,19 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve %s: %w", id, err)
 	}
-	sm := &Model{id: id, created: created, eng: m, ctxLen: ctxLen, sched: sched}
+	if err := opts.Defaults.check(); err != nil {
+		sched.Close()
+		return nil, fmt.Errorf("serve %s: %w", id, err)
+	}
+	if opts.Defaults.Template != "" {
+		set, err := chat.NewSet(map[string]string{chat.DefaultName: opts.Defaults.Template}, chat.Options{SpecialTokens: specialTokens(m)})
+		if err != nil {
+			sched.Close()
+			return nil, fmt.Errorf("serve %s: the template: %w", id, err)
+		}
+		m.Templates = set
+	}
+	sm := &Model{id: id, created: created, eng: m, ctxLen: ctxLen, sched: sched, defaults: opts.Defaults}
 	if m.Templates != nil {
 		if t := m.Templates.Default(); t != nil {
 			sm.format = detectOutputFormat(t)
@@ -448,6 +466,13 @@ func (m *Model) Engine() *engine.Model { return m.eng }
 // the model's generation_config.json where it sets them, else temperature
 // 1 and no truncation.
 func (m *Model) SampleDefaults() engine.SampleParams {
+	p := m.genDefaults()
+	m.defaults.apply(&p)
+	return p
+}
+
+// genDefaults returns the sampling parameters of the model's files.
+func (m *Model) genDefaults() engine.SampleParams {
 	p := engine.SampleParams{Temperature: 1}
 	g := m.eng.GenConfig
 	if g == nil {
@@ -474,6 +499,38 @@ func (m *Model) SampleDefaults() engine.SampleParams {
 	return p
 }
 
+// applyDefaults gives req the deployer's defaults it does not set
+// itself: a system prompt to a chat without one, and stop sequences to a
+// request without any (the sampling defaults are in SampleDefaults, the
+// token limit in checkContext).
+func (m *Model) applyDefaults(req *Request) {
+	d := &m.defaults
+	if d.System != "" && len(req.Messages) > 0 && req.Messages[0].Role != "system" && req.Messages[0].Role != "developer" {
+		req.Messages = append([]chat.Message{{Role: "system", Content: chat.Text(d.System)}}, req.Messages...)
+	}
+	if len(req.Stop) == 0 && len(d.Stop) > 0 {
+		req.Stop = slices.Clone(d.Stop)
+	}
+}
+
+// specialTokens returns the special tokens a chat template reads.
+func specialTokens(m *engine.Model) map[string]string {
+	out := map[string]string{}
+	tok := m.Tokenizer
+	if tok == nil {
+		return out
+	}
+	if t := tok.Token(tok.BOS()); t != "" {
+		out["bos_token"] = t
+	}
+	if len(m.StopIDs) > 0 {
+		if t := tok.Token(m.StopIDs[0]); t != "" {
+			out["eos_token"] = t
+		}
+	}
+	return out
+}
+
 // Prepare validates req, renders its prompt and checks it against the
 // context. Every error is an *Error (400 for the client's mistakes).
 func (m *Model) Prepare(req *Request) (*Prepared, error) {
@@ -488,6 +545,7 @@ func (m *Model) PrepareContext(ctx context.Context, req *Request) (*Prepared, er
 	if m.enc != nil {
 		return nil, m.errEmbeddingOnly()
 	}
+	m.applyDefaults(req)
 	arrived := time.Now()
 	if err := m.checkRequest(req); err != nil {
 		return nil, err
@@ -577,6 +635,9 @@ func (m *Model) checkContext(p *Prepared) error {
 	p.maxTokens = p.req.MaxTokens
 	if !p.req.MaxTokensSet && p.maxTokens == 0 {
 		p.maxTokens = m.ctxLen - n
+		if d := m.defaults.MaxTokens; d != nil {
+			p.maxTokens = min(*d, p.maxTokens)
+		}
 		return nil
 	}
 	if p.req.MaxTokensBound {

@@ -114,7 +114,10 @@ func (m *metrics) handler() http.Handler {
 // schedulerMetrics reports the state of the models' schedulers, read
 // (engine.Scheduler.Stats) when /metrics is scraped.
 type schedulerMetrics struct {
-	models                                  []*Model
+	models []*Model
+	// list, when set, returns the models instead (a registry's loaded
+	// ones, which come and go).
+	list                                    func() []*Model
 	running, waiting, parallel, used, total *prometheus.Desc
 	cacheHits, seqPromptTokens, preemptions *prometheus.Desc
 }
@@ -147,7 +150,11 @@ func (c *schedulerMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *schedulerMetrics) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range c.models {
+	models := c.models
+	if c.list != nil {
+		models = c.list()
+	}
+	for _, m := range models {
 		if m.sched == nil {
 			continue
 		}

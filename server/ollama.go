@@ -16,6 +16,7 @@ import (
 
 	"github.com/lem-engine/lem/chat"
 	"github.com/lem-engine/lem/constrain"
+	"github.com/lem-engine/lem/model"
 	"github.com/lem-engine/lem/server/webui"
 	"github.com/lem-engine/lem/tokenizer"
 )
@@ -1380,6 +1381,17 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		ollamaErrors(w, invalid("model", "is required"))
 		return
 	}
+	if s.reg != nil {
+		// A model that is not loaded is described from its files: showing
+		// it does not load it.
+		if sp, loaded, err := s.reg.specOf(name); err != nil {
+			ollamaErrors(w, AsError(err))
+			return
+		} else if !loaded {
+			s.showFromFiles(w, sp)
+			return
+		}
+	}
 	m, err := s.ollamaModelFor(r, name, nil)
 	if err != nil {
 		ollamaErrors(w, AsError(err))
@@ -1490,7 +1502,12 @@ func (m *Model) olParameters() string {
 	var b strings.Builder
 	line := func(k, v string) { fmt.Fprintf(&b, "%-30s %s\n", k, v) }
 	line("num_ctx", strconv.Itoa(m.ctxLen))
-	if tok := m.eng.Tokenizer; tok != nil {
+	d := &m.defaults
+	if len(d.Stop) > 0 {
+		for _, t := range d.Stop {
+			line("stop", strconv.Quote(t))
+		}
+	} else if tok := m.eng.Tokenizer; tok != nil {
 		for _, id := range m.eng.StopIDs {
 			if t := tok.Token(id); t != "" {
 				line("stop", strconv.Quote(t))
@@ -1498,22 +1515,27 @@ func (m *Model) olParameters() string {
 		}
 	}
 	p := m.SampleDefaults()
-	if g := m.eng.GenConfig; g != nil {
-		if g.Temperature != nil || (g.DoSample != nil && !*g.DoSample) {
-			line("temperature", fmt.Sprint(p.Temperature))
-		}
-		if g.TopK != nil {
-			line("top_k", fmt.Sprint(p.TopK))
-		}
-		if g.TopP != nil {
-			line("top_p", fmt.Sprint(p.TopP))
-		}
-		if g.MinP != nil {
-			line("min_p", fmt.Sprint(p.MinP))
-		}
-		if g.RepetitionPenalty != nil {
-			line("repeat_penalty", fmt.Sprint(p.RepetitionPenalty))
-		}
+	g := m.eng.GenConfig
+	if g == nil {
+		g = &model.GenerationConfig{}
+	}
+	if g.Temperature != nil || (g.DoSample != nil && !*g.DoSample) || d.Temperature != nil {
+		line("temperature", fmt.Sprint(p.Temperature))
+	}
+	if g.TopK != nil || d.TopK != nil {
+		line("top_k", fmt.Sprint(p.TopK))
+	}
+	if g.TopP != nil || d.TopP != nil {
+		line("top_p", fmt.Sprint(p.TopP))
+	}
+	if g.MinP != nil || d.MinP != nil {
+		line("min_p", fmt.Sprint(p.MinP))
+	}
+	if g.RepetitionPenalty != nil || d.RepeatPenalty != nil {
+		line("repeat_penalty", fmt.Sprint(p.RepetitionPenalty))
+	}
+	if d.MaxTokens != nil {
+		line("num_predict", strconv.Itoa(*d.MaxTokens))
 	}
 	return b.String()
 }

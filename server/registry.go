@@ -13,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/model"
 )
 
 // DefaultModelKeepAlive is how long a model loaded on demand stays resident
@@ -34,6 +36,10 @@ type ModelSpec struct {
 	KeepAlive time.Duration
 	// Pinned models are never unloaded by the memory limit or keep_alive.
 	Pinned bool
+	// Entry is the name of the model's entry in the registry's models
+	// directory (a file, a folder, or a manifest folder of /api/create),
+	// which /api/delete removes; empty for a model given by path.
+	Entry string
 }
 
 // RegistryConfig configures a server of models loaded on demand (see
@@ -45,6 +51,19 @@ type RegistryConfig struct {
 	// Open loads the model at path (lem's runner opens it on the backend
 	// the command line chose).
 	Open func(path string) (*engine.Model, error)
+	// OpenEncoder, when set, loads an encoder directory (BERT, XLM-RoBERTa,
+	// ModernBERT), which serves embeddings and reranking; without it an
+	// encoder model fails to load.
+	OpenEncoder func(path string) (*engine.Encoder, error)
+	// GPU says models are expected to load on a GPU (the backend the
+	// command line chose), for the memory accounting of a model's first
+	// load; each load then reports where it went.
+	GPU bool
+	// ModelsDir is the models directory that /api/create and /api/copy
+	// write to and /api/delete removes from ("": those routes refuse).
+	ModelsDir string
+	// Aliases map other names clients may use to the models' names.
+	Aliases map[string]string
 	// MemoryLimit bounds the estimated bytes of the models resident at
 	// once, each its weights plus its KV cache budget; host and GPU memory
 	// are counted separately, each against the limit (0: no limit).
@@ -76,6 +95,10 @@ type registry struct {
 	keepAlive time.Duration
 	roots     []string
 	defaults  ModelOptions
+	openEnc   func(string) (*engine.Encoder, error)
+	gpu       bool
+	modelsDir string
+	aliases   map[string]string
 
 	mu      sync.Mutex
 	order   []string // names, in the order given
@@ -92,6 +115,7 @@ type entry struct {
 	loading chan struct{} // non-nil while a load runs; closed when it ends
 	loadErr error         // the error of the load that just ended
 	pinned  bool
+	gpu     *bool // where the last load went (nil: not loaded yet)
 }
 
 // instance is one load of a model.
@@ -106,6 +130,7 @@ type instance struct {
 	timer    *time.Timer
 	retired  bool
 	closed   bool
+	closer   func() error // closes what the model holds besides its scheduler (an encoder)
 }
 
 // NewRegistry returns a server of the models in rc, loaded on first use.
@@ -122,6 +147,7 @@ func NewRegistry(cfg Config, rc RegistryConfig) (*Server, error) {
 		return nil, err
 	}
 	reg := &registry{srv: s, open: rc.Open, limit: rc.MemoryLimit, keepAlive: rc.KeepAlive, defaults: rc.Options,
+		openEnc: rc.OpenEncoder, gpu: rc.GPU, modelsDir: rc.ModelsDir, aliases: map[string]string{},
 		entries: map[string]*entry{}, changed: make(chan struct{})}
 	if reg.keepAlive == 0 {
 		reg.keepAlive = DefaultModelKeepAlive
@@ -143,9 +169,20 @@ func NewRegistry(cfg Config, rc RegistryConfig) (*Server, error) {
 		reg.entries[sp.Name] = &entry{spec: sp, pinned: sp.Pinned}
 		reg.order = append(reg.order, sp.Name)
 	}
+	for alias, target := range rc.Aliases {
+		if reg.entries[alias] != nil {
+			return nil, fmt.Errorf("serve: alias %q is the name of a model", alias)
+		}
+		if reg.entries[target] == nil {
+			return nil, fmt.Errorf("serve: alias %q names %q, which is not a served model", alias, target)
+		}
+		reg.aliases[alias] = target
+	}
 	s.reg = reg
 	s.cfg.AdminKey = rc.AdminKey
-	s.metrics.reg.MustRegister(newSchedulerMetrics(nil))
+	sm := newSchedulerMetrics(nil)
+	sm.list = reg.loadedModels
+	s.metrics.reg.MustRegister(sm)
 	s.routes()
 	return s, nil
 }
@@ -154,14 +191,17 @@ func NewRegistry(cfg Config, rc RegistryConfig) (*Server, error) {
 // has one, else by name with or without Ollama's ":latest".
 func (r *registry) find(name string) (*entry, error) {
 	name = strings.TrimSpace(name)
+	if len(r.order) == 0 {
+		return nil, errModelNotFound(name)
+	}
 	if name == "" || len(r.order) == 1 {
 		return r.entries[r.order[0]], nil
 	}
-	if e := r.entries[name]; e != nil {
-		return e, nil
-	}
-	if base, ok := strings.CutSuffix(name, ":latest"); ok {
-		if e := r.entries[base]; e != nil {
+	for _, n := range []string{name, strings.TrimSuffix(name, ":latest")} {
+		if e := r.entries[n]; e != nil {
+			return e, nil
+		}
+		if e := r.entries[r.aliases[n]]; e != nil {
 			return e, nil
 		}
 	}
@@ -228,7 +268,7 @@ func (r *registry) acquire(ctx context.Context, name string) (*instance, error) 
 // loads and while it waits for room). It makes room first, unloading idle
 // models least recently used first.
 func (r *registry) load(ctx context.Context, e *entry) (*instance, error) {
-	need, gpu := r.estimate(e.spec)
+	need, gpu := r.estimate(e)
 	if err := r.makeRoom(ctx, e.spec.Name, need, gpu); err != nil {
 		return nil, err
 	}
@@ -237,38 +277,81 @@ func (r *registry) load(ctx context.Context, e *entry) (*instance, error) {
 	in := &instance{e: e, bytes: need, gpu: gpu, refs: 1}
 	r.live = append(r.live, in)
 	r.mu.Unlock()
-	m, err := r.openModel(e.spec)
+	m, onGPU, closer, err := r.openModel(e.spec)
 	r.mu.Lock()
 	if err != nil {
 		r.drop(in)
 		return nil, &Error{Status: http.StatusInternalServerError, Code: CodeLoadFailed,
 			Message: fmt.Sprintf("loading the model %q from %s: %v", e.spec.Name, e.spec.Path, err)}
 	}
-	in.m = m
+	in.m, in.closer = m, closer
+	// The backend tells where the weights went: count them there.
+	e.gpu = &onGPU
+	if onGPU != in.gpu {
+		in.gpu = onGPU
+		r.notify()
+	}
 	in.refs = 0
 	r.srv.log.Info("model loaded", "model", e.spec.Name, "path", e.spec.Path, "bytes", need)
 	return in, nil
 }
 
-// openModel opens and wraps the model of sp for the server.
-func (r *registry) openModel(sp ModelSpec) (*Model, error) {
+// openModel opens and wraps the model of sp for the server: an encoder
+// directory as an embedding model, any other as a generative one. It
+// reports whether the model went on a GPU (its backend reports device
+// memory) and what closes the encoder, if any.
+func (r *registry) openModel(sp ModelSpec) (*Model, bool, func() error, error) {
+	if cfg, err := model.LoadConfig(sp.Path); err == nil && model.IsEncoder(cfg.ModelType) {
+		if r.openEnc == nil {
+			return nil, false, nil, fmt.Errorf("%s is an encoder model, which this server cannot load", sp.Path)
+		}
+		enc, err := r.openEnc(sp.Path)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		m, err := NewEncoderModel(sp.Name, enc, sp.Options)
+		if err != nil {
+			enc.Close()
+			return nil, false, nil, err
+		}
+		r.srv.attach(m)
+		_, gpu := enc.Backend.(compute.MemoryReporter)
+		return m, gpu, enc.Close, nil
+	}
 	em, err := r.open(sp.Path)
 	if err != nil {
-		return nil, err
+		return nil, false, nil, err
 	}
 	m, err := NewModel(sp.Name, em, sp.Options)
 	if err != nil {
 		em.Close()
-		return nil, err
+		return nil, false, nil, err
 	}
 	r.srv.attach(m)
-	return m, nil
+	_, gpu := em.Backend.(compute.MemoryReporter)
+	return m, gpu, nil, nil
 }
 
-// estimate returns the memory a model of sp takes: its files' bytes and
-// its KV cache budget, and whether it goes on a GPU.
-func (r *registry) estimate(sp ModelSpec) (int64, bool) {
-	return describeStore(sp.Path).size + max(sp.Options.KVBytes, 0), false
+// estimate returns the memory a model of e takes: its files' bytes and
+// its KV cache budget, and whether it goes on a GPU (where its last load
+// went, else where the server expects models to go).
+func (r *registry) estimate(e *entry) (int64, bool) {
+	gpu := r.gpu
+	if e.gpu != nil {
+		gpu = *e.gpu
+	}
+	return describeStore(e.spec.Path).size + max(e.spec.Options.KVBytes, 0), gpu
+}
+
+// loadedModels returns the current loads of the models (for the
+// scheduler metrics, labelled by model: a model's series go when it
+// unloads).
+func (r *registry) loadedModels() []*Model {
+	var out []*Model
+	for _, in := range r.loaded() {
+		out = append(out, in.m)
+	}
+	return out
 }
 
 // used returns the bytes of live instances on the GPU or on the host.
@@ -355,6 +438,11 @@ func (r *registry) unloadLocked(in *instance) {
 	in.m.q.close()
 	if err := in.m.Close(); err != nil {
 		r.srv.log.Warn("closing the model", "model", in.e.spec.Name, "error", err)
+	}
+	if in.closer != nil {
+		if err := in.closer(); err != nil {
+			r.srv.log.Warn("closing the model", "model", in.e.spec.Name, "error", err)
+		}
 	}
 	r.drop(in)
 	r.srv.log.Info("model unloaded", "model", in.e.spec.Name)

@@ -92,7 +92,7 @@ func (s *Server) routeTable() []route {
 			dialect: "Ollama", summary: `The chat page for a browser (Accept: text/html); else "lem is running", as Ollama answers`, media: "text/plain", errorBody: ollamaErrorValue},
 		{pattern: "GET " + webui.Prefix, errors: ollamaErrors, flags: open, handler: webui.ServeAsset,
 			dialect: "lem", summary: "The chat page's script and style sheet", media: "text/plain", errorBody: ollamaErrorValue},
-	}, s.adminRoutes()...)
+	}, append(s.manageRoutes(), s.adminRoutes()...)...)
 }
 
 // routes registers every route of the table, then the CORS preflight and

@@ -49,6 +49,7 @@ func newServeCmd() *cobra.Command {
 		modelDirs  []string
 		roots      []string
 		memLimit   byteSize
+		configPath string
 		keepAlive  time.Duration
 		adminKey   string
 	)
@@ -166,10 +167,10 @@ answer that does not parse proceeds unchanged. Triggers go to
 				return fmt.Errorf("--addr %s: %w", addr, err)
 			}
 			defer ln.Close()
-			if len(args) > 1 || len(modelDirs) > 0 {
+			if len(args) > 1 || len(modelDirs) > 0 || configPath != "" {
 				return serveMany(cmd, ln, log, args, modelDirs, roots, int64(memLimit), keepAlive, adminKey, apiKey, manyServe{
 					rf: rf, parallel: parallel, kv: int64(kvMemory), limits: limits, cors: cors, hosts: hosts, addr: addr,
-					maxQueue: maxQueue, maxBody: maxBody, drain: drain, logContent: logContent, policy: policy, welfare: welfare})
+					maxQueue: maxQueue, maxBody: maxBody, drain: drain, logContent: logContent, policy: policy, welfare: welfare, config: configPath})
 			}
 			var (
 				m             *server.Model
@@ -257,6 +258,7 @@ answer that does not parse proceeds unchanged. Triggers go to
 	fs.StringSliceVar(&roots, "model-root", nil, "a directory whose models the admin API may load by path (repeatable; the models directory and --models dirs are roots too)")
 	fs.Var(&memLimit, "memory-limit", "with several models, the most memory the loaded ones may take (weights and KV), as 24GiB; the least recently used idle model is unloaded to make room (0: no limit)")
 	fs.DurationVar(&keepAlive, "keep-alive", server.DefaultModelKeepAlive, "with several models, how long a model stays loaded after its last request (negative: forever; requests may set keep_alive)")
+	fs.StringVar(&configPath, "config", "", "a JSON file of model aliases and per-model defaults (sampling, context, system prompt, keep_alive, pinned); see the README")
 	fs.StringVar(&adminKey, "admin-key", "", "key of the /v1/admin/ routes (default $LEM_ADMIN_KEY, else one generated at start, written to the data directory and printed once)")
 	fs.BoolVar(&logContent, "log-content", false, "log prompts and outputs (off: only counts and timings)")
 	wf.register(fs)

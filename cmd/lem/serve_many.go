@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,7 @@ type manyServe struct {
 	logContent  bool
 	policy      *server.Policy
 	welfare     *server.WelfareConfig
+	config      string // --config
 }
 
 // serveMany serves several models, each loaded on first use: the models
@@ -46,6 +48,14 @@ func serveMany(cmd *cobra.Command, ln net.Listener, log *slog.Logger, args, dirs
 		}
 		seen[name] = true
 		specs = append(specs, server.ModelSpec{Name: name, Path: path, Options: opts})
+		return nil
+	}
+	addSpec := func(sp server.ModelSpec) error {
+		if seen[sp.Name] {
+			return fmt.Errorf("two models named %q (%s)", sp.Name, sp.Path)
+		}
+		seen[sp.Name] = true
+		specs = append(specs, sp)
 		return nil
 	}
 	for _, a := range args {
@@ -71,15 +81,36 @@ func serveMany(cmd *cobra.Command, ln net.Listener, log *slog.Logger, args, dirs
 			return fmt.Errorf("--models %s: %w", d, err)
 		}
 		for _, e := range entries {
-			if err := add(e.Name, e.Path); err != nil {
+			sp, err := server.SpecFromEntry(e, opts)
+			if err != nil {
+				return fmt.Errorf("--models %s: %w", d, err)
+			}
+			if err := addSpec(sp); err != nil {
 				return fmt.Errorf("--models %s: %w", d, err)
 			}
 		}
 		allRoots = append(allRoots, d)
 	}
+	var aliases map[string]string
+	if o.config != "" {
+		mc, err := server.LoadModelsConfig(o.config)
+		if err != nil {
+			return err
+		}
+		if specs, aliases, err = mc.Apply(specs, resolveModel); err != nil {
+			return err
+		}
+	}
 	if len(specs) == 0 {
 		return fmt.Errorf("no models to serve in %v", dirs)
 	}
+	// /api/create and /api/copy write to the first --models directory,
+	// else lem's models directory.
+	modelsDir := catalog.ModelsDir()
+	if len(dirs) > 0 && dirs[0] != "default" {
+		modelsDir = dirs[0]
+	}
+	dev, _ := resolveDevice(o.rf.device, o.rf.ngl)
 	if adminKey == "" {
 		adminKey = os.Getenv("LEM_ADMIN_KEY")
 	}
@@ -107,6 +138,16 @@ func serveMany(cmd *cobra.Command, ln net.Listener, log *slog.Logger, args, dirs
 	rf := o.rf
 	s, err := server.NewRegistry(cfg, server.RegistryConfig{
 		Models: specs, Open: func(path string) (*engine.Model, error) { return rf.open(path) },
+		OpenEncoder: func(path string) (*engine.Encoder, error) {
+			opts, err := rf.options()
+			if err != nil {
+				return nil, err
+			}
+			return engine.OpenEncoder(path, opts)
+		},
+		GPU:         strings.HasPrefix(dev, "cuda"),
+		ModelsDir:   modelsDir,
+		Aliases:     aliases,
 		MemoryLimit: limit, KeepAlive: keepAlive, Roots: allRoots, Options: opts, AdminKey: adminKey,
 	})
 	if err != nil {
@@ -128,7 +169,7 @@ func newAdminKey(log *slog.Logger) (string, error) {
 	b := make([]byte, 24)
 	rand.Read(b)
 	key := "lem-admin-" + hex.EncodeToString(b)
-	dir := filepath.Dir(catalog.ModelsDir())
+	dir := catalog.DataDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("writing the admin key: %w", err)
 	}
