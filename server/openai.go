@@ -572,7 +572,8 @@ func oaChatResponse(id string, created int64, model string, res *Result) oaChatC
 }
 
 // oaChatChunk is a chat.completion.chunk event (chatChunker writes it by
-// hand, without allocating; TestChatChunkType holds the two to one shape).
+// hand, without allocating; TestOpenAPIReplies validates its events
+// against this type's schema).
 type oaChatChunk struct {
 	ID                string              `json:"id"`
 	Object            string              `json:"object"`
@@ -954,7 +955,8 @@ type oaCompletionChoice struct {
 }
 
 // oaCompletionChunk is a text_completion stream event (completionChunker
-// writes it by hand; TestCompletionChunkType holds the two to one shape).
+// writes it by hand; TestOpenAPIReplies validates its events against
+// this type's schema).
 type oaCompletionChunk struct {
 	ID                string                    `json:"id"`
 	Object            string                    `json:"object"`
