@@ -9,6 +9,7 @@ require (
 	github.com/lem-engine/lem v0.0.0
 	github.com/ollama/ollama v0.17.4
 	github.com/openai/openai-go/v3 v3.102.0
+	github.com/pb33f/jsonschema/v6 v6.0.3
 )
 
 require (

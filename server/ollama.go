@@ -1459,15 +1459,27 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(&mf, "PARAMETER %s\n", line)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"modelfile":    mf.String(),
-		"parameters":   params,
-		"template":     template,
-		"details":      d.Details,
-		"model_info":   info,
-		"capabilities": caps,
-		"modified_at":  d.ModifiedAt,
+	writeJSON(w, http.StatusOK, olShowResponse{
+		Modelfile:    mf.String(),
+		Parameters:   params,
+		Template:     template,
+		Details:      d.Details,
+		ModelInfo:    info,
+		Capabilities: caps,
+		ModifiedAt:   d.ModifiedAt,
 	})
+}
+
+// olShowResponse is the reply of /api/show. model_info's keys are
+// GGUF-style metadata names, most under the architecture's prefix.
+type olShowResponse struct {
+	Modelfile    string         `json:"modelfile"`
+	Parameters   string         `json:"parameters"`
+	Template     string         `json:"template"`
+	Details      olDetails      `json:"details"`
+	ModelInfo    map[string]any `json:"model_info"`
+	Capabilities []string       `json:"capabilities"`
+	ModifiedAt   *time.Time     `json:"modified_at"`
 }
 
 // olFIMTemplate returns, for a model whose tokenizer declares

@@ -22,10 +22,24 @@ import (
 // {"error": {"message", "type", "param", "code"}}.
 func openaiErrors(w http.ResponseWriter, e *Error) {
 	setRetryAfter(w, e)
-	writeJSON(w, e.Status, map[string]any{"error": openaiErrorBody(e)})
+	writeJSON(w, e.Status, oaError{Error: openaiErrorBody(e)})
 }
 
-func openaiErrorBody(e *Error) map[string]any {
+// oaError is an error reply in OpenAI's shape.
+type oaError struct {
+	Error oaErrorBody `json:"error"`
+}
+
+// oaErrorBody is the error object of an oaError; param is null when the
+// error names no parameter.
+type oaErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+func openaiErrorBody(e *Error) oaErrorBody {
 	typ := "invalid_request_error"
 	switch e.Status {
 	case http.StatusUnauthorized:
@@ -41,11 +55,11 @@ func openaiErrorBody(e *Error) map[string]any {
 	case http.StatusInternalServerError:
 		typ = "server_error"
 	}
-	var p any
+	var p *string
 	if e.Param != "" {
-		p = e.Param
+		p = &e.Param
 	}
-	return map[string]any{"message": e.Message, "type": typ, "param": p, "code": e.Code}
+	return oaErrorBody{Message: e.Message, Type: typ, Param: p, Code: e.Code}
 }
 
 // stringList is a JSON string or array of strings.
@@ -409,20 +423,30 @@ func (s *Server) generationFailed(w http.ResponseWriter, r *http.Request, err er
 
 // sseError is an error event in the middle of an OpenAI stream.
 func sseError(e *Error) []byte {
-	data, _ := json.Marshal(map[string]any{"error": openaiErrorBody(e)})
+	data, _ := json.Marshal(oaError{Error: openaiErrorBody(e)})
 	return append(append([]byte("data: "), data...), '\n', '\n')
 }
 
+// oaUsageBody is usage in chat-completions shape. Reasoning tokens are
+// counted in completion_tokens too.
+type oaUsageBody struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
 // oaUsage is usage in chat-completions shape.
-func oaUsage(u Usage) map[string]any {
-	return map[string]any{
-		"prompt_tokens":         u.PromptTokens,
-		"completion_tokens":     u.CompletionTokens,
-		"total_tokens":          u.TotalTokens(),
-		"prompt_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
-		// Reasoning tokens are counted in completion_tokens too.
-		"completion_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
-	}
+func oaUsage(u Usage) oaUsageBody {
+	b := oaUsageBody{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens()}
+	b.PromptTokensDetails.CachedTokens = u.CachedTokens
+	b.CompletionTokensDetails.ReasoningTokens = u.ReasoningTokens
+	return b
 }
 
 // oaToolCall is a tool call in chat-completions shape (arguments as a
@@ -489,34 +513,91 @@ func oaLogprobs(lps []TokenLogprob) []oaLogprob {
 	return out
 }
 
+// oaChatCompletion is a non-streamed chat completion.
+type oaChatCompletion struct {
+	ID                string         `json:"id"`
+	Object            string         `json:"object"`
+	Created           int64          `json:"created"`
+	Model             string         `json:"model"`
+	Choices           []oaChatChoice `json:"choices"`
+	Usage             oaUsageBody    `json:"usage"`
+	SystemFingerprint string         `json:"system_fingerprint"`
+}
+
+// oaChatChoice is one choice of an oaChatCompletion.
+type oaChatChoice struct {
+	Index        int             `json:"index"`
+	Message      oaChatMessage   `json:"message"`
+	Logprobs     *oaChatLogprobs `json:"logprobs"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+// oaChatMessage is the assistant's message of a choice: content is null
+// when the message holds tool calls only.
+type oaChatMessage struct {
+	Role             string       `json:"role"`
+	Content          *string      `json:"content"`
+	ReasoningContent string       `json:"reasoning_content,omitempty"`
+	ToolCalls        []oaToolCall `json:"tool_calls,omitempty"`
+}
+
+// oaChatLogprobs is the logprobs object of a chat choice or chunk.
+type oaChatLogprobs struct {
+	Content []oaLogprob `json:"content"`
+}
+
 // oaChatResponse is a non-streamed chat completion.
-func oaChatResponse(id string, created int64, model string, res *Result) map[string]any {
-	choices := make([]map[string]any, len(res.Choices))
+func oaChatResponse(id string, created int64, model string, res *Result) oaChatCompletion {
+	choices := make([]oaChatChoice, len(res.Choices))
 	for i, c := range res.Choices {
-		msg := map[string]any{"role": "assistant", "content": c.Content}
-		if c.Reasoning != "" {
-			msg["reasoning_content"] = c.Reasoning
-		}
+		msg := oaChatMessage{Role: "assistant", Content: &c.Content, ReasoningContent: c.Reasoning}
 		if len(c.ToolCalls) > 0 {
 			calls := make([]oaToolCall, len(c.ToolCalls))
 			for j := range c.ToolCalls {
 				calls[j] = newOAToolCall(&c.ToolCalls[j], false)
 			}
-			msg["tool_calls"] = calls
+			msg.ToolCalls = calls
 			if c.Content == "" {
-				msg["content"] = nil
+				msg.Content = nil
 			}
 		}
-		var lp any
+		var lp *oaChatLogprobs
 		if c.Logprobs != nil {
-			lp = map[string]any{"content": oaLogprobs(c.Logprobs)}
+			lp = &oaChatLogprobs{Content: oaLogprobs(c.Logprobs)}
 		}
-		choices[i] = map[string]any{"index": i, "message": msg, "logprobs": lp, "finish_reason": c.Finish}
+		choices[i] = oaChatChoice{Index: i, Message: msg, Logprobs: lp, FinishReason: c.Finish}
 	}
-	return map[string]any{
-		"id": id, "object": "chat.completion", "created": created, "model": model,
-		"choices": choices, "usage": oaUsage(res.Usage), "system_fingerprint": "lem",
-	}
+	return oaChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: model,
+		Choices: choices, Usage: oaUsage(res.Usage), SystemFingerprint: "lem"}
+}
+
+// oaChatChunk is a chat.completion.chunk event (chatChunker writes it by
+// hand, without allocating; TestOpenAPIReplies validates its events
+// against this type's schema).
+type oaChatChunk struct {
+	ID                string              `json:"id"`
+	Object            string              `json:"object"`
+	Created           int64               `json:"created"`
+	Model             string              `json:"model"`
+	SystemFingerprint string              `json:"system_fingerprint"`
+	Choices           []oaChatChunkChoice `json:"choices"`
+	Usage             *oaUsageBody        `json:"usage,omitempty"`
+}
+
+// oaChatChunkChoice is one choice of a chunk.
+type oaChatChunkChoice struct {
+	Index        int             `json:"index"`
+	Delta        oaChatDelta     `json:"delta"`
+	Logprobs     *oaChatLogprobs `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+// oaChatDelta is the new part of a chunk's message.
+type oaChatDelta struct {
+	Role             string       `json:"role,omitempty"`
+	Content          *string      `json:"content,omitempty"`
+	ReasoningContent *string      `json:"reasoning_content,omitempty"`
+	ToolCalls        []oaToolCall `json:"tool_calls,omitempty"`
 }
 
 // chatChunker encodes chat.completion.chunk frames. Content and reasoning
@@ -550,7 +631,7 @@ func (c *chatChunker) end(b []byte, lps []TokenLogprob, finish string) []byte {
 	if lps == nil {
 		b = append(b, "null"...)
 	} else {
-		data, _ := json.Marshal(map[string]any{"content": oaLogprobs(lps)})
+		data, _ := json.Marshal(oaChatLogprobs{Content: oaLogprobs(lps)})
 		b = append(b, data...)
 	}
 	b = append(b, `,"finish_reason":`...)
@@ -754,7 +835,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	created := time.Now().Unix()
 	var usage Usage
 	if !o.Stream {
-		var choices []map[string]any
+		var choices []oaCompletionChoice
 		for pi, p := range preps {
 			res, err := m.Generate(r.Context(), p, nil)
 			if err != nil {
@@ -771,15 +852,15 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 						lps, scored = append(slices.Clip(res.PromptLogprobs), c.Logprobs...), true
 					}
 				}
-				var lp any
+				var lp *oaLegacyLogprobs
 				if lps != nil || o.Logprobs != nil {
 					lp = legacyLogprobs(lps, scored)
 				}
-				choices = append(choices, map[string]any{"text": text, "index": pi*n + ci, "logprobs": lp, "finish_reason": c.Finish})
+				choices = append(choices, oaCompletionChoice{Text: text, Index: pi*n + ci, Logprobs: lp, FinishReason: c.Finish})
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "text_completion", "created": created,
-			"model": m.id, "choices": choices, "usage": oaUsage(usage), "system_fingerprint": "lem"})
+		writeJSON(w, http.StatusOK, oaCompletion{ID: id, Object: "text_completion", Created: created,
+			Model: m.id, Choices: choices, Usage: oaUsage(usage), SystemFingerprint: "lem"})
 		return
 	}
 	st := newStream(w)
@@ -835,26 +916,75 @@ func addUsage(dst *Usage, u Usage) {
 // legacyLogprobs is the logprobs object of /v1/completions. When lps
 // begin with the prompt's (scored), the first token has no
 // log-probability: null, as the API has it.
-func legacyLogprobs(lps []TokenLogprob, scored bool) map[string]any {
-	tokens := make([]string, len(lps))
-	logps := make([]any, len(lps))
-	tops := make([]any, len(lps))
-	offsets := make([]int, len(lps))
+func legacyLogprobs(lps []TokenLogprob, scored bool) *oaLegacyLogprobs {
+	out := &oaLegacyLogprobs{Tokens: make([]string, len(lps)), TokenLogprobs: make([]*float64, len(lps)),
+		TopLogprobs: make([]map[string]float64, len(lps)), TextOffset: make([]int, len(lps))}
 	offset := 0
 	for i, lp := range lps {
-		tokens[i], offsets[i] = lp.Token, offset
+		out.Tokens[i], out.TextOffset[i] = lp.Token, offset
 		offset += len(lp.Token)
 		if i == 0 && scored {
 			continue
 		}
-		logps[i] = finiteLogprob(lp.Logprob)
+		x := finiteLogprob(lp.Logprob)
+		out.TokenLogprobs[i] = &x
 		top := make(map[string]float64, len(lp.Top))
 		for _, t := range lp.Top {
 			top[t.Token] = finiteLogprob(t.Logprob)
 		}
-		tops[i] = top
+		out.TopLogprobs[i] = top
 	}
-	return map[string]any{"tokens": tokens, "token_logprobs": logps, "top_logprobs": tops, "text_offset": offsets}
+	return out
+}
+
+// oaLegacyLogprobs is the logprobs object of /v1/completions: per token
+// its text, log-probability (null for a scored prompt's first), the top
+// alternatives (null there too) and its offset in the text.
+type oaLegacyLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []*float64           `json:"token_logprobs"`
+	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// oaCompletion is a non-streamed text completion.
+type oaCompletion struct {
+	ID                string               `json:"id"`
+	Object            string               `json:"object"`
+	Created           int64                `json:"created"`
+	Model             string               `json:"model"`
+	Choices           []oaCompletionChoice `json:"choices"`
+	Usage             oaUsageBody          `json:"usage"`
+	SystemFingerprint string               `json:"system_fingerprint"`
+}
+
+// oaCompletionChoice is one choice of a completion.
+type oaCompletionChoice struct {
+	Text         string            `json:"text"`
+	Index        int               `json:"index"`
+	Logprobs     *oaLegacyLogprobs `json:"logprobs"`
+	FinishReason string            `json:"finish_reason"`
+}
+
+// oaCompletionChunk is a text_completion stream event (completionChunker
+// writes it by hand; TestOpenAPIReplies validates its events against
+// this type's schema).
+type oaCompletionChunk struct {
+	ID                string                    `json:"id"`
+	Object            string                    `json:"object"`
+	Created           int64                     `json:"created"`
+	Model             string                    `json:"model"`
+	SystemFingerprint string                    `json:"system_fingerprint"`
+	Choices           []oaCompletionChunkChoice `json:"choices"`
+	Usage             *oaUsageBody              `json:"usage,omitempty"`
+}
+
+// oaCompletionChunkChoice is one choice of a chunk.
+type oaCompletionChunkChoice struct {
+	Text         string            `json:"text"`
+	Index        int               `json:"index"`
+	Logprobs     *oaLegacyLogprobs `json:"logprobs"`
+	FinishReason *string           `json:"finish_reason"`
 }
 
 // completionChunker encodes text_completion stream frames.
@@ -927,31 +1057,58 @@ func (c *completionChunker) usage(u Usage) []byte {
 // last_id. The list takes Anthropic's paging parameters (limit, after_id,
 // before_id); without them it lists every model.
 
+// oaModelCard describes a model in the shape both dialects read. A model
+// a registry knows but has not loaded has only its names and loaded.
+type oaModelCard struct {
+	ID             string `json:"id"`
+	Object         string `json:"object"`
+	Created        int64  `json:"created,omitempty"`
+	OwnedBy        string `json:"owned_by"`
+	Type           string `json:"type"`
+	DisplayName    string `json:"display_name"`
+	CreatedAt      string `json:"created_at,omitempty"`
+	ContextLength  int    `json:"context_length,omitempty"`
+	MaxInputTokens int    `json:"max_input_tokens,omitempty"`
+	MaxTokens      int    `json:"max_tokens,omitempty"`
+	Loaded         *bool  `json:"loaded,omitempty"`
+}
+
+// oaModelList is the reply of GET /v1/models: OpenAI's list with
+// Anthropic's paging fields (first_id and last_id null when empty).
+type oaModelList struct {
+	Object  string        `json:"object"`
+	Data    []oaModelCard `json:"data"`
+	HasMore bool          `json:"has_more"`
+	FirstID *string       `json:"first_id"`
+	LastID  *string       `json:"last_id"`
+}
+
 // oaModel describes a model in the shape both dialects read.
-func oaModel(m *Model) map[string]any {
-	return map[string]any{
-		"id": m.id, "object": "model", "created": m.created.Unix(), "owned_by": "lem",
-		"type": "model", "display_name": m.id, "created_at": m.created.UTC().Format(time.RFC3339),
-		"context_length": m.ctxLen, "max_input_tokens": m.ctxLen, "max_tokens": m.ctxLen,
+func oaModel(m *Model) oaModelCard {
+	return oaModelCard{
+		ID: m.id, Object: "model", Created: m.created.Unix(), OwnedBy: "lem",
+		Type: "model", DisplayName: m.id, CreatedAt: m.created.UTC().Format(time.RFC3339),
+		ContextLength: m.ctxLen, MaxInputTokens: m.ctxLen, MaxTokens: m.ctxLen,
 	}
 }
 
 // modelCards returns the /v1/models entries of the served models; with a
 // registry, every known model, loaded or not ("loaded").
-func (s *Server) modelCards() []map[string]any {
+func (s *Server) modelCards() []oaModelCard {
 	if s.reg == nil {
-		out := make([]map[string]any, len(s.models))
+		out := make([]oaModelCard, len(s.models))
 		for i, m := range s.models {
 			out[i] = oaModel(m)
 		}
 		return out
 	}
-	var out []map[string]any
+	var out []oaModelCard
 	for _, st := range s.reg.states() {
-		c := map[string]any{"id": st.Name, "object": "model", "owned_by": "lem", "type": "model", "display_name": st.Name, "loaded": st.Loaded}
+		loaded := st.Loaded
+		c := oaModelCard{ID: st.Name, Object: "model", OwnedBy: "lem", Type: "model", DisplayName: st.Name, Loaded: &loaded}
 		if st.Loaded {
 			c = oaModel(st.model)
-			c["loaded"] = true
+			c.Loaded = &loaded
 		}
 		out = append(out, c)
 	}
@@ -981,7 +1138,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	index := func(id, param string) (int, bool) {
 		for i, m := range models {
-			if m["id"] == id {
+			if m.ID == id {
 				return i, true
 			}
 		}
@@ -1008,25 +1165,25 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	default:
 		hi = min(hi, limit)
 	}
-	data := make([]map[string]any, 0, hi-lo)
+	data := make([]oaModelCard, 0, hi-lo)
 	data = append(data, models[lo:hi]...)
-	var first, last any
+	var first, last *string
 	if len(data) > 0 {
-		first, last = data[0]["id"], data[len(data)-1]["id"]
+		first, last = &data[0].ID, &data[len(data)-1].ID
 	}
 	hasMore := hi < len(models)
 	if before != "" {
 		hasMore = lo > 0
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data,
-		"has_more": hasMore, "first_id": first, "last_id": last})
+	writeJSON(w, http.StatusOK, oaModelList{Object: "list", Data: data,
+		HasMore: hasMore, FirstID: first, LastID: last})
 }
 
 func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimSpace(r.PathValue("id"))
 	if s.reg != nil {
 		for _, c := range s.modelCards() {
-			if c["id"] == id {
+			if c.ID == id {
 				writeJSON(w, http.StatusOK, c)
 				return
 			}

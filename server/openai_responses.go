@@ -789,5 +789,12 @@ func (s *Server) deleteResponse(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("no stored response with id %q", id)})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
+	writeJSON(w, http.StatusOK, respDeleted{ID: id, Object: "response", Deleted: true})
+}
+
+// respDeleted is the reply of DELETE /v1/responses/{id}.
+type respDeleted struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Deleted bool   `json:"deleted"`
 }

@@ -185,8 +185,15 @@ func (g *schemaGen) responses(rt route) map[string]any {
 	}
 	switch rt.stream {
 	case mediaSSE:
-		content[mediaSSE] = map[string]any{"schema": map[string]any{"type": "string",
-			"description": "Server-sent events, when the request asks to stream."}}
+		sse := map[string]any{"type": "string",
+			"description": "Server-sent events, when the request asks to stream."}
+		if rt.event != nil {
+			// Each event's data is JSON of the event's type.
+			sse["description"] = "Server-sent events, when the request asks to stream; each event's data is JSON of contentSchema."
+			sse["contentMediaType"] = "application/json"
+			sse["contentSchema"] = g.schema(reflect.TypeOf(rt.event), true)
+		}
+		content[mediaSSE] = map[string]any{"schema": sse}
 	case mediaNDJSON:
 		// Each line is one chunk of the reply's type.
 		content[mediaNDJSON] = map[string]any{"schema": g.schema(reflect.TypeOf(rt.response), true)}
@@ -241,7 +248,11 @@ func (g *schemaGen) schema(t reflect.Type, reply bool) map[string]any {
 		if t.Elem().Kind() == reflect.Uint8 && t.Kind() == reflect.Slice {
 			return map[string]any{"type": "string", "contentEncoding": "base64"}
 		}
-		return map[string]any{"type": "array", "items": g.schema(t.Elem(), reply)}
+		items := g.schema(t.Elem(), reply)
+		if k := t.Elem().Kind(); reply && (k == reflect.Map || k == reflect.Slice) && schemaOverrides[t.Elem()] == nil {
+			items = nullable(items) // a nil map or slice in a list is null
+		}
+		return map[string]any{"type": "array", "items": items}
 	case reflect.Map:
 		return map[string]any{"type": "object", "additionalProperties": g.schema(t.Elem(), reply)}
 	case reflect.Struct:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pb33f/jsonschema/v6"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 )
@@ -149,11 +150,86 @@ func TestOpenAPISchemas(t *testing.T) {
 	}
 }
 
+// TestOpenAPIReplyTypes checks that every JSON reply and error body of
+// the document has a schema (not "any JSON value"), and that the routes
+// that stream server-sent events of JSON document the events' schema.
+func TestOpenAPIReplyTypes(t *testing.T) {
+	doc, _ := openapiDocument(t)
+	for path, item := range doc["paths"].(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			if path == "/openapi.json" {
+				continue // the document itself: any JSON value
+			}
+			if untypedReplies[method+" "+path] {
+				continue
+			}
+			responses := op.(map[string]any)["responses"].(map[string]any)
+			for code, r := range responses {
+				content, _ := r.(map[string]any)["content"].(map[string]any)
+				if j, ok := content["application/json"].(map[string]any); ok && len(j["schema"].(map[string]any)) == 0 {
+					t.Errorf("%s %s: the %s reply's schema is any JSON value", method, path, code)
+				}
+			}
+		}
+	}
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+		s := sseEventSchema(t, doc, path)
+		if len(s) == 0 {
+			t.Errorf("POST %s: no schema of its stream's events", path)
+		}
+	}
+}
+
+// untypedReplies are the routes whose replies are still built as maps:
+// the Responses API's response object and events.
+var untypedReplies = map[string]bool{
+	"post /v1/responses": true, "get /v1/responses/{id}": true,
+}
+
+// sseEventSchema returns the documented schema of the JSON data of a
+// POST route's server-sent events.
+func sseEventSchema(t *testing.T, doc map[string]any, path string) map[string]any {
+	t.Helper()
+	op, _ := doc["paths"].(map[string]any)[path].(map[string]any)["post"].(map[string]any)
+	content := op["responses"].(map[string]any)["200"].(map[string]any)["content"].(map[string]any)
+	sse, _ := content[mediaSSE].(map[string]any)
+	if sse == nil {
+		t.Fatalf("POST %s has no %s reply", path, mediaSSE)
+	}
+	s, _ := sse["schema"].(map[string]any)["contentSchema"].(map[string]any)
+	return s
+}
+
+// sseValidator compiles the documented schema of a POST route's
+// server-sent events.
+func sseValidator(t *testing.T, data []byte, path string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("openapi.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	ptr := "/paths/" + strings.ReplaceAll(path, "/", "~1") + "/post/responses/200/content/text~1event-stream/schema/contentSchema"
+	s, err := c.Compile("openapi.json#" + ptr)
+	if err != nil {
+		t.Fatalf("compiling the event schema of %s: %v", path, err)
+	}
+	return s
+}
+
 // TestOpenAPIReplies validates real replies of a running server against
 // the document, and serves the document without an API key.
 func TestOpenAPIReplies(t *testing.T) {
 	_, v := openapiDocument(t)
 	_, ts := newTestServer(t, Config{APIKey: "k", Version: "test"})
+	data, err := OpenAPI("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastResponse := "resp_none" // the id of the last response created
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", "/health", ""},
 		{"GET", "/openapi.json", ""},
@@ -167,9 +243,26 @@ func TestOpenAPIReplies(t *testing.T) {
 		{"POST", "/v1/messages/count_tokens", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/v1/messages", `{"model":"nope","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/api/chat", `{"model":"nope","messages":[]}`},
+		{"POST", "/api/show", `{"model":"chat"}`},
+		{"POST", "/v1/chat/completions", `{"model":"chat","max_tokens":3,"logprobs":true,"top_logprobs":2,"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/chat/completions", `{"model":"chat","max_tokens":3,"stream":true,"logprobs":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/chat/completions", `{"model":"chat","max_tokens":3,"tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}}],"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/completions", `{"model":"chat","max_tokens":3,"prompt":"hi","echo":true,"logprobs":2}`},
+		{"POST", "/v1/completions", `{"model":"chat","max_tokens":3,"prompt":["hi","ho"],"stream":true,"echo":true,"logprobs":1,"stream_options":{"include_usage":true}}`},
+		{"GET", "/v1/models", ""},
+		{"GET", "/v1/models?limit=1&after_id=chat", ""},
+		{"GET", "/v1/models/chat", ""},
+		{"GET", "/v1/models/nope", ""},
+		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":3,"input":"hi"}`},
+		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":3,"input":"hi","stream":true}`},
+		{"GET", "/v1/responses/{last}", ""},
+		{"DELETE", "/v1/responses/{last}", ""},
+		{"DELETE", "/v1/responses/{last}", ""},
 	} {
 		t.Run(tc.method+tc.path, func(t *testing.T) {
-			req, err := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+			path := strings.ReplaceAll(tc.path, "{last}", lastResponse)
+			req, err := http.NewRequest(tc.method, ts.URL+path, strings.NewReader(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,6 +290,41 @@ func TestOpenAPIReplies(t *testing.T) {
 			// The validator reads the bodies again; the lines of a JSON
 			// lines stream are each a reply of the chunk's schema.
 			parts := [][]byte{body}
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), mediaSSE) {
+				// Each event's data against the documented event schema.
+				if tc.path == "/v1/responses" {
+					return // its events are not typed yet (untypedReplies)
+				}
+				events := sseValidator(t, data, tc.path)
+				n := 0
+				for _, line := range strings.Split(string(body), "\n") {
+					d, ok := strings.CutPrefix(line, "data: ")
+					if !ok || d == "[DONE]" {
+						continue
+					}
+					n++
+					ev, err := jsonschema.UnmarshalJSON(strings.NewReader(d))
+					if err != nil {
+						t.Fatalf("event data %q: %v", d, err)
+					}
+					if err := events.Validate(ev); err != nil {
+						t.Errorf("event %s: %v", d, err)
+					}
+					var r struct{ Response struct{ ID string } }
+					if json.Unmarshal([]byte(d), &r) == nil && r.Response.ID != "" {
+						lastResponse = r.Response.ID
+					}
+				}
+				if n < 3 {
+					t.Fatalf("want a stream of several events, got %.300s", body)
+				}
+				return
+			}
+			if tc.path == "/v1/responses" {
+				var r struct{ ID string }
+				json.Unmarshal(body, &r)
+				lastResponse = r.ID
+			}
 			if resp.Header.Get("Content-Type") == mediaNDJSON {
 				parts = bytes.SplitAfter(bytes.TrimSpace(body), []byte("\n"))
 				resp.Header.Set("Content-Type", "application/json")

@@ -26,11 +26,14 @@ type route struct {
 	// stream (mediaSSE, mediaNDJSON; "": none); media that of a reply
 	// that is not JSON.
 	stream, media string
+	// event is a value of the type of each server-sent event's JSON data
+	// (nil: not documented).
+	event any
 }
 
 // The error bodies of the dialects (the values errors write).
 var (
-	openaiErrorValue = map[string]map[string]any{}
+	openaiErrorValue = oaError{}
 	ollamaErrorValue = map[string]string{}
 )
 
@@ -46,19 +49,19 @@ func (s *Server) routeTable() []route {
 			dialect: "lem", summary: "This OpenAPI 3.1 document", errorBody: openaiErrorValue},
 
 		{pattern: "POST /v1/chat/completions", errors: openaiErrors, handler: s.chatCompletions,
-			dialect: "OpenAI", summary: "Chat completion", request: oaChatRequest{}, stream: mediaSSE, errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "Chat completion", request: oaChatRequest{}, response: oaChatCompletion{}, stream: mediaSSE, event: oaChatChunk{}, errorBody: openaiErrorValue},
 		{pattern: "POST /v1/completions", errors: openaiErrors, handler: s.completions,
-			dialect: "OpenAI", summary: "Text completion (also fill-in-the-middle and prompt scoring)", request: oaCompletionRequest{}, stream: mediaSSE, errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "Text completion (also fill-in-the-middle and prompt scoring)", request: oaCompletionRequest{}, response: oaCompletion{}, stream: mediaSSE, event: oaCompletionChunk{}, errorBody: openaiErrorValue},
 		{pattern: "GET /v1/models", errors: openaiErrors, flags: shared, handler: s.listModels,
-			dialect: "OpenAI", summary: "List the models (also Anthropic's shape)", errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "List the models (also Anthropic's shape)", response: oaModelList{}, errorBody: openaiErrorValue},
 		{pattern: "GET /v1/models/{id...}", errors: openaiErrors, flags: shared, handler: s.getModel,
-			dialect: "OpenAI", summary: "One model (also Anthropic's shape)", errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "One model (also Anthropic's shape)", response: oaModelCard{}, errorBody: openaiErrorValue},
 		{pattern: "POST /v1/responses", errors: openaiErrors, handler: s.responses,
 			dialect: "OpenAI", summary: "Create a response (Responses API)", request: respRequest{}, stream: mediaSSE, errorBody: openaiErrorValue},
 		{pattern: "GET /v1/responses/{id}", errors: openaiErrors, handler: s.getResponse,
 			dialect: "OpenAI", summary: "A stored response", errorBody: openaiErrorValue},
 		{pattern: "DELETE /v1/responses/{id}", errors: openaiErrors, handler: s.deleteResponse,
-			dialect: "OpenAI", summary: "Delete a stored response", errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "Delete a stored response", response: respDeleted{}, errorBody: openaiErrorValue},
 
 		{pattern: "POST /v1/embeddings", errors: openaiErrors, handler: s.embeddings,
 			dialect: "OpenAI", summary: "Embeddings of one or more inputs", request: oaEmbeddingRequest{}, response: oaEmbeddingResponse{}, errorBody: openaiErrorValue},
@@ -79,11 +82,11 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /api/embed", errors: ollamaErrors, handler: s.ollamaEmbed,
 			dialect: "Ollama", summary: "Embeddings of one or more inputs", request: ollamaEmbedRequest{}, response: ollamaEmbedResponse{}, errorBody: ollamaErrorValue},
 		{pattern: "POST /api/embeddings", errors: ollamaErrors, handler: s.ollamaEmbeddings,
-			dialect: "Ollama", summary: "The embedding of one prompt (the older route)", request: ollamaEmbeddingsRequest{}, errorBody: ollamaErrorValue},
+			dialect: "Ollama", summary: "The embedding of one prompt (the older route)", request: ollamaEmbeddingsRequest{}, response: map[string][]float64{}, errorBody: ollamaErrorValue},
 		{pattern: "GET /api/tags", errors: ollamaErrors, handler: s.ollamaTags,
 			dialect: "Ollama", summary: "List the models", response: olModelList{}, errorBody: ollamaErrorValue},
 		{pattern: "POST /api/show", errors: ollamaErrors, handler: s.ollamaShow,
-			dialect: "Ollama", summary: "A model's details, template and parameters", request: olShowRequest{}, errorBody: ollamaErrorValue},
+			dialect: "Ollama", summary: "A model's details, template and parameters", request: olShowRequest{}, response: olShowResponse{}, errorBody: ollamaErrorValue},
 		{pattern: "GET /api/ps", errors: ollamaErrors, handler: s.ollamaPS,
 			dialect: "Ollama", summary: "The loaded models", response: olModelList{}, errorBody: ollamaErrorValue},
 		{pattern: "GET /api/version", errors: ollamaErrors, handler: s.ollamaVersionHandler,
