@@ -71,10 +71,10 @@ func TestOllamaNumCtx(t *testing.T) {
 func TestOllamaNoRoute(t *testing.T) {
 	base, _ := startServer(t, server.Config{})
 	c := newOllama(t, base, "")
-	err := c.Delete(context.Background(), &api.DeleteRequest{Model: "chat-model"})
+	err := c.Push(context.Background(), &api.PushRequest{Model: "chat-model"}, func(api.ProgressResponse) error { return nil })
 	var se api.StatusError
-	if !errors.As(err, &se) || se.StatusCode != 404 || !strings.HasPrefix(se.ErrorMessage, "no route DELETE /api/delete") {
-		t.Errorf("delete: %#v, want a 404 whose message is the text (as the JavaScript client shows it too), not a JSON object", err)
+	if !errors.As(err, &se) || se.StatusCode != 404 || !strings.HasPrefix(se.ErrorMessage, "no route POST /api/push") {
+		t.Errorf("push: %#v, want a 404 whose message is the text (as the JavaScript client shows it too), not a JSON object", err)
 	}
 }
 

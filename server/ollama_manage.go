@@ -545,8 +545,8 @@ func (s *Server) manageRoutes() []route {
 		{pattern: "POST /api/create", errors: ollamaErrors, handler: s.ollamaCreate,
 			dialect: "Ollama", summary: "Create a model from a model's name or a GGUF file or model directory under a model root (a manifest in the models directory; the weights are not copied)", request: olCreateRequest{}, response: olStatus{}, stream: mediaNDJSON, errorBody: ollamaErrorValue},
 		{pattern: "POST /api/copy", errors: ollamaErrors, handler: s.ollamaCopy,
-			dialect: "Ollama", summary: "Copy a model under another name (a manifest naming the same weights)", request: olCopyRequest{}, errorBody: ollamaErrorValue},
+			dialect: "Ollama", summary: "Copy a model under another name (a manifest naming the same weights)", request: olCopyRequest{}, response: noBody{}, errorBody: ollamaErrorValue},
 		{pattern: "DELETE /api/delete", errors: ollamaErrors, handler: s.ollamaDelete,
-			dialect: "Ollama", summary: "Delete a model of the models directory (a loaded one is unloaded once its requests end)", request: olDeleteRequest{}, errorBody: ollamaErrorValue},
+			dialect: "Ollama", summary: "Delete a model of the models directory (a loaded one is unloaded once its requests end)", request: olDeleteRequest{}, response: noBody{}, errorBody: ollamaErrorValue},
 	}
 }

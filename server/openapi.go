@@ -171,9 +171,21 @@ func operationID(method, path string) string {
 	return strings.TrimSuffix(id, "_")
 }
 
+// noBody is the response of a route whose success has an empty body (as
+// Ollama's /api/copy and /api/delete answer).
+type noBody struct{}
+
 // responses returns an operation's responses: the reply (JSON, streamed,
 // or another media type) and the dialect's error.
 func (g *schemaGen) responses(rt route) map[string]any {
+	if _, ok := rt.response.(noBody); ok {
+		out := map[string]any{"200": map[string]any{"description": "OK, with an empty body"}}
+		if rt.errors != nil {
+			out["default"] = map[string]any{"description": "An error, in the dialect's shape",
+				"content": map[string]any{"application/json": map[string]any{"schema": g.schema(reflect.TypeOf(rt.errorBody), true)}}}
+		}
+		return out
+	}
 	content := map[string]any{}
 	switch {
 	case rt.media != "":
