@@ -29,14 +29,7 @@ func ModelsDir() string {
 	if d := os.Getenv("LEM_MODELS"); d != "" {
 		return d
 	}
-	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
-		return filepath.Join(d, "lem", "models")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(".local", "share", "lem", "models")
-	}
-	return filepath.Join(home, ".local", "share", "lem", "models")
+	return filepath.Join(DataDir(), "models")
 }
 
 // DataDir returns lem's data directory, where it keeps what is not a

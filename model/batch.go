@@ -350,14 +350,7 @@ func (c *Cache) batchPass(bt *Batch) *pass {
 			panic(fmt.Sprintf("model: batch hidden states have %d rows for the %d rows asked for", bt.Hidden.Rows(), len(hpick)))
 		}
 		if !hall {
-			if c.hpick == nil || c.hpick.Len() < len(hpick) {
-				if c.hpick != nil {
-					c.b.Free(c.hpick)
-				}
-				c.hpick = c.b.Alloc(compute.I32, max(len(hpick), c.ar.capacity), 1)
-			}
-			p.hpick = c.b.View(c.hpick, 0, len(hpick))
-			c.b.UploadInts(p.hpick, hpick)
+			p.hpick = c.uploadRows(&c.hpick, hpick)
 		}
 	}
 	if bt.Logits == nil {
@@ -367,16 +360,24 @@ func (c *Cache) batchPass(bt *Batch) *pass {
 		panic(fmt.Sprintf("model: batch logits have %d rows for the %d rows asked for", bt.Logits.Rows(), len(pick)))
 	}
 	if !all {
-		if c.pick == nil || c.pick.Len() < len(pick) {
-			if c.pick != nil {
-				c.b.Free(c.pick)
-			}
-			c.pick = c.b.Alloc(compute.I32, max(len(pick), c.ar.capacity), 1)
-		}
-		p.pick = c.b.View(c.pick, 0, len(pick))
-		c.b.UploadInts(p.pick, pick)
+		p.pick = c.uploadRows(&c.pick, pick)
 	}
 	return p
+}
+
+// uploadRows copies the row indices rows into the I32 buffer *buf, grown
+// (to at least the arena's capacity) when too small, and returns the view
+// of it that holds them.
+func (c *Cache) uploadRows(buf **compute.Tensor, rows []int32) *compute.Tensor {
+	if *buf == nil || (*buf).Len() < len(rows) {
+		if *buf != nil {
+			c.b.Free(*buf)
+		}
+		*buf = c.b.Alloc(compute.I32, max(len(rows), c.ar.capacity), 1)
+	}
+	v := c.b.View(*buf, 0, len(rows))
+	c.b.UploadInts(v, rows)
+	return v
 }
 
 // batching implements Batched for a family from the stack its layers

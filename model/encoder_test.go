@@ -9,78 +9,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/compute/cpu"
-	"github.com/lem-engine/lem/safetensors"
+	"github.com/lem-engine/lem/internal/archref"
 )
 
-// encoderRef is a fixture's reference: the inputs, and transformers'
-// float32 outputs for them (scripts/encoder_fixtures.py).
-type encoderRef struct {
-	inputs []EncoderInput
-	hidden [][]float32
-	logits [][]float32
-}
-
-func readEncoderRef(t *testing.T, dir string) encoderRef {
+// readEncoderRef reads a fixture's reference (three inputs) and pairs its
+// ids and token type ids as the encoder's inputs.
+func readEncoderRef(t *testing.T, dir string) (*archref.EncoderReference, []EncoderInput) {
 	t.Helper()
-	f, err := safetensors.Open(filepath.Join(dir, "reference.safetensors"))
-	if err != nil {
-		t.Fatal(err)
+	ref := archref.LoadEncoder(t, dir)
+	if len(ref.IDs) != 3 {
+		t.Fatalf("%s: %d reference inputs, want 3", dir, len(ref.IDs))
 	}
-	defer f.Close()
-	get := func(name string) (Stored, bool) {
-		tt, ok := f.Tensor(name)
-		if !ok {
-			return Stored{}, false
-		}
-		var dt compute.DType
-		switch tt.DType {
-		case safetensors.F32:
-			dt = compute.F32
-		case safetensors.I32:
-			dt = compute.I32
-		default:
-			t.Fatalf("%s: dtype %v", name, tt.DType)
-		}
-		return Stored{DType: dt, Shape: tt.Shape, Data: tt.Data}, true
+	inputs := make([]EncoderInput, len(ref.IDs))
+	for i := range inputs {
+		inputs[i] = EncoderInput{IDs: ref.IDs[i], TypeIDs: ref.TypeIDs[i]}
 	}
-	ints := func(s Stored) []int32 {
-		v := make([]int32, len(s.Data)/4)
-		for i := range v {
-			v[i] = int32(uint32(s.Data[4*i]) | uint32(s.Data[4*i+1])<<8 | uint32(s.Data[4*i+2])<<16 | uint32(s.Data[4*i+3])<<24)
-		}
-		return v
-	}
-	var ref encoderRef
-	for i := 0; ; i++ {
-		ids, ok := get(fmt.Sprintf("ids.%d", i))
-		if !ok {
-			break
-		}
-		types, _ := get(fmt.Sprintf("types.%d", i))
-		h, _ := get(fmt.Sprintf("hidden.%d", i))
-		hv, err := toF32(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref.inputs = append(ref.inputs, EncoderInput{IDs: ints(ids), TypeIDs: ints(types)})
-		ref.hidden = append(ref.hidden, hv)
-	}
-	if l, ok := get("logits"); ok {
-		v, err := toF32(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := l.Shape[1]
-		for i := range l.Shape[0] {
-			ref.logits = append(ref.logits, v[i*n:(i+1)*n])
-		}
-	}
-	if len(ref.inputs) != 3 {
-		t.Fatalf("%s: %d reference inputs, want 3", dir, len(ref.inputs))
-	}
-	return ref
+	return ref, inputs
 }
 
 // compareVec checks got against want: cosine ≥ 0.9999 and every value
@@ -104,49 +49,40 @@ func compareVec(got, want []float32, tol float64) error {
 	return nil
 }
 
-var encoderFixtures = []struct {
-	name   string
-	labels int
-}{
-	{"bert", 0}, {"bert-cls", 3},
-	{"xlm-roberta", 0}, {"xlm-roberta-cls", 1},
-	{"modernbert", 0}, {"modernbert-cls", 2},
-}
-
 func TestEncoderReferences(t *testing.T) {
-	for _, fx := range encoderFixtures {
-		t.Run(fx.name, func(t *testing.T) {
-			dir := filepath.Join("testdata", "encoders", fx.name)
-			ref := readEncoderRef(t, dir)
+	for _, fx := range archref.Encoders {
+		t.Run(fx.Name, func(t *testing.T) {
+			dir := filepath.Join("testdata", "encoders", fx.Name)
+			ref, inputs := readEncoderRef(t, dir)
 			enc, err := OpenEncoderDir(dir, cpu.New(2))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer enc.Close()
-			if got := enc.Labels(); got != fx.labels {
-				t.Errorf("Labels() = %d, want %d", got, fx.labels)
+			if got := enc.Labels(); got != fx.Labels {
+				t.Errorf("Labels() = %d, want %d", got, fx.Labels)
 			}
-			out, err := enc.Encode(ref.inputs)
+			out, err := enc.Encode(inputs)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(out) != len(ref.inputs) {
-				t.Fatalf("%d outputs for %d inputs", len(out), len(ref.inputs))
+			if len(out) != len(inputs) {
+				t.Fatalf("%d outputs for %d inputs", len(out), len(inputs))
 			}
 			for i := range out {
-				if err := compareVec(out[i].Hidden, ref.hidden[i], 1e-3); err != nil {
+				if err := compareVec(out[i].Hidden, ref.Hidden[i], 1e-3); err != nil {
 					t.Errorf("input %d hidden states: %v", i, err)
 				}
-				if fx.labels > 0 {
-					if err := compareVec(out[i].Logits, ref.logits[i], 1e-3); err != nil {
-						t.Errorf("input %d logits %v, want %v: %v", i, out[i].Logits, ref.logits[i], err)
+				if fx.Labels > 0 {
+					if err := compareVec(out[i].Logits, ref.Logits[i], 1e-3); err != nil {
+						t.Errorf("input %d logits %v, want %v: %v", i, out[i].Logits, ref.Logits[i], err)
 					}
 				} else if out[i].Logits != nil {
 					t.Errorf("input %d: logits %v from a model without a head", i, out[i].Logits)
 				}
 			}
 			// Each input alone gives what it gave in the batch.
-			for i, in := range ref.inputs {
+			for i, in := range inputs {
 				one, err := enc.Encode([]EncoderInput{in})
 				if err != nil {
 					t.Fatal(err)

@@ -182,11 +182,8 @@ func (s *Server) adminLoad(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		reg.mu.Lock()
-		e, err := reg.find(name)
-		reg.mu.Unlock()
-		if err != nil {
-			openaiErrors(w, AsError(err))
+		e := withEntry(w, reg, name)
+		if e == nil {
 			return
 		}
 		name = e.spec.Name
@@ -233,12 +230,21 @@ func withEntry(w http.ResponseWriter, reg *registry, name string) *entry {
 	return e
 }
 
-func (s *Server) adminUnload(w http.ResponseWriter, r *http.Request) {
-	reg, o := s.readAdmin(w, r)
+// readAdminEntry decodes an admin request naming a known model and finds
+// it; e is nil when an error has been written.
+func (s *Server) readAdminEntry(w http.ResponseWriter, r *http.Request) (reg *registry, o *adminModelRequest, e *entry) {
+	reg, o = s.readAdmin(w, r)
 	if o == nil {
-		return
+		return nil, nil, nil
 	}
-	e := withEntry(w, reg, o.Model)
+	if e = withEntry(w, reg, o.Model); e == nil {
+		return nil, nil, nil
+	}
+	return reg, o, e
+}
+
+func (s *Server) adminUnload(w http.ResponseWriter, r *http.Request) {
+	reg, _, e := s.readAdminEntry(w, r)
 	if e == nil {
 		return
 	}
@@ -251,11 +257,7 @@ func (s *Server) adminUnload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) adminPin(w http.ResponseWriter, r *http.Request) {
-	reg, o := s.readAdmin(w, r)
-	if o == nil {
-		return
-	}
-	e := withEntry(w, reg, o.Model)
+	reg, o, e := s.readAdminEntry(w, r)
 	if e == nil {
 		return
 	}
@@ -266,11 +268,7 @@ func (s *Server) adminPin(w http.ResponseWriter, r *http.Request) {
 		if pin {
 			in.stopTimer()
 		} else if in.refs == 0 {
-			d := reg.keepAlive
-			if e.spec.KeepAlive != 0 {
-				d = e.spec.KeepAlive
-			}
-			reg.expireAfter(in, d)
+			reg.expireAfter(in, reg.keepAliveOf(e))
 		}
 	}
 	reg.mu.Unlock()
@@ -278,11 +276,7 @@ func (s *Server) adminPin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) adminReload(w http.ResponseWriter, r *http.Request) {
-	reg, o := s.readAdmin(w, r)
-	if o == nil {
-		return
-	}
-	e := withEntry(w, reg, o.Model)
+	reg, _, e := s.readAdminEntry(w, r)
 	if e == nil {
 		return
 	}
@@ -317,11 +311,7 @@ func (r *registry) reload(ctx context.Context, e *entry) error {
 	if err == nil {
 		in.lastUsed = time.Now()
 		e.cur = in
-		d := r.keepAlive
-		if e.spec.KeepAlive != 0 {
-			d = e.spec.KeepAlive
-		}
-		r.expireAfter(in, d)
+		r.expireAfter(in, r.keepAliveOf(e))
 	}
 	e.loadErr = err
 	e.loading = nil

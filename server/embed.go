@@ -149,8 +149,7 @@ func (m *Model) embedInputs(req *EmbedRequest) ([][]int32, int, error) {
 		}
 		total += len(ids)
 		if total > maxEmbedTokens {
-			return nil, 0, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Param: param,
-				Message: fmt.Sprintf("the inputs have more than %d tokens together, the most one request may have", maxEmbedTokens)}
+			return nil, 0, tooManyTokens(param, "inputs")
 		}
 		out = append(out, ids)
 	}
@@ -195,21 +194,38 @@ func (m *Model) closingToken() (int32, bool) {
 	return ids[len(ids)-1], true
 }
 
+// tooManyTokens is the error of a request whose inputs (what names them)
+// have more than maxEmbedTokens tokens together.
+func tooManyTokens(param, what string) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Param: param,
+		Message: fmt.Sprintf("the %s have more than %d tokens together, the most one request may have", what, maxEmbedTokens)}
+}
+
 // runEmbed runs the pooled hidden states of ids through the queue and the
 // scheduler, counting them in the metrics.
 func (m *Model) runEmbed(ctx context.Context, ids [][]int32, total int) ([][]float32, error) {
+	return runQueued(ctx, m, len(ids), total, func() ([][]float32, error) {
+		return m.embedder().Embed(ctx, ids, m.eng.Embedding.Pooling)
+	})
+}
+
+// runQueued runs fn holding a place in m's queue, counting its inputs and
+// their total tokens in the metrics; a failure of fn becomes what the
+// client sees (see engineError).
+func runQueued[T any](ctx context.Context, m *Model, inputs, total int, fn func() (T, error)) (T, error) {
+	var zero T
 	if err := m.wait(ctx, nil); err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer m.q.release()
 	m.obs.promptTokens.Add(float64(total))
-	m.obs.embedInputs.Add(float64(len(ids)))
+	m.obs.embedInputs.Add(float64(inputs))
 	m.obs.embedTokens.Add(float64(total))
-	vecs, err := m.embedder().Embed(ctx, ids, m.eng.Embedding.Pooling)
+	v, err := fn()
 	if err != nil {
-		return nil, engineError(ctx, err)
+		return zero, engineError(ctx, err)
 	}
-	return vecs, nil
+	return v, nil
 }
 
 // engineError turns a failure of the scheduler into what the client sees:
@@ -328,21 +344,15 @@ func (m *Model) rerankCross(ctx context.Context, req RerankRequest, queries []st
 		}
 		total += len(ids)
 		if total > maxEmbedTokens {
-			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Param: dp,
-				Message: fmt.Sprintf("the documents have more than %d tokens together, the most one request may have", maxEmbedTokens)}
+			return nil, tooManyTokens(dp, "documents")
 		}
 		inputs[i] = model.EncoderInput{IDs: ids, TypeIDs: types}
 	}
-	if err := m.wait(ctx, nil); err != nil {
-		return nil, err
-	}
-	defer m.q.release()
-	m.obs.promptTokens.Add(float64(total))
-	m.obs.embedInputs.Add(float64(len(inputs)))
-	m.obs.embedTokens.Add(float64(total))
-	logits, err := m.enc.ScorePairs(ctx, inputs)
+	logits, err := runQueued(ctx, m, len(inputs), total, func() ([]float32, error) {
+		return m.enc.ScorePairs(ctx, inputs)
+	})
 	if err != nil {
-		return nil, engineError(ctx, err)
+		return nil, err
 	}
 	res := &RerankResult{PromptTokens: total}
 	for _, l := range logits {
@@ -408,21 +418,15 @@ func (m *Model) rerankJudge(ctx context.Context, req RerankRequest, queries []st
 		}
 		total += len(ids)
 		if total > maxEmbedTokens {
-			return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Param: cmpOr(req.DocumentsParam, "documents"),
-				Message: fmt.Sprintf("the documents have more than %d tokens together, the most one request may have", maxEmbedTokens)}
+			return nil, tooManyTokens(cmpOr(req.DocumentsParam, "documents"), "documents")
 		}
 		inputs[i] = ids
 	}
-	if err := m.wait(ctx, nil); err != nil {
-		return nil, err
-	}
-	defer m.q.release()
-	m.obs.promptTokens.Add(float64(total))
-	m.obs.embedInputs.Add(float64(len(inputs)))
-	m.obs.embedTokens.Add(float64(total))
-	rows, err := m.sched.LastLogits(ctx, inputs, []int32{yes, no})
+	rows, err := runQueued(ctx, m, len(inputs), total, func() ([][]float32, error) {
+		return m.sched.LastLogits(ctx, inputs, []int32{yes, no})
+	})
 	if err != nil {
-		return nil, engineError(ctx, err)
+		return nil, err
 	}
 	res := &RerankResult{PromptTokens: total}
 	for _, r := range rows {

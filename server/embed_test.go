@@ -4,8 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"net/http/httptest"
 	"strings"
@@ -22,16 +20,7 @@ func newTinyEmbedServer(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewModel("tiny", e, ModelOptions{Context: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	_, ts := serveModels(t, Config{}, mustModel(t, "tiny", e, ModelOptions{Context: 128}))
 	return ts
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"io"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -28,12 +27,7 @@ func newEncoderServer(t *testing.T, name string) (*httptest.Server, *engine.Enco
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	_, ts := serveModels(t, Config{}, m)
 	return ts, e
 }
 

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -82,7 +79,10 @@ func TestFillInTheMiddle(t *testing.T) {
 // TestFillInTheMiddleUnsupported checks the 400 for a model whose
 // tokenizer declares no FIM tokens: lem-tiny served with Llama 2's
 // published tokenizer, which has none.
-func TestFillInTheMiddleUnsupported(t *testing.T) {
+// openTinyLlama2 opens lem-tiny with the llama2 tokenizer fixture, which
+// has no fill-in-the-middle tokens.
+func openTinyLlama2(t *testing.T) *engine.Model {
+	t.Helper()
 	e, err := engine.OpenTiny(engine.Options{Backend: cpu.New(0)})
 	if err != nil {
 		t.Fatal(err)
@@ -90,17 +90,13 @@ func TestFillInTheMiddleUnsupported(t *testing.T) {
 	if e.Tokenizer, err = tokenizer.LoadDir(fixtures.Dir(t, "tokenizers", "llama2")); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+func TestFillInTheMiddleUnsupported(t *testing.T) {
+	e := openTinyLlama2(t)
 	e.Templates = nil
-	m, err := NewModel("plain-llm", e, ModelOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	_, ts := serveModels(t, Config{}, mustModel(t, "plain-llm", e, ModelOptions{}))
 	for _, path := range []string{"/v1/completions", "/api/generate"} {
 		code, _, raw := post(t, ts.URL+path, `{"model":"plain-llm","prompt":"def f(","suffix":"):\n","stream":false}`)
 		if code != 400 || !strings.Contains(raw, `\"plain-llm\"`) || !strings.Contains(raw, "fill-in-the-middle") || !strings.Contains(raw, "suffix") {
@@ -170,23 +166,7 @@ func TestOllamaShowFIM(t *testing.T) {
 		t.Errorf("capabilities %v, modelfile %q: %s", v["capabilities"], v["modelfile"], raw)
 	}
 
-	e, err := engine.OpenTiny(engine.Options{Backend: cpu.New(0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.Tokenizer, err = tokenizer.LoadDir(fixtures.Dir(t, "tokenizers", "llama2")); err != nil {
-		t.Fatal(err)
-	}
-	m, err := NewModel("plain-llm", e, ModelOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts2 := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts2.Close() })
+	_, ts2 := serveModels(t, Config{}, mustModel(t, "plain-llm", openTinyLlama2(t), ModelOptions{}))
 	code, v, raw = post(t, ts2.URL+"/api/show", `{"model":"plain-llm"}`)
 	if code != 200 || strings.Contains(raw, "Suffix") || slices.Contains(v["capabilities"].([]any), any("insert")) {
 		t.Errorf("no FIM tokens: %d %s", code, raw)

@@ -37,20 +37,31 @@ func openChatModel(t testing.TB) *engine.Model {
 // newTestServer serves the chat model as "chat" on a loopback port.
 func newTestServer(t testing.TB, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	m, err := NewModel("chat", openChatModel(t), ModelOptions{})
+	return serveModels(t, cfg, mustModel(t, "chat", openChatModel(t), ModelOptions{}))
+}
+
+// mustModel makes e the served model id, failing the test on error.
+func mustModel(t testing.TB, id string, e *engine.Model, opts ModelOptions) *Model {
+	t.Helper()
+	m, err := NewModel(id, e, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// serveModels serves the models with cfg on a loopback port, its logs
+// discarded when cfg has no logger; the server closes when the test ends.
+func serveModels(t testing.TB, cfg Config, models ...*Model) (*Server, *httptest.Server) {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s, err := New(cfg, m)
+	s, err := New(cfg, models...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(s.Handler())
-	ts.Config.BaseContext = nil
-	ts.Start()
+	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { s.Close(); ts.Close() })
 	return s, ts
 }

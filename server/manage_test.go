@@ -43,19 +43,7 @@ func olChatCounts(t *testing.T, base, model string, opts map[string]any) (int, i
 // tagNames returns the names /api/tags lists.
 func tagNames(t *testing.T, base string) []string {
 	t.Helper()
-	code, data := regCall(t, "GET", base+"/api/tags", "", nil)
-	if code != 200 {
-		t.Fatalf("/api/tags: %d %s", code, data)
-	}
-	var l olModelList
-	if err := json.Unmarshal(data, &l); err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, m := range l.Models {
-		out = append(out, m.Name)
-	}
-	return out
+	return listedNames(t, base, "/api/tags")
 }
 
 func contains(list []string, s string) bool {

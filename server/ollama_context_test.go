@@ -3,8 +3,6 @@ package server
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,16 +13,7 @@ import (
 // tokens on a loopback port.
 func newContextServer(t *testing.T, ctx int) *httptest.Server {
 	t.Helper()
-	m, err := NewModel("chat", openChatModel(t), ModelOptions{Context: ctx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	_, ts := serveModels(t, Config{}, mustModel(t, "chat", openChatModel(t), ModelOptions{Context: ctx}))
 	return ts
 }
 

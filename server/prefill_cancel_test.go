@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -32,16 +31,8 @@ func newSlowServer(t *testing.T) (*Model, *httptest.Server) {
 	t.Cleanup(func() { em.Close() })
 	// One sequence at a time: the test is of a request queued behind
 	// another's prefill.
-	m, err := NewModel("slow", em, ModelOptions{Context: 4096, Parallel: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	m := mustModel(t, "slow", em, ModelOptions{Context: 4096, Parallel: 1})
+	_, ts := serveModels(t, Config{}, m)
 	return m, ts
 }
 

@@ -3,9 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,16 +189,7 @@ func TestReasoningBeforeStructureOpenPrompt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { em.Close() })
-	m, err := NewModel("chat", em, ModelOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	_, ts := serveModels(t, Config{}, mustModel(t, "chat", em, ModelOptions{}))
 
 	for _, tt := range []struct {
 		name      string

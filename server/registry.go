@@ -472,14 +472,20 @@ func (r *registry) release(in *instance, keepAlive *time.Duration) {
 		r.unloadLocked(in)
 		return
 	}
-	d := r.keepAlive
-	if in.e.spec.KeepAlive != 0 {
-		d = in.e.spec.KeepAlive
-	}
+	d := r.keepAliveOf(in.e)
 	if keepAlive != nil {
 		d = *keepAlive
 	}
 	r.expireAfter(in, d)
+}
+
+// keepAliveOf returns how long e's model stays loaded when idle: its
+// own keep_alive, or the registry's default.
+func (r *registry) keepAliveOf(e *entry) time.Duration {
+	if e.spec.KeepAlive != 0 {
+		return e.spec.KeepAlive
+	}
+	return r.keepAlive
 }
 
 // expireAfter arms in's keep_alive. Called with r.mu held.

@@ -100,9 +100,16 @@ func regChat(model string) map[string]any {
 // psNames returns the names /api/ps lists.
 func psNames(t *testing.T, base string) []string {
 	t.Helper()
-	code, data := regCall(t, "GET", base+"/api/ps", "", nil)
+	return listedNames(t, base, "/api/ps")
+}
+
+// listedNames returns the names of the models the list at path (/api/tags,
+// /api/ps) holds.
+func listedNames(t *testing.T, base, path string) []string {
+	t.Helper()
+	code, data := regCall(t, "GET", base+path, "", nil)
 	if code != 200 {
-		t.Fatalf("/api/ps: %d %s", code, data)
+		t.Fatalf("%s: %d %s", path, code, data)
 	}
 	var l olModelList
 	if err := json.Unmarshal(data, &l); err != nil {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,21 +29,9 @@ func newTinyServer(t *testing.T, cfg Config, ids ...string) *httptest.Server {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := NewModel(id, e, ModelOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		models = append(models, m)
+		models = append(models, mustModel(t, id, e, ModelOptions{}))
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := New(cfg, models...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(s.Handler())
-	ts.Config.BaseContext = nil
-	ts.Start()
-	t.Cleanup(func() { s.Close(); ts.Close() })
+	_, ts := serveModels(t, cfg, models...)
 	return ts
 }
 

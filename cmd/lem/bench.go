@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -198,9 +197,7 @@ it are counted.`,
 			}
 			w := cmd.OutOrStdout()
 			if o.asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return printJSON(w, rep)
 			}
 			if len(rep.Parallel) > 0 {
 				return printParallel(w, rep)

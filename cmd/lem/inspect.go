@@ -96,9 +96,7 @@ a chat template is present.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(in)
+				return printJSON(cmd.OutOrStdout(), in)
 			}
 			printInspection(cmd.OutOrStdout(), in)
 			return nil
@@ -267,6 +265,13 @@ func humanCount(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return fmt.Sprint(n)
+}
+
+// printJSON writes v to w as indented JSON, the output of --json.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func humanBytes(n int64) string {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -69,9 +68,7 @@ Load talks only to --url: it uses no proxy and follows no redirect.`,
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return printJSON(w, rep)
 			}
 			return printLoad(w, rep)
 		},

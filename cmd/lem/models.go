@@ -152,9 +152,7 @@ their size, when they were last modified, their format and quantization.
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(entries)
+				return printJSON(w, entries)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "models directory: %s\nhub cache:        %s\n", d.Models, d.Hub)
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

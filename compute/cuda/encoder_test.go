@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -11,9 +10,9 @@ import (
 	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/compute/cpu"
 	"github.com/lem-engine/lem/engine"
+	"github.com/lem-engine/lem/internal/archref"
 	"github.com/lem-engine/lem/internal/fixtures"
 	"github.com/lem-engine/lem/model"
-	"github.com/lem-engine/lem/safetensors"
 )
 
 // TestAttendAll compares the bidirectional attention of encoders with the
@@ -96,70 +95,16 @@ func TestAttendAll(t *testing.T) {
 	}
 }
 
-// encoderFixtures are model/testdata/encoders, with the number of labels
-// of each one's classification head.
-var encoderFixtures = []struct {
-	name   string
-	labels int
-}{
-	{"bert", 0}, {"bert-cls", 3},
-	{"xlm-roberta", 0}, {"xlm-roberta-cls", 1},
-	{"modernbert", 0}, {"modernbert-cls", 2},
-}
-
-// encoderReference reads a fixture's reference.safetensors: the inputs and
-// transformers' float32 hidden states and logits for them.
-func encoderReference(t *testing.T, dir string) (inputs []model.EncoderInput, hidden, logits [][]float32) {
+// encoderInputs reads an encoder fixture's reference and pairs its ids
+// and token type ids as the encoder's inputs.
+func encoderInputs(t *testing.T, dir string) (*archref.EncoderReference, []model.EncoderInput) {
 	t.Helper()
-	f, err := safetensors.Open(filepath.Join(dir, "reference.safetensors"))
-	if err != nil {
-		t.Fatal(err)
+	ref := archref.LoadEncoder(t, dir)
+	inputs := make([]model.EncoderInput, len(ref.IDs))
+	for i := range inputs {
+		inputs[i] = model.EncoderInput{IDs: ref.IDs[i], TypeIDs: ref.TypeIDs[i]}
 	}
-	defer f.Close()
-	ints := func(name string) []int32 {
-		x, ok := f.Tensor(name)
-		if !ok {
-			return nil
-		}
-		if x.DType != safetensors.I32 {
-			t.Fatalf("%s: dtype %v, want I32", name, x.DType)
-		}
-		v := make([]int32, len(x.Data)/4)
-		for i := range v {
-			v[i] = int32(binary.LittleEndian.Uint32(x.Data[4*i:]))
-		}
-		return v
-	}
-	floats := func(name string) []float32 {
-		x, ok := f.Tensor(name)
-		if !ok {
-			t.Fatalf("%s: no tensor %s", dir, name)
-		}
-		v, err := x.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	for i := 0; ; i++ {
-		ids := ints(fmt.Sprintf("ids.%d", i))
-		if ids == nil {
-			break
-		}
-		inputs = append(inputs, model.EncoderInput{IDs: ids, TypeIDs: ints(fmt.Sprintf("types.%d", i))})
-		hidden = append(hidden, floats(fmt.Sprintf("hidden.%d", i)))
-	}
-	if x, ok := f.Tensor("logits"); ok {
-		v := floats("logits")
-		n := x.Shape[1]
-		for i := range x.Shape[0] {
-			logits = append(logits, v[i*n:(i+1)*n])
-		}
-	}
-	if len(inputs) == 0 {
-		t.Fatalf("%s: no reference inputs", dir)
-	}
-	return inputs, hidden, logits
+	return ref, inputs
 }
 
 // vecDiff returns the cosine of got and want and their largest absolute
@@ -201,17 +146,17 @@ func checkVecTol(t *testing.T, what string, got, want []float32, tol float64) {
 // engine and matches transformers' references, the inputs in one batch.
 func TestEncoderReferences(t *testing.T) {
 	g := openGPU(t)
-	for _, fx := range encoderFixtures {
-		t.Run(fx.name, func(t *testing.T) {
-			dir := filepath.Join("..", "..", "model", "testdata", "encoders", fx.name)
-			inputs, hidden, logits := encoderReference(t, dir)
+	for _, fx := range archref.Encoders {
+		t.Run(fx.Name, func(t *testing.T) {
+			dir := filepath.Join("..", "..", "model", "testdata", "encoders", fx.Name)
+			ref, inputs := encoderInputs(t, dir)
 			e, err := engine.OpenEncoder(dir, engine.Options{Backend: g})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			if got := e.Net.Labels(); got != fx.labels {
-				t.Errorf("Labels() = %d, want %d", got, fx.labels)
+			if got := e.Net.Labels(); got != fx.Labels {
+				t.Errorf("Labels() = %d, want %d", got, fx.Labels)
 			}
 			out, err := e.Net.Encode(inputs)
 			if err != nil {
@@ -221,9 +166,9 @@ func TestEncoderReferences(t *testing.T) {
 				t.Fatalf("%d outputs for %d inputs", len(out), len(inputs))
 			}
 			for i := range out {
-				checkVec(t, fmt.Sprintf("input %d (%d tokens) hidden states", i, len(inputs[i].IDs)), out[i].Hidden, hidden[i])
-				if fx.labels > 0 {
-					checkVec(t, fmt.Sprintf("input %d logits", i), out[i].Logits, logits[i])
+				checkVec(t, fmt.Sprintf("input %d (%d tokens) hidden states", i, len(inputs[i].IDs)), out[i].Hidden, ref.Hidden[i])
+				if fx.Labels > 0 {
+					checkVec(t, fmt.Sprintf("input %d logits", i), out[i].Logits, ref.Logits[i])
 				}
 			}
 		})
