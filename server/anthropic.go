@@ -55,7 +55,7 @@ func anthropicErrors(w http.ResponseWriter, e *Error) {
 
 // anError is an Anthropic error body.
 type anError struct {
-	Type  string `json:"type"`
+	Type  string `json:"type" enum:"error"`
 	Error struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
@@ -561,12 +561,12 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 			if err := st.start("text/event-stream"); err != nil {
 				return err
 			}
-			start := anResponse{ID: id, Type: "message", Role: "assistant", Model: m.id, Content: []any{},
+			start := anResponse{ID: id, Type: "message", Role: "assistant", Model: m.id, Content: []anContent{},
 				Usage: anUsage{InputTokens: p.PromptTokens()}}
 			if err := as.event("message_start", anMessageStart{Type: "message_start", Message: start}); err != nil {
 				return err
 			}
-			return as.event("ping", map[string]string{"type": "ping"})
+			return as.event("ping", anBareEvent{Type: "ping"})
 		}
 		return as.handle(ev)
 	})
@@ -585,20 +585,20 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 	delta := anMessageDelta{Type: "message_delta", Usage: anUsageOf(res.Usage)}
 	delta.Delta.StopReason, delta.Delta.StopSequence = reason, seq
 	as.event("message_delta", delta)
-	as.event("message_stop", map[string]string{"type": "message_stop"})
+	as.event("message_stop", anBareEvent{Type: "message_stop"})
 }
 
 // anResponse is a message as the API returns it (and as message_start
 // carries it, with no content yet).
 type anResponse struct {
-	ID           string  `json:"id"`
-	Type         string  `json:"type"`
-	Role         string  `json:"role"`
-	Model        string  `json:"model"`
-	Content      []any   `json:"content"`
-	StopReason   *string `json:"stop_reason"`
-	StopSequence *string `json:"stop_sequence"`
-	Usage        anUsage `json:"usage"`
+	ID           string      `json:"id"`
+	Type         string      `json:"type" enum:"message"`
+	Role         string      `json:"role" enum:"assistant"`
+	Model        string      `json:"model"`
+	Content      []anContent `json:"content"`
+	StopReason   *string     `json:"stop_reason"`
+	StopSequence *string     `json:"stop_sequence"`
+	Usage        anUsage     `json:"usage"`
 }
 
 // anUsage counts tokens as Anthropic does: input_tokens are the prompt
@@ -615,24 +615,32 @@ func anUsageOf(u Usage) anUsage {
 	return anUsage{InputTokens: u.PromptTokens - u.CachedTokens, CacheReadInputTokens: u.CachedTokens, OutputTokens: u.CompletionTokens}
 }
 
+// anContent is a content block of a response: an anTextBlock,
+// anThinkingBlock or anToolUseBlock.
+type anContent interface{ anContent() }
+
 // Content blocks of a response.
 type (
 	anTextBlock struct {
-		Type string `json:"type"`
+		Type string `json:"type" enum:"text"`
 		Text string `json:"text"`
 	}
 	anThinkingBlock struct {
-		Type      string `json:"type"`
+		Type      string `json:"type" enum:"thinking"`
 		Thinking  string `json:"thinking"`
 		Signature string `json:"signature"`
 	}
 	anToolUseBlock struct {
-		Type  string          `json:"type"`
+		Type  string          `json:"type" enum:"tool_use"`
 		ID    string          `json:"id"`
 		Name  string          `json:"name"`
 		Input json.RawMessage `json:"input"`
 	}
 )
+
+func (anTextBlock) anContent()     {}
+func (anThinkingBlock) anContent() {}
+func (anToolUseBlock) anContent()  {}
 
 // anToolUseID gives a tool call an id in Anthropic's style.
 func anToolUseID(c *ToolCall) string {
@@ -661,7 +669,7 @@ func anStopReason(finish, stopSeq string) (string, *string) {
 // anMessageBody is the whole reply of a non-streamed request.
 func anMessageBody(id, model string, res *Result) anResponse {
 	c := res.Choices[0]
-	content := []any{}
+	content := []anContent{}
 	if c.Reasoning != "" {
 		content = append(content, anThinkingBlock{Type: "thinking", Thinking: c.Reasoning, Signature: anSignature()})
 	}
@@ -677,23 +685,33 @@ func anMessageBody(id, model string, res *Result) anResponse {
 		StopReason: &reason, StopSequence: seq, Usage: anUsageOf(res.Usage)}
 }
 
-// Stream events other than the per-token deltas.
+// Stream events. The content_block_delta events, one a token, are encoded
+// by hand (anEncoder) in anBlockDelta's shape.
 type (
 	anMessageStart struct {
-		Type    string     `json:"type"`
+		Type    string     `json:"type" enum:"message_start"`
 		Message anResponse `json:"message"`
 	}
 	anBlockStart struct {
-		Type         string `json:"type"`
-		Index        int    `json:"index"`
-		ContentBlock any    `json:"content_block"`
+		Type         string    `json:"type" enum:"content_block_start"`
+		Index        int       `json:"index"`
+		ContentBlock anContent `json:"content_block"`
+	}
+	anBlockDelta struct {
+		Type  string  `json:"type" enum:"content_block_delta"`
+		Index int     `json:"index"`
+		Delta anDelta `json:"delta"`
 	}
 	anBlockStop struct {
-		Type  string `json:"type"`
+		Type  string `json:"type" enum:"content_block_stop"`
 		Index int    `json:"index"`
 	}
+	// anBareEvent is an event that is its type alone.
+	anBareEvent struct {
+		Type string `json:"type" enum:"ping,message_stop"`
+	}
 	anMessageDelta struct {
-		Type  string `json:"type"`
+		Type  string `json:"type" enum:"message_delta"`
 		Delta struct {
 			StopReason   string  `json:"stop_reason"`
 			StopSequence *string `json:"stop_sequence"`
@@ -701,6 +719,38 @@ type (
 		Usage anUsage `json:"usage"`
 	}
 )
+
+// anStreamEvents are the kinds of /v1/messages stream events.
+var anStreamEvents = []any{anMessageStart{}, anBareEvent{}, anBlockStart{}, anBlockDelta{}, anBlockStop{}, anMessageDelta{}, anError{}}
+
+// anDelta is the delta of a content_block_delta event: an anTextDelta,
+// anThinkingDelta, anSignatureDelta or anInputJSONDelta.
+type anDelta interface{ anDelta() }
+
+// Deltas of content blocks.
+type (
+	anTextDelta struct {
+		Type string `json:"type" enum:"text_delta"`
+		Text string `json:"text"`
+	}
+	anThinkingDelta struct {
+		Type     string `json:"type" enum:"thinking_delta"`
+		Thinking string `json:"thinking"`
+	}
+	anSignatureDelta struct {
+		Type      string `json:"type" enum:"signature_delta"`
+		Signature string `json:"signature"`
+	}
+	anInputJSONDelta struct {
+		Type        string `json:"type" enum:"input_json_delta"`
+		PartialJSON string `json:"partial_json"`
+	}
+)
+
+func (anTextDelta) anDelta()      {}
+func (anThinkingDelta) anDelta()  {}
+func (anSignatureDelta) anDelta() {}
+func (anInputJSONDelta) anDelta() {}
 
 // Kinds of the open content block of a stream.
 const (
@@ -767,7 +817,7 @@ func (a *anStream) text(kind int, text string) error {
 		if err := a.closeBlock(); err != nil {
 			return err
 		}
-		var block any = anTextBlock{Type: "text"}
+		var block anContent = anTextBlock{Type: "text"}
 		if kind == anThinkingOpen {
 			block = anThinkingBlock{Type: "thinking"}
 		}

@@ -22,7 +22,11 @@
 //  1. list their routes in the route table (routes.go): pattern, error
 //     writer, flags, handler, and for the OpenAPI document (openapi.go,
 //     GET /openapi.json, lem spec) the dialect, a summary, a value of the
-//     request's and of the reply's Go type and the media type of a stream.
+//     request's and of the reply's Go type, the media type of a stream
+//     and a value of its events' type (or one of each kind of event, told
+//     apart by an enum tag on their "type" field; an interface-typed field
+//     lists its types in schemaUnions). Replies and events are marshalled
+//     from those types, never from maps, so the document cannot drift.
 //     Adding a route is adding its entry there: Server.routes registers
 //     each through Server.handle, which adds the request id, panic
 //     recovery, the Host and Origin checks against DNS rebinding and

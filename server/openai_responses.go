@@ -21,7 +21,7 @@ type responseStore struct {
 	max   int
 	order *list.List // of string ids, most recent at the front
 	byID  map[string]*storedResponse
-	items map[string]map[string]any // output item id → item, of the stored responses
+	items map[string]respItem // output item id → item, of the stored responses
 }
 
 // storedResponse is a response with the conversation that led to it.
@@ -29,11 +29,11 @@ type storedResponse struct {
 	id       string
 	elem     *list.Element
 	messages []chat.Message // the whole conversation, its output included
-	body     map[string]any // the response object as returned
+	body     *respBody      // the response object as returned
 }
 
 func newResponseStore(max int) *responseStore {
-	return &responseStore{max: max, order: list.New(), byID: map[string]*storedResponse{}, items: map[string]map[string]any{}}
+	return &responseStore{max: max, order: list.New(), byID: map[string]*storedResponse{}, items: map[string]respItem{}}
 }
 
 func (s *responseStore) put(r *storedResponse) {
@@ -46,7 +46,7 @@ func (s *responseStore) put(r *storedResponse) {
 	r.elem = s.order.PushFront(r.id)
 	s.byID[r.id] = r
 	for _, it := range r.outputItems() {
-		if id, _ := it["id"].(string); id != "" {
+		if id := it.itemID(); id != "" {
 			s.items[id] = it
 		}
 	}
@@ -65,16 +65,18 @@ func (s *responseStore) forget(r *storedResponse) {
 		return
 	}
 	for _, it := range r.outputItems() {
-		if id, _ := it["id"].(string); id != "" {
+		if id := it.itemID(); id != "" {
 			delete(s.items, id)
 		}
 	}
 }
 
 // outputItems returns the output items of a stored response.
-func (r *storedResponse) outputItems() []map[string]any {
-	out, _ := r.body["output"].([]map[string]any)
-	return out
+func (r *storedResponse) outputItems() []respItem {
+	if r.body == nil {
+		return nil
+	}
+	return r.body.Output
 }
 
 // item returns the output item of a stored response with the given id,
@@ -138,16 +140,20 @@ type respRequest struct {
 		Summary *string `json:"summary"`
 	} `json:"reasoning"`
 	Text *struct {
-		Format *struct {
-			Type   string          `json:"type"`
-			Name   string          `json:"name,omitempty"`
-			Schema json.RawMessage `json:"schema,omitempty"`
-			Strict *bool           `json:"strict,omitempty"`
-		} `json:"format"`
+		Format *respTextFormat `json:"format"`
 	} `json:"text"`
 	Metadata           map[string]string          `json:"metadata"`
 	ParallelToolCalls  *bool                      `json:"parallel_tool_calls"`
 	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
+}
+
+// respTextFormat is the format of a response's text, as the request gives
+// it and the response repeats it.
+type respTextFormat struct {
+	Type   string          `json:"type"`
+	Name   string          `json:"name,omitempty"`
+	Schema json.RawMessage `json:"schema,omitempty"`
+	Strict *bool           `json:"strict,omitempty"`
 }
 
 // respInputItem is one item of a Responses input list.
@@ -351,7 +357,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 			s.generationFailed(w, r, err, openaiErrors)
 		} else if r.Context().Err() == nil {
 			e := AsError(err)
-			rs.send("error", map[string]any{"code": e.Code, "message": e.Message, "param": nil})
+			rs.frame("error", respErrorEvent{Type: "error", SequenceNumber: rs.next(), Code: e.Code, Message: e.Message})
 		}
 		return
 	}
@@ -360,10 +366,10 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		s.store.put(&storedResponse{id: rs.id, messages: rs.conversation(history, &res.Choices[0]), body: body})
 	}
 	typ := "response.completed"
-	if body["status"] == "incomplete" {
+	if body.Status == "incomplete" {
 		typ = "response.incomplete"
 	}
-	rs.send(typ, map[string]any{"response": body})
+	rs.send(respEvent{Type: typ, Response: body})
 }
 
 // respRequest builds the core request of a Responses call and returns the
@@ -435,23 +441,32 @@ type respState struct {
 	req     *respRequest
 	st      *stream
 	seq     int
-	output  []map[string]any
+	output  []respItem
 	status  string
 	finish  string
 
 	// The item being streamed.
-	cur     map[string]any
+	cur     respItem
 	curKind EventKind
 	curText bytes.Buffer
 	buf     []byte
 }
 
-// send writes one event.
-func (rs *respState) send(typ string, fields map[string]any) error {
-	fields["type"] = typ
-	fields["sequence_number"] = rs.seq
+// next returns the sequence number of the next event.
+func (rs *respState) next() int {
 	rs.seq++
-	data, err := json.Marshal(fields)
+	return rs.seq - 1
+}
+
+// send writes one event, numbering it.
+func (rs *respState) send(ev respEvent) error {
+	ev.SequenceNumber = rs.next()
+	return rs.frame(ev.Type, ev)
+}
+
+// frame writes one event of type typ with v as its data.
+func (rs *respState) frame(typ string, v any) error {
+	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
@@ -493,67 +508,185 @@ func (rs *respState) textDeltaFrame(typ, itemID string, text string) []byte {
 	return b
 }
 
-// body is the response object.
-func (rs *respState) body(u Usage) map[string]any {
-	o := rs.req
-	status := "completed"
-	var incomplete any
-	switch rs.finish {
-	case FinishLength:
-		status = "incomplete"
-		incomplete = map[string]any{"reason": "max_output_tokens"}
-	case FinishContentFilter:
-		status = "incomplete"
-		incomplete = map[string]any{"reason": "content_filter"}
-	}
-	if rs.status != "" {
-		status = rs.status
-	}
-	output := rs.output
-	if output == nil {
-		output = []map[string]any{}
-	}
-	tools := o.Tools
-	if tools == nil {
-		tools = []json.RawMessage{}
-	}
-	var toolChoice any = "auto"
-	if len(o.ToolChoice) > 0 {
-		toolChoice = o.ToolChoice
-	}
-	var textFormat any = map[string]any{"type": "text"}
-	if o.Text != nil && o.Text.Format != nil && o.Text.Format.Type != "" {
-		textFormat = o.Text.Format
-	}
-	metadata := o.Metadata
-	if metadata == nil {
-		metadata = map[string]string{}
-	}
-	b := map[string]any{
-		"id": rs.id, "object": "response", "created_at": rs.created, "status": status, "model": rs.model,
-		"output": output, "error": nil, "incomplete_details": incomplete,
-		"instructions": o.Instructions, "max_output_tokens": o.MaxOutputTokens,
-		"previous_response_id": nilIfEmpty(o.PreviousResponseID),
-		"temperature":          o.Temperature, "top_p": o.TopP, "tools": tools, "tool_choice": toolChoice,
-		"parallel_tool_calls": o.ParallelToolCalls == nil || *o.ParallelToolCalls,
-		"text":                map[string]any{"format": textFormat},
-		"metadata":            metadata, "store": o.Store == nil || *o.Store,
-	}
-	if status != "in_progress" {
-		b["usage"] = map[string]any{
-			"input_tokens": u.PromptTokens, "input_tokens_details": map[string]any{"cached_tokens": u.CachedTokens},
-			"output_tokens": u.CompletionTokens, "output_tokens_details": map[string]any{"reasoning_tokens": u.ReasoningTokens},
-			"total_tokens": u.TotalTokens(),
-		}
-	}
-	return b
+// respBody is a response object: the reply of POST /v1/responses and
+// GET /v1/responses/{id}, and what the response.* stream events carry.
+type respBody struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object" enum:"response"`
+	CreatedAt          int64             `json:"created_at"`
+	Status             string            `json:"status" enum:"completed,incomplete,in_progress"`
+	Model              string            `json:"model"`
+	Output             []respItem        `json:"output"`
+	Error              *respError        `json:"error"` // always null: a failed generation is an error reply or event
+	IncompleteDetails  *respIncomplete   `json:"incomplete_details"`
+	Instructions       *string           `json:"instructions"`
+	MaxOutputTokens    *int              `json:"max_output_tokens"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	Temperature        *float64          `json:"temperature"`
+	TopP               *float64          `json:"top_p"`
+	Tools              []json.RawMessage `json:"tools"`       // as the request gave them
+	ToolChoice         json.RawMessage   `json:"tool_choice"` // as the request gave it, or "auto"
+	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
+	Text               respTextConfig    `json:"text"`
+	Metadata           map[string]string `json:"metadata"`
+	Store              bool              `json:"store"`
+	Usage              *respUsage        `json:"usage,omitempty"` // absent while in progress
 }
 
-func nilIfEmpty(s string) any {
-	if s == "" {
-		return nil
+// respError is the error of a failed response.
+type respError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// respIncomplete says why a response is incomplete.
+type respIncomplete struct {
+	Reason string `json:"reason" enum:"max_output_tokens,content_filter"`
+}
+
+// respTextConfig is the text configuration a response repeats.
+type respTextConfig struct {
+	Format *respTextFormat `json:"format"`
+}
+
+// respUsage counts a response's tokens.
+type respUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int `json:"total_tokens"`
+}
+
+// respItem is an output item: a *respMessage, *respReasoning or
+// *respFunctionCall.
+type respItem interface {
+	itemID() string
+}
+
+// respMessage is a message output item.
+type respMessage struct {
+	Type    string     `json:"type" enum:"message"`
+	ID      string     `json:"id"`
+	Status  string     `json:"status" enum:"in_progress,completed"`
+	Role    string     `json:"role" enum:"assistant"`
+	Content []respPart `json:"content"` // one output_text part once completed
+}
+
+// respReasoning is a reasoning output item.
+type respReasoning struct {
+	Type    string     `json:"type" enum:"reasoning"`
+	ID      string     `json:"id"`
+	Summary []respPart `json:"summary"` // summary_text parts
+	Content []respPart `json:"content"` // reasoning_text parts
+	Status  string     `json:"status" enum:"in_progress,completed"`
+}
+
+// respFunctionCall is a function call output item.
+type respFunctionCall struct {
+	Type      string `json:"type" enum:"function_call"`
+	ID        string `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Status    string `json:"status" enum:"in_progress,completed"`
+}
+
+func (m *respMessage) itemID() string      { return m.ID }
+func (m *respReasoning) itemID() string    { return m.ID }
+func (m *respFunctionCall) itemID() string { return m.ID }
+
+// respPart is a content part of an output item. An output_text part has
+// annotations and logprobs (always empty); the others have text alone.
+type respPart struct {
+	Type        string            `json:"type" enum:"output_text,reasoning_text,summary_text"`
+	Text        string            `json:"text"`
+	Annotations []json.RawMessage `json:"annotations,omitzero"`
+	Logprobs    []json.RawMessage `json:"logprobs,omitzero"`
+}
+
+// respEvent is a stream event of /v1/responses other than an error;
+// which fields it has depends on its type. The text deltas, the most
+// frequent events, are encoded by hand (textDeltaFrame) in this shape.
+type respEvent struct {
+	Type           string    `json:"type" enum:"response.created,response.in_progress,response.completed,response.incomplete,response.output_item.added,response.output_item.done,response.content_part.added,response.content_part.done,response.output_text.delta,response.output_text.done,response.reasoning_text.delta,response.reasoning_text.done,response.reasoning_summary_part.added,response.reasoning_summary_part.done,response.reasoning_summary_text.delta,response.reasoning_summary_text.done,response.function_call_arguments.delta,response.function_call_arguments.done"`
+	SequenceNumber int       `json:"sequence_number"`
+	Response       *respBody `json:"response,omitempty"`
+	ItemID         string    `json:"item_id,omitempty"`
+	OutputIndex    *int      `json:"output_index,omitempty"`
+	ContentIndex   *int      `json:"content_index,omitempty"`
+	SummaryIndex   *int      `json:"summary_index,omitempty"`
+	Item           respItem  `json:"item,omitempty"`
+	Part           *respPart `json:"part,omitempty"`
+	Delta          *string   `json:"delta,omitempty"`
+	Text           *string   `json:"text,omitempty"`
+	Name           string    `json:"name,omitempty"`
+	Arguments      *string   `json:"arguments,omitempty"`
+	// Logprobs of output_text deltas and done events: always empty.
+	Logprobs []json.RawMessage `json:"logprobs,omitzero"`
+}
+
+// respErrorEvent is the error event that ends a stream whose generation
+// failed after it started.
+type respErrorEvent struct {
+	Type           string  `json:"type" enum:"error"`
+	SequenceNumber int     `json:"sequence_number"`
+	Code           string  `json:"code"`
+	Message        string  `json:"message"`
+	Param          *string `json:"param"`
+}
+
+// respStreamEvents are the kinds of /v1/responses stream events.
+var respStreamEvents = []any{respEvent{}, respErrorEvent{}}
+
+// body is the response object.
+func (rs *respState) body(u Usage) *respBody {
+	o := rs.req
+	b := &respBody{
+		ID: rs.id, Object: "response", CreatedAt: rs.created, Status: "completed", Model: rs.model,
+		Output: rs.output, Instructions: o.Instructions, MaxOutputTokens: o.MaxOutputTokens,
+		Temperature: o.Temperature, TopP: o.TopP, Tools: o.Tools, ToolChoice: o.ToolChoice,
+		ParallelToolCalls: o.ParallelToolCalls == nil || *o.ParallelToolCalls,
+		Text:              respTextConfig{Format: &respTextFormat{Type: "text"}},
+		Metadata:          o.Metadata, Store: o.Store == nil || *o.Store,
 	}
-	return s
+	switch rs.finish {
+	case FinishLength:
+		b.Status, b.IncompleteDetails = "incomplete", &respIncomplete{Reason: "max_output_tokens"}
+	case FinishContentFilter:
+		b.Status, b.IncompleteDetails = "incomplete", &respIncomplete{Reason: "content_filter"}
+	}
+	if rs.status != "" {
+		b.Status = rs.status
+	}
+	if b.Output == nil {
+		b.Output = []respItem{}
+	}
+	if b.Tools == nil {
+		b.Tools = []json.RawMessage{}
+	}
+	if len(b.ToolChoice) == 0 {
+		b.ToolChoice = json.RawMessage(`"auto"`)
+	}
+	if o.Text != nil && o.Text.Format != nil && o.Text.Format.Type != "" {
+		b.Text.Format = o.Text.Format
+	}
+	if b.Metadata == nil {
+		b.Metadata = map[string]string{}
+	}
+	if o.PreviousResponseID != "" {
+		b.PreviousResponseID = &o.PreviousResponseID
+	}
+	if b.Status != "in_progress" {
+		b.Usage = &respUsage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens()}
+		b.Usage.InputTokensDetails.CachedTokens = u.CachedTokens
+		b.Usage.OutputTokensDetails.ReasoningTokens = u.ReasoningTokens
+	}
+	return b
 }
 
 // item constructors.
@@ -561,24 +694,23 @@ func nilIfEmpty(s string) any {
 // reasoningItem is a reasoning output item. Its text is also given as the
 // summary when summary is set: the model's reasoning is its own summary,
 // for clients that read reasoning.summary only.
-func reasoningItem(id, text, status string, summary bool) map[string]any {
-	content := []map[string]any{}
-	sum := []map[string]any{}
+func reasoningItem(id, text, status string, summary bool) *respReasoning {
+	it := &respReasoning{Type: "reasoning", ID: id, Summary: []respPart{}, Content: []respPart{}, Status: status}
 	if text != "" || status == "completed" {
-		content = append(content, reasoningTextPart(text))
+		it.Content = append(it.Content, reasoningTextPart(text))
 		if summary {
-			sum = append(sum, summaryTextPart(text))
+			it.Summary = append(it.Summary, summaryTextPart(text))
 		}
 	}
-	return map[string]any{"type": "reasoning", "id": id, "summary": sum, "content": content, "status": status}
+	return it
 }
 
-func reasoningTextPart(text string) map[string]any {
-	return map[string]any{"type": "reasoning_text", "text": text}
+func reasoningTextPart(text string) respPart {
+	return respPart{Type: "reasoning_text", Text: text}
 }
 
-func summaryTextPart(text string) map[string]any {
-	return map[string]any{"type": "summary_text", "text": text}
+func summaryTextPart(text string) respPart {
+	return respPart{Type: "summary_text", Text: text}
 }
 
 // summary reports whether the request asked for a reasoning summary.
@@ -586,21 +718,21 @@ func (o *respRequest) summary() bool {
 	return o.Reasoning != nil && o.Reasoning.Summary != nil && *o.Reasoning.Summary != "" && *o.Reasoning.Summary != "none"
 }
 
-func messageItem(id, text, status string) map[string]any {
-	content := []map[string]any{}
+func messageItem(id, text, status string) *respMessage {
+	it := &respMessage{Type: "message", ID: id, Status: status, Role: "assistant", Content: []respPart{}}
 	if status == "completed" {
-		content = append(content, outputTextPart(text))
+		it.Content = append(it.Content, outputTextPart(text))
 	}
-	return map[string]any{"type": "message", "id": id, "status": status, "role": "assistant", "content": content}
+	return it
 }
 
-func outputTextPart(text string) map[string]any {
-	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": []any{}}
+func outputTextPart(text string) respPart {
+	return respPart{Type: "output_text", Text: text, Annotations: []json.RawMessage{}, Logprobs: []json.RawMessage{}}
 }
 
-func functionCallItem(id string, c *ToolCall, status string) map[string]any {
-	return map[string]any{"type": "function_call", "id": id, "call_id": c.ID, "name": c.Name,
-		"arguments": string(c.Arguments), "status": status}
+func functionCallItem(id string, c *ToolCall, status string) *respFunctionCall {
+	return &respFunctionCall{Type: "function_call", ID: id, CallID: c.ID, Name: c.Name,
+		Arguments: string(c.Arguments), Status: status}
 }
 
 // build fills the output of a non-streamed response from its choice.
@@ -628,6 +760,9 @@ func (rs *respState) conversation(history []chat.Message, c *Choice) []chat.Mess
 	return append(out, msg)
 }
 
+// ptr returns a pointer to a copy of v.
+func ptr[T any](v T) *T { return &v }
+
 // event streams a core event as Responses events.
 func (rs *respState) event(ev Event) error {
 	switch ev.Kind {
@@ -640,10 +775,10 @@ func (rs *respState) event(ev Event) error {
 		rs.status = "in_progress"
 		body := rs.body(Usage{})
 		rs.status = ""
-		if err := rs.send("response.created", map[string]any{"response": body}); err != nil {
+		if err := rs.send(respEvent{Type: "response.created", Response: body}); err != nil {
 			return err
 		}
-		return rs.send("response.in_progress", map[string]any{"response": body})
+		return rs.send(respEvent{Type: "response.in_progress", Response: body})
 	case EventReasoning, EventContent:
 		if rs.cur != nil && rs.curKind != ev.Kind {
 			if err := rs.closeItem(); err != nil {
@@ -660,26 +795,26 @@ func (rs *respState) event(ev Event) error {
 		if ev.Kind == EventReasoning {
 			typ = "response.reasoning_text.delta"
 		}
-		return rs.textDelta(typ, rs.cur["id"].(string), ev.Text)
+		return rs.textDelta(typ, rs.cur.itemID(), ev.Text)
 	case EventToolCall:
 		if err := rs.closeItem(); err != nil {
 			return err
 		}
 		id := NewID("fc_")
-		idx := len(rs.output)
-		if err := rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": functionCallItem(id, ev.Call, "in_progress")}); err != nil {
+		idx := ptr(len(rs.output))
+		if err := rs.send(respEvent{Type: "response.output_item.added", OutputIndex: idx, Item: functionCallItem(id, ev.Call, "in_progress")}); err != nil {
 			return err
 		}
 		args := string(ev.Call.Arguments)
-		if err := rs.send("response.function_call_arguments.delta", map[string]any{"item_id": id, "output_index": idx, "delta": args}); err != nil {
+		if err := rs.send(respEvent{Type: "response.function_call_arguments.delta", ItemID: id, OutputIndex: idx, Delta: &args}); err != nil {
 			return err
 		}
-		if err := rs.send("response.function_call_arguments.done", map[string]any{"item_id": id, "output_index": idx, "name": ev.Call.Name, "arguments": args}); err != nil {
+		if err := rs.send(respEvent{Type: "response.function_call_arguments.done", ItemID: id, OutputIndex: idx, Name: ev.Call.Name, Arguments: &args}); err != nil {
 			return err
 		}
 		item := functionCallItem(id, ev.Call, "completed")
 		rs.output = append(rs.output, item)
-		return rs.send("response.output_item.done", map[string]any{"output_index": idx, "item": item})
+		return rs.send(respEvent{Type: "response.output_item.done", OutputIndex: idx, Item: item})
 	case EventEnd:
 		rs.finish = ev.Finish
 		if rs.cur == nil && len(rs.output) == 0 {
@@ -694,7 +829,7 @@ func (rs *respState) event(ev Event) error {
 }
 
 func (rs *respState) openItem(kind EventKind) error {
-	idx := len(rs.output)
+	idx := ptr(len(rs.output))
 	rs.curKind = kind
 	rs.curText.Reset()
 	part := outputTextPart("")
@@ -704,28 +839,29 @@ func (rs *respState) openItem(kind EventKind) error {
 	} else {
 		rs.cur = messageItem(NewID("msg_"), "", "in_progress")
 	}
-	if err := rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.cur}); err != nil {
+	if err := rs.send(respEvent{Type: "response.output_item.added", OutputIndex: idx, Item: rs.cur}); err != nil {
 		return err
 	}
 	// The part is announced before its deltas, as clients that accumulate
 	// the stream need.
-	return rs.send("response.content_part.added", map[string]any{"item_id": rs.cur["id"], "output_index": idx,
-		"content_index": 0, "part": part})
+	return rs.send(respEvent{Type: "response.content_part.added", ItemID: rs.cur.itemID(), OutputIndex: idx,
+		ContentIndex: ptr(0), Part: &part})
 }
 
 func (rs *respState) closeItem() error {
 	if rs.cur == nil {
 		return nil
 	}
-	idx := len(rs.output)
-	id := rs.cur["id"].(string)
+	idx := ptr(len(rs.output))
+	id := rs.cur.itemID()
 	text := rs.curText.String()
-	var item map[string]any
+	var item respItem
 	if rs.curKind == EventReasoning {
-		if err := rs.send("response.reasoning_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "text": text}); err != nil {
+		if err := rs.send(respEvent{Type: "response.reasoning_text.done", ItemID: id, OutputIndex: idx, ContentIndex: ptr(0), Text: &text}); err != nil {
 			return err
 		}
-		if err := rs.send("response.content_part.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": reasoningTextPart(text)}); err != nil {
+		part := reasoningTextPart(text)
+		if err := rs.send(respEvent{Type: "response.content_part.done", ItemID: id, OutputIndex: idx, ContentIndex: ptr(0), Part: &part}); err != nil {
 			return err
 		}
 		if rs.req.summary() {
@@ -735,41 +871,44 @@ func (rs *respState) closeItem() error {
 		}
 		item = reasoningItem(id, text, "completed", rs.req.summary())
 	} else {
-		if err := rs.send("response.output_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "text": text, "logprobs": []any{}}); err != nil {
+		if err := rs.send(respEvent{Type: "response.output_text.done", ItemID: id, OutputIndex: idx, ContentIndex: ptr(0), Text: &text, Logprobs: []json.RawMessage{}}); err != nil {
 			return err
 		}
-		if err := rs.send("response.content_part.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0, "part": outputTextPart(text)}); err != nil {
+		part := outputTextPart(text)
+		if err := rs.send(respEvent{Type: "response.content_part.done", ItemID: id, OutputIndex: idx, ContentIndex: ptr(0), Part: &part}); err != nil {
 			return err
 		}
 		item = messageItem(id, text, "completed")
 	}
 	rs.output = append(rs.output, item)
 	rs.cur = nil
-	return rs.send("response.output_item.done", map[string]any{"output_index": idx, "item": item})
+	return rs.send(respEvent{Type: "response.output_item.done", OutputIndex: idx, Item: item})
 }
 
 // summaryEvents streams the reasoning text of item id as its summary: one
 // summary part, added, filled in one delta and done.
-func (rs *respState) summaryEvents(id string, idx int, text string) error {
-	f := func() map[string]any { return map[string]any{"item_id": id, "output_index": idx, "summary_index": 0} }
-	ev := f()
-	ev["part"] = summaryTextPart("")
-	if err := rs.send("response.reasoning_summary_part.added", ev); err != nil {
+func (rs *respState) summaryEvents(id string, idx *int, text string) error {
+	f := func(typ string) respEvent {
+		return respEvent{Type: typ, ItemID: id, OutputIndex: idx, SummaryIndex: ptr(0)}
+	}
+	ev := f("response.reasoning_summary_part.added")
+	ev.Part = ptr(summaryTextPart(""))
+	if err := rs.send(ev); err != nil {
 		return err
 	}
-	ev = f()
-	ev["delta"] = text
-	if err := rs.send("response.reasoning_summary_text.delta", ev); err != nil {
+	ev = f("response.reasoning_summary_text.delta")
+	ev.Delta = &text
+	if err := rs.send(ev); err != nil {
 		return err
 	}
-	ev = f()
-	ev["text"] = text
-	if err := rs.send("response.reasoning_summary_text.done", ev); err != nil {
+	ev = f("response.reasoning_summary_text.done")
+	ev.Text = &text
+	if err := rs.send(ev); err != nil {
 		return err
 	}
-	ev = f()
-	ev["part"] = summaryTextPart(text)
-	return rs.send("response.reasoning_summary_part.done", ev)
+	ev = f("response.reasoning_summary_part.done")
+	ev.Part = ptr(summaryTextPart(text))
+	return rs.send(ev)
 }
 
 func (s *Server) getResponse(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -25,7 +26,11 @@ import (
 //     null; json.RawMessage, interfaces and types with their own
 //     UnmarshalJSON or MarshalJSON (unless listed in schemaOverrides) are
 //     free-form: any JSON value;
-//   - time.Time is a date-time string, []byte a base64 string.
+//   - time.Time is a date-time string, []byte a base64 string;
+//   - an interface listed in schemaUnions is one of its types (oneOf),
+//     told apart by their "type" property, whose values a field's enum
+//     tag lists (`enum:"message"`); so is a route's event given as a
+//     list of values, one of each kind.
 
 // Media types of streamed replies.
 const (
@@ -44,6 +49,20 @@ var schemaOverrides = map[reflect.Type]func() map[string]any{
 	},
 	reflect.TypeFor[time.Time](): func() map[string]any {
 		return map[string]any{"type": "string", "format": "date-time"}
+	},
+}
+
+// schemaUnions gives the types of the values an interface holds in JSON
+// replies.
+var schemaUnions = map[reflect.Type][]reflect.Type{
+	reflect.TypeFor[respItem](): {
+		reflect.TypeFor[*respMessage](), reflect.TypeFor[*respReasoning](), reflect.TypeFor[*respFunctionCall](),
+	},
+	reflect.TypeFor[anContent](): {
+		reflect.TypeFor[anTextBlock](), reflect.TypeFor[anThinkingBlock](), reflect.TypeFor[anToolUseBlock](),
+	},
+	reflect.TypeFor[anDelta](): {
+		reflect.TypeFor[anTextDelta](), reflect.TypeFor[anThinkingDelta](), reflect.TypeFor[anSignatureDelta](), reflect.TypeFor[anInputJSONDelta](),
 	},
 }
 
@@ -203,7 +222,15 @@ func (g *schemaGen) responses(rt route) map[string]any {
 			// Each event's data is JSON of the event's type.
 			sse["description"] = "Server-sent events, when the request asks to stream; each event's data is JSON of contentSchema."
 			sse["contentMediaType"] = "application/json"
-			sse["contentSchema"] = g.schema(reflect.TypeOf(rt.event), true)
+			if kinds, ok := rt.event.([]any); ok {
+				var types []reflect.Type
+				for _, k := range kinds {
+					types = append(types, reflect.TypeOf(k))
+				}
+				sse["contentSchema"] = g.oneOf(types, true)
+			} else {
+				sse["contentSchema"] = g.schema(reflect.TypeOf(rt.event), true)
+			}
 		}
 		content[mediaSSE] = map[string]any{"schema": sse}
 	case mediaNDJSON:
@@ -241,6 +268,9 @@ func (g *schemaGen) schema(t reflect.Type, reply bool) map[string]any {
 	if f := schemaOverrides[t]; f != nil {
 		return f()
 	}
+	if types := schemaUnions[t]; types != nil {
+		return g.oneOf(types, reply)
+	}
 	if t.Kind() != reflect.Pointer && (t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonUnmarshaler)) && t.Kind() != reflect.Struct {
 		return map[string]any{} // its own JSON: any value
 	}
@@ -274,6 +304,19 @@ func (g *schemaGen) schema(t reflect.Type, reply bool) map[string]any {
 		return map[string]any{"$ref": "#/components/schemas/" + g.component(t, reply)}
 	}
 	return map[string]any{} // interfaces: any value
+}
+
+// oneOf returns the schema of a value of one of the types; the types'
+// "type" properties (enums) tell them apart.
+func (g *schemaGen) oneOf(types []reflect.Type, reply bool) map[string]any {
+	var kinds []any
+	for _, t := range types {
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem() // a non-nil pointer: the value
+		}
+		kinds = append(kinds, g.schema(t, reply))
+	}
+	return map[string]any{"oneOf": kinds}
 }
 
 var (
@@ -355,6 +398,14 @@ func (g *schemaGen) fields(t reflect.Type, reply, optional bool, props map[strin
 		}
 		omit := strings.Contains(","+opts+",", ",omitempty,") || strings.Contains(","+opts+",", ",omitzero,")
 		s := g.schema(ft, reply)
+		if enum := f.Tag.Get("enum"); enum != "" {
+			s = maps.Clone(s)
+			var values []any
+			for _, v := range strings.Split(enum, ",") {
+				values = append(values, v)
+			}
+			s["enum"] = values
+		}
 		if reply && !omit && (ft.Kind() == reflect.Slice || ft.Kind() == reflect.Map) && schemaOverrides[ft] == nil {
 			s = nullable(s) // a nil slice or map is null
 		}

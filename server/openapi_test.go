@@ -160,9 +160,6 @@ func TestOpenAPIReplyTypes(t *testing.T) {
 			if path == "/openapi.json" {
 				continue // the document itself: any JSON value
 			}
-			if untypedReplies[method+" "+path] {
-				continue
-			}
 			responses := op.(map[string]any)["responses"].(map[string]any)
 			for code, r := range responses {
 				content, _ := r.(map[string]any)["content"].(map[string]any)
@@ -172,7 +169,7 @@ func TestOpenAPIReplyTypes(t *testing.T) {
 			}
 		}
 	}
-	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"} {
 		s := sseEventSchema(t, doc, path)
 		if len(s) == 0 {
 			t.Errorf("POST %s: no schema of its stream's events", path)
@@ -180,10 +177,45 @@ func TestOpenAPIReplyTypes(t *testing.T) {
 	}
 }
 
-// untypedReplies are the routes whose replies are still built as maps:
-// the Responses API's response object and events.
-var untypedReplies = map[string]bool{
-	"post /v1/responses": true, "get /v1/responses/{id}": true,
+// TestOpenAPIEventKinds checks that the schemas of the streams with
+// several kinds of event tell the kinds apart by their type: an event
+// must have the fields of its kind.
+func TestOpenAPIEventKinds(t *testing.T) {
+	data, err := OpenAPI("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, event string
+		valid       bool
+	}{
+		{"/v1/responses", `{"type":"response.output_text.delta","sequence_number":3,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"a","logprobs":[]}`, true},
+		{"/v1/responses", `{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"type":"message","id":"msg_1","status":"in_progress","role":"assistant","content":[]}}`, true},
+		{"/v1/responses", `{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"type":"message","id":"msg_1","status":"in_progress","content":[]}}`, false},
+		{"/v1/responses", `{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"type":"reasoning","id":"rs_1","status":"in_progress","content":[]}}`, false},
+		{"/v1/responses", `{"type":"response.content_part.added","sequence_number":2,"item_id":"rs_1","output_index":0,"content_index":0,"part":{"type":"refusal","text":""}}`, false},
+		{"/v1/responses", `{"type":"response.output_text.delta","delta":"a"}`, false},
+		{"/v1/responses", `{"type":"response.bogus","sequence_number":1}`, false},
+		{"/v1/responses", `{"type":"error","sequence_number":9,"code":"server_error","message":"m","param":null}`, true},
+		{"/v1/responses", `{"type":"error","sequence_number":9,"code":"server_error","message":"m"}`, false},
+		{"/v1/messages", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}`, true},
+		{"/v1/messages", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","thinking":"a"}}`, false},
+		{"/v1/messages", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}`, true},
+		{"/v1/messages", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","name":"f"}}`, false},
+		{"/v1/messages", `{"type":"message_stop"}`, true},
+		{"/v1/messages", `{"type":"ping"}`, true},
+		{"/v1/messages", `{"type":"message_end"}`, false},
+		{"/v1/messages", `{"type":"error","error":{"type":"overloaded_error","message":"m"}}`, true},
+	} {
+		s := sseValidator(t, data, tc.path)
+		ev, err := jsonschema.UnmarshalJSON(strings.NewReader(tc.event))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Validate(ev); (err == nil) != tc.valid {
+			t.Errorf("%s event %s: valid = %v, want %v (%v)", tc.path, tc.event, err == nil, tc.valid, err)
+		}
+	}
 }
 
 // sseEventSchema returns the documented schema of the JSON data of a
@@ -240,6 +272,8 @@ func TestOpenAPIReplies(t *testing.T) {
 		{"POST", "/api/chat", `{"model":"chat","messages":[{"role":"user","content":"hi"}],"options":{"num_predict":3}}`},
 		{"POST", "/api/generate", `{"model":"chat","prompt":"hi","stream":false,"options":{"num_predict":3}}`},
 		{"POST", "/v1/messages", `{"model":"chat","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/messages", `{"model":"chat","max_tokens":60,"stream":true,"thinking":{"type":"enabled","budget_tokens":30},"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/messages", `{"model":"chat","max_tokens":40,"stream":true,"tool_choice":{"type":"any"},"tools":[{"name":"f","input_schema":{"type":"object","properties":{"a":{"type":"integer"}}}}],"messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/v1/messages/count_tokens", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/v1/messages", `{"model":"nope","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/api/chat", `{"model":"nope","messages":[]}`},
@@ -256,6 +290,10 @@ func TestOpenAPIReplies(t *testing.T) {
 		{"GET", "/v1/models/nope", ""},
 		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":3,"input":"hi"}`},
 		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":3,"input":"hi","stream":true}`},
+		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":40,"reasoning":{"summary":"auto"},"input":"hi","stream":true}`},
+		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":40,"reasoning":{"effort":"none"},"tool_choice":"required","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}],"input":"hi","stream":true}`},
+		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":40,"reasoning":{"summary":"auto"},"input":"hi"}`},
+		{"POST", "/v1/responses", `{"model":"chat","max_output_tokens":40,"reasoning":{"effort":"none"},"tool_choice":"required","tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}],"input":"hi"}`},
 		{"GET", "/v1/responses/{last}", ""},
 		{"DELETE", "/v1/responses/{last}", ""},
 		{"DELETE", "/v1/responses/{last}", ""},
@@ -292,9 +330,6 @@ func TestOpenAPIReplies(t *testing.T) {
 			parts := [][]byte{body}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), mediaSSE) {
 				// Each event's data against the documented event schema.
-				if tc.path == "/v1/responses" {
-					return // its events are not typed yet (untypedReplies)
-				}
 				events := sseValidator(t, data, tc.path)
 				n := 0
 				for _, line := range strings.Split(string(body), "\n") {

@@ -26,8 +26,9 @@ type route struct {
 	// stream (mediaSSE, mediaNDJSON; "": none); media that of a reply
 	// that is not JSON.
 	stream, media string
-	// event is a value of the type of each server-sent event's JSON data
-	// (nil: not documented).
+	// event is a value of the type of each server-sent event's JSON data,
+	// or a list of values, one of each kind of event (nil: not
+	// documented).
 	event any
 }
 
@@ -57,9 +58,9 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /v1/models/{id...}", errors: openaiErrors, flags: shared, handler: s.getModel,
 			dialect: "OpenAI", summary: "One model (also Anthropic's shape)", response: oaModelCard{}, errorBody: openaiErrorValue},
 		{pattern: "POST /v1/responses", errors: openaiErrors, handler: s.responses,
-			dialect: "OpenAI", summary: "Create a response (Responses API)", request: respRequest{}, stream: mediaSSE, errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "Create a response (Responses API)", request: respRequest{}, response: respBody{}, stream: mediaSSE, event: respStreamEvents, errorBody: openaiErrorValue},
 		{pattern: "GET /v1/responses/{id}", errors: openaiErrors, handler: s.getResponse,
-			dialect: "OpenAI", summary: "A stored response", errorBody: openaiErrorValue},
+			dialect: "OpenAI", summary: "A stored response", response: respBody{}, errorBody: openaiErrorValue},
 		{pattern: "DELETE /v1/responses/{id}", errors: openaiErrors, handler: s.deleteResponse,
 			dialect: "OpenAI", summary: "Delete a stored response", response: respDeleted{}, errorBody: openaiErrorValue},
 
@@ -71,7 +72,7 @@ func (s *Server) routeTable() []route {
 			dialect: "OpenAI", summary: "Score text pairs (vLLM shape)", request: scoreRequest{}, response: scoreResponse{}, errorBody: openaiErrorValue},
 
 		{pattern: "POST /v1/messages", errors: anthropicErrors, handler: s.anthropicMessages,
-			dialect: "Anthropic", summary: "Create a message", request: anRequest{}, response: anResponse{}, stream: mediaSSE, errorBody: anError{}},
+			dialect: "Anthropic", summary: "Create a message", request: anRequest{}, response: anResponse{}, stream: mediaSSE, event: anStreamEvents, errorBody: anError{}},
 		{pattern: "POST /v1/messages/count_tokens", errors: anthropicErrors, handler: s.anthropicCountTokens,
 			dialect: "Anthropic", summary: "Count a message's input tokens", request: anRequest{}, response: map[string]int{}, errorBody: anError{}},
 
