@@ -8,8 +8,10 @@ package convert
 import (
 	"bufio"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -205,6 +207,13 @@ func ToGGUF(src, dst string, opts GGUFOptions) (*Result, error) {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	in.warnings = append(in.warnings, layout.Warnings...)
+	if st, err := os.Stat(src); err == nil && st.IsDir() && model.IsEncoder(in.cfg.ModelType) {
+		pool, err := encoderPooling(src)
+		if err != nil {
+			return nil, err
+		}
+		layout.KV = append(layout.KV, gguf.KV{Key: layout.Arch + ".pooling_type", Value: gguf.Uint32(pool)})
+	}
 	if in.src, in.names, err = layout.Source(in.src, in.names); err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
@@ -297,7 +306,7 @@ func planTensors(in *input, layout *model.GGUFLayout, ft fileType) ([]plannedTen
 	for i, hf := range in.names {
 		name, ok := layout.TensorName(hf)
 		if !ok {
-			if hf == "lm_head.weight" { // tied to the embeddings
+			if hf == "lm_head.weight" || layout.Drops(hf) { // tied to the embeddings, or unused
 				continue
 			}
 			unknown = append(unknown, hf)
@@ -468,4 +477,50 @@ func parallelRows(rows, threads int, fn func(lo, hi int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// encoderPooling returns the <arch>.pooling_type of an encoder directory,
+// from its sentence-transformers Pooling module (modules.json and that
+// module's config.json): CLS, mean or last token. A directory without one
+// gets mean pooling, as lem serves such a model.
+func encoderPooling(dir string) (uint32, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "modules.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return model.GGUFPoolMean, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var modules []struct{ Type, Path string }
+	if err := json.Unmarshal(data, &modules); err != nil {
+		return 0, fmt.Errorf("%s: modules.json: %w", dir, err)
+	}
+	for _, m := range modules {
+		if !strings.HasSuffix(m.Type, ".Pooling") {
+			continue
+		}
+		path := filepath.Join(dir, m.Path, "config.json")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return 0, err
+		}
+		var c struct {
+			CLS  bool `json:"pooling_mode_cls_token"`
+			Mean bool `json:"pooling_mode_mean_tokens"`
+			Last bool `json:"pooling_mode_lasttoken"`
+		}
+		if err := json.Unmarshal(data, &c); err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		switch {
+		case c.CLS:
+			return model.GGUFPoolCLS, nil
+		case c.Last:
+			return model.GGUFPoolLast, nil
+		case c.Mean:
+			return model.GGUFPoolMean, nil
+		}
+		return 0, fmt.Errorf("%s: a pooling mode other than CLS, mean or last token has no GGUF form", path)
+	}
+	return model.GGUFPoolMean, nil
 }

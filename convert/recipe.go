@@ -184,7 +184,8 @@ func (r *recipe) pick(name string, dims []int64) compute.DType {
 // SSM and LFM2 layers, the per-head A and D of the SSM scan (stored as
 // [heads, 1]), and Gemma 3n's AltUp coefficients.
 var f32Tensors = []string{".ffn_gate_inp.weight", ".ffn_gate_inp_shexp.weight", ".ssm_conv1d.weight", ".shortconv.conv.weight", ".ssm_a", ".ssm_d",
-	".altup_correct_coef.weight", ".altup_predict_coef.weight"}
+	".altup_correct_coef.weight", ".altup_predict_coef.weight",
+	"token_types.weight"} // BERT: llama.cpp adds its first row to F32 activations
 
 // keepF32 reports whether a tensor is one of f32Tensors.
 func keepF32(name string) bool {

@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -105,6 +106,9 @@ func TokenizerKV(dir string, vocabSize int, cfg *model.Config) ([]gguf.KV, error
 
 // specKV builds the tokenizer.ggml keys of a parsed tokenizer.
 func specKV(spec *tokenizer.Spec, tok *tokenizer.Tokenizer, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
+	if spec.Model == tokenizer.ModelWordPiece {
+		return wordPieceKV(spec, vocabSize, cfg)
+	}
 	if spec.Model != tokenizer.ModelBPE {
 		return nil, fmt.Errorf("%s vocabularies have no GGUF form lem writes (only BPE)", spec.Model)
 	}
@@ -280,4 +284,89 @@ func addsSpacePrefix(spec *tokenizer.Spec) bool {
 		}
 	}
 	return false
+}
+
+// wordPieceKV builds the tokenizer.ggml keys of a WordPiece (BERT)
+// vocabulary as llama.cpp's converter writes them: model "bert", the
+// tokens in its phantom-space spelling (a word-initial piece gets "▁" in
+// front, a continuation loses its "##", control tokens stay as they are),
+// padded with unused [PADn] tokens up to vocabSize, and the [CLS], [SEP],
+// unknown, padding and mask ids. The text is put between [CLS] and [SEP].
+func wordPieceKV(spec *tokenizer.Spec, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
+	n := max(vocabSize, len(spec.Vocab))
+	for _, a := range spec.Added {
+		n = max(n, int(a.ID)+1)
+	}
+	if vocabSize > 0 && n > vocabSize {
+		return nil, fmt.Errorf("the tokenizer has %d tokens, more than the model's %d embeddings", n, vocabSize)
+	}
+	if len(spec.Single) == 0 {
+		return nil, errors.New("a WordPiece vocabulary without a [CLS] … [SEP] post-processor has no GGUF form")
+	}
+	first, last := spec.Single[0], spec.Single[len(spec.Single)-1]
+	if first.Seq != -1 || last.Seq != -1 || len(first.IDs) != 1 || len(last.IDs) != 1 || len(spec.Single) != 3 {
+		return nil, errors.New("a WordPiece post-processor other than [CLS] text [SEP] has no GGUF form")
+	}
+	prefix := cmp.Or(spec.ContinuingSubwordPrefix, "##")
+	tokens := make([]string, n)
+	types := make([]int32, n)
+	control := map[int32]bool{}
+	for _, a := range spec.Added {
+		if a.Special {
+			control[a.ID] = true
+		}
+	}
+	for i := range tokens {
+		id := int32(i)
+		switch {
+		case i < len(spec.Vocab) && spec.Vocab[i] != "" && control[id]:
+			tokens[i], types[i] = spec.Vocab[i], tokControl
+		case i < len(spec.Vocab) && spec.Vocab[i] != "":
+			if rest, ok := strings.CutPrefix(spec.Vocab[i], prefix); ok && rest != "" {
+				tokens[i] = rest
+			} else {
+				tokens[i] = "\u2581" + spec.Vocab[i]
+			}
+			types[i] = tokNormal
+		default:
+			tokens[i], types[i] = fmt.Sprintf("[PAD%d]", i), tokUnused
+		}
+	}
+	mask := int32(-1)
+	for _, a := range spec.Added {
+		if a.ID >= 0 && int(a.ID) < n && (int(a.ID) >= len(spec.Vocab) || spec.Vocab[a.ID] == "") {
+			tokens[a.ID] = a.Content
+			types[a.ID] = tokControl
+		}
+		if a.Content == "[MASK]" {
+			mask = a.ID
+		}
+	}
+	if spec.Unk >= 0 && int(spec.Unk) < n {
+		types[spec.Unk] = tokUnknown
+	}
+	kv := []gguf.KV{}
+	add := func(key string, v gguf.Value) { kv = append(kv, gguf.KV{Key: key, Value: v}) }
+	id := func(key string, v int32) {
+		if v >= 0 && int(v) < n {
+			add(key, gguf.Uint32(uint32(v)))
+		}
+	}
+	add("tokenizer.ggml.model", gguf.String("bert"))
+	add("tokenizer.ggml.pre", gguf.String("default"))
+	add("tokenizer.ggml.tokens", gguf.Array(tokens))
+	add("tokenizer.ggml.token_type", gguf.Array(types))
+	cls, sep := first.IDs[0], last.IDs[0]
+	id("tokenizer.ggml.bos_token_id", cls)
+	id("tokenizer.ggml.cls_token_id", cls)
+	id("tokenizer.ggml.seperator_token_id", sep) // llama.cpp's spelling
+	id("tokenizer.ggml.unknown_token_id", spec.Unk)
+	id("tokenizer.ggml.mask_token_id", mask)
+	if cfg != nil && cfg.PadTokenID != nil {
+		id("tokenizer.ggml.padding_token_id", int32(*cfg.PadTokenID))
+	}
+	add("tokenizer.ggml.add_bos_token", gguf.Bool(true))
+	add("tokenizer.ggml.add_sep_token", gguf.Bool(true))
+	add("tokenizer.ggml.add_eos_token", gguf.Bool(false))
+	return kv, nil
 }

@@ -30,9 +30,10 @@ type Encoder struct {
 	loaded *model.LoadedEncoder
 }
 
-// OpenEncoder loads the encoder model directory at path (config.json and
-// safetensors weights). Open refuses such a directory with an error
-// wrapping model.ErrEncoder.
+// OpenEncoder loads the encoder model at path: a directory (config.json and
+// safetensors weights), or a GGUF file of an encoder architecture ("bert")
+// with its tokenizer and pooling type from the metadata. Open refuses
+// either with an error wrapping model.ErrEncoder.
 func OpenEncoder(path string, opts Options) (*Encoder, error) {
 	if opts.Backend == nil {
 		return nil, errNoBackend
@@ -42,7 +43,7 @@ func OpenEncoder(path string, opts Options) (*Encoder, error) {
 		return nil, err
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("%s: encoder models load from a Hugging Face model directory, not a file", path)
+		return openEncoderGGUF(path, opts)
 	}
 	loaded, err := model.OpenEncoderDir(path, opts.Backend)
 	if err != nil {
@@ -62,6 +63,25 @@ func OpenEncoder(path string, opts Options) (*Encoder, error) {
 			return nil, err
 		}
 		e.Tokenizer = nil
+	}
+	return e, nil
+}
+
+// openEncoderGGUF loads an encoder GGUF file with the tokenizer of its
+// metadata, pooled as its <arch>.pooling_type says (mean pooling when it
+// says nothing).
+func openEncoderGGUF(path string, opts Options) (*Encoder, error) {
+	loaded, f, err := model.OpenEncoderGGUF(path, opts.Backend)
+	if err != nil {
+		return nil, err
+	}
+	e := &Encoder{Name: path, Net: loaded, Backend: opts.Backend, loaded: loaded, Embedding: ggufEmbedConfig(f)}
+	if !e.Embedding.Declared {
+		e.Embedding = EmbedConfig{Pooling: PoolMean, Normalize: true}
+	}
+	if e.Tokenizer, err = tokenizer.FromGGUF(f); err != nil {
+		loaded.Close()
+		return nil, err
 	}
 	return e, nil
 }

@@ -126,6 +126,10 @@ func openGGUF(path string, b compute.Backend, opts Options) (*Model, error) {
 		return nil, err
 	}
 	loaded, err := model.LoadGGUF(f, b, model.GGUFOptions{DequantizeToF32: opts.DequantizeToF32, Progress: progress})
+	if errors.Is(err, model.ErrEncoder) {
+		f.Close()
+		return nil, fmt.Errorf("%w (engine.OpenEncoder loads it)", err)
+	}
 	if err != nil {
 		f.Close()
 		return nil, err

@@ -13,7 +13,7 @@ import (
 // without biases, GeGLU), each with an optional sequence-classification
 // head (cross-encoder rerankers).
 func init() {
-	Register(Arch{ModelTypes: []string{"bert"}, Encoder: loadBERT})
+	Register(Arch{ModelTypes: []string{"bert"}, Encoder: loadBERT, GGUF: "bert", Tensors: &bertGGUFLayout, Meta: bertGGUFMeta})
 	Register(Arch{ModelTypes: []string{"xlm-roberta", "roberta"}, Encoder: loadBERT})
 	Register(Arch{ModelTypes: []string{"modernbert"}, Encoder: loadModernBERT})
 }

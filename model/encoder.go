@@ -79,12 +79,12 @@ func LoadEncoder(cfg *Config, src Source, b compute.Backend) (Encoder, error) {
 // LoadedEncoder is an encoder with the files it reads from.
 type LoadedEncoder struct {
 	Encoder
-	Dir string
-	src *DirSource
+	Dir   string
+	close func() error
 }
 
 // Close releases the model's files. The model must not be used afterwards.
-func (l *LoadedEncoder) Close() error { return l.src.Close() }
+func (l *LoadedEncoder) Close() error { return l.close() }
 
 // IsEncoder reports whether the model type is a registered encoder family.
 func IsEncoder(modelType string) bool {
@@ -113,7 +113,7 @@ func OpenEncoderDir(dir string, b compute.Backend) (*LoadedEncoder, error) {
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	return &LoadedEncoder{Encoder: e, Dir: dir, src: src}, nil
+	return &LoadedEncoder{Encoder: e, Dir: dir, close: src.Close}, nil
 }
 
 // affine is a projection with an optional bias.

@@ -66,6 +66,9 @@ type TensorLayout struct {
 	// prefix is the prefix of per-layer Hugging Face names ("" for
 	// "model.layers.").
 	prefix string
+	// drop are prefixes of Hugging Face names that the file leaves out
+	// (BERT's pooler, which embeddings do not use).
+	drop []string
 }
 
 // ggufRule describes a per-layer tensor that a GGUF file stores with
@@ -143,7 +146,7 @@ func (fam TensorLayout) globals() map[string]string {
 }
 
 // layerPrefixes are the prefixes of per-layer Hugging Face tensor names.
-var layerPrefixes = []string{"model.layers.", "backbone.layers."}
+var layerPrefixes = []string{"model.layers.", "backbone.layers.", "encoder.layer."}
 
 // layerSuffix splits a per-layer Hugging Face name into the layer index
 // and the rest ("model.layers.3.mlp.gate.weight" → "3", "mlp.gate.weight").
@@ -361,7 +364,7 @@ func (g *GGUF) hfName(t gguf.TensorInfo, layer map[string]string) (string, bool)
 	if !ok {
 		return "", false
 	}
-	if suffix == "ffn_up.weight" {
+	if suffix == "ffn_up.weight" && hf == "mlp.up_proj.weight" {
 		// A file without ffn_gate fuses gate and up into ffn_up (phi3).
 		if _, _, ok := g.File.Tensor("blk." + idx + ".ffn_gate.weight"); !ok {
 			hf = "mlp.gate_up_proj.weight"
@@ -1126,6 +1129,17 @@ func (l *GGUFLayout) TensorName(hf string) (string, bool) {
 		return "", false
 	}
 	return ggufName(l.fam, hf)
+}
+
+// Drops reports whether the layout leaves a Hugging Face tensor out of the
+// file (BERT's pooler).
+func (l *GGUFLayout) Drops(hf string) bool {
+	for _, p := range l.fam.drop {
+		if strings.HasPrefix(hf, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // IsNorm reports whether a Hugging Face tensor is an RMSNorm weight (kept in

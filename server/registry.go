@@ -301,7 +301,7 @@ func (r *registry) load(ctx context.Context, e *entry) (*instance, error) {
 // reports whether the model went on a GPU (its backend reports device
 // memory) and what closes the encoder, if any.
 func (r *registry) openModel(sp ModelSpec) (*Model, bool, func() error, error) {
-	if cfg, err := model.LoadConfig(sp.Path); err == nil && model.IsEncoder(cfg.ModelType) {
+	if model.IsEncoderPath(sp.Path) {
 		if r.openEnc == nil {
 			return nil, false, nil, fmt.Errorf("%s is an encoder model, which this server cannot load", sp.Path)
 		}

@@ -149,11 +149,11 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		return nil, fmt.Errorf("%s: missing: the file holds no tokenizer", ggufKeyModel)
 	}
 	switch model {
-	case "gpt2", "llama", "gemma4":
+	case "gpt2", "llama", "gemma4", "bert":
 	case "no_vocab", "none":
 		return nil, fmt.Errorf("%s is %q: the file holds no vocabulary", ggufKeyModel, model)
 	default:
-		return nil, fmt.Errorf("%s: unsupported tokenizer model %q (supported: gpt2, llama, gemma4)", ggufKeyModel, model)
+		return nil, fmt.Errorf("%s: unsupported tokenizer model %q (supported: gpt2, llama, gemma4, bert)", ggufKeyModel, model)
 	}
 
 	tokens, err := ggufTokens(f)
@@ -198,6 +198,8 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		if addBOS, err = ggufGemma4(f, spec); err != nil {
 			return nil, err
 		}
+	case "bert":
+		ggufWordPiece(spec)
 	}
 
 	for _, s := range []struct {
@@ -228,7 +230,82 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		return nil, fmt.Errorf("%s is true but there is no EOS token (%s)", ggufKeyAddEOS, ggufKeyEOS)
 	}
 	spec.AddBOS, spec.AddEOS = addBOS, addEOS
+	if model == "bert" {
+		if err := ggufBertTemplate(f, spec, n); err != nil {
+			return nil, err
+		}
+	}
 	return spec, nil
+}
+
+// GGUF keys of a WordPiece vocabulary's markers ("seperator" is llama.cpp's
+// spelling).
+const (
+	ggufKeyCLS = "tokenizer.ggml.cls_token_id"
+	ggufKeySEP = "tokenizer.ggml.seperator_token_id"
+)
+
+// ggufWordPiece fills the WordPiece parts of spec from a "bert"
+// vocabulary. llama.cpp stores it in phantom-space spelling: a piece that
+// starts a word has "▁" in front, a continuation piece is bare (it was
+// "##piece"), control tokens are as they are. The text is normalized and
+// split as BERT's tokenizer does (lowercased, accents stripped, CJK
+// characters and punctuation apart), which is what llama.cpp does too.
+// The unknown token defaults to id 100, as in llama.cpp.
+func ggufWordPiece(spec *Spec) {
+	spec.Model = ModelWordPiece
+	spec.ContinuingSubwordPrefix = "##"
+	for id, s := range spec.Vocab {
+		switch spec.Types[id] {
+		case TokenControl, TokenUnknown, TokenUnused, TokenUserDefined:
+			continue
+		}
+		if rest, ok := strings.CutPrefix(s, "▁"); ok {
+			spec.Vocab[id] = rest
+		} else if s != "" {
+			spec.Vocab[id] = "##" + s
+		}
+	}
+	spec.Normalizers = []Normalizer{{Kind: NormBert, CleanText: true, HandleChineseChars: true, StripAccents: true, Lowercase: true}}
+	spec.PreTokenizers = []PreTokenizer{{Kind: PreBert}}
+	spec.Decoders = []Decoder{{Kind: DecWordPiece, Prefix: "##", Cleanup: true}}
+	if len(spec.Vocab) > 100 {
+		spec.Unk = 100
+	}
+}
+
+// ggufBertTemplate sets the [CLS] text [SEP] (and [CLS] a [SEP] b [SEP])
+// templates of a "bert" vocabulary: [CLS] is cls_token_id, else the BOS
+// token, else id 101; [SEP] is seperator_token_id, else id 102.
+func ggufBertTemplate(f *gguf.File, spec *Spec, n int) error {
+	def := int32(-1)
+	switch {
+	case spec.BOS >= 0:
+		def = spec.BOS
+	case n > 101:
+		def = 101
+	}
+	cls, err := ggufID(f, ggufKeyCLS, def, n)
+	if err != nil {
+		return err
+	}
+	def = -1
+	if n > 102 {
+		def = 102
+	}
+	sep, err := ggufID(f, ggufKeySEP, def, n)
+	if err != nil {
+		return err
+	}
+	if cls < 0 || sep < 0 {
+		return fmt.Errorf("a bert vocabulary needs %s (or %s) and %s", ggufKeyCLS, ggufKeyBOS, ggufKeySEP)
+	}
+	spec.AddBOS, spec.AddEOS = false, false
+	spec.Prefix, spec.Suffix = []int32{cls}, []int32{sep}
+	spec.Single = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{sep}}}
+	spec.Pair = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{sep}},
+		{Seq: 1, TypeID: 1}, {Seq: -1, IDs: []int32{sep}, TypeID: 1}}
+	return nil
 }
 
 // ggufBPE fills the byte-level BPE parts of spec and returns the default

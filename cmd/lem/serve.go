@@ -367,9 +367,8 @@ func openEncoderArg(args []string, rf runFlags) (*engine.Encoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := model.LoadConfig(path)
-	if err != nil || !model.IsEncoder(cfg.ModelType) {
-		return nil, nil // not an encoder directory: the decoder path reports any error
+	if !model.IsEncoderPath(path) {
+		return nil, nil // not an encoder model: the decoder path reports any error
 	}
 	opts, err := rf.options()
 	if err != nil {
