@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/gguf"
@@ -25,11 +26,20 @@ import (
 //     lem computes the erf form that transformers' "gelu" names, which
 //     differs by less than 1e-3 per value).
 //
+// XLM-RoBERTa (and RoBERTa) checkpoints are written under "bert" as
+// llama.cpp's converter writes them (XLMRobertaModel): the position table
+// loses its first padding_idx + 1 rows, which RoBERTa never uses, and
+// context_length is max_position_embeddings less those rows, so that
+// positions count from 0 as in BERT. Such a file reads back as a BERT
+// model; its vocabulary is a SentencePiece Unigram one (tokenizer model
+// "t5").
+//
 // The classification heads of cross-encoders are not part of the layout:
 // a checkpoint with one has tensors with no place in the file.
 var bertGGUFLayout = TensorLayout{
-	act:    "gelu",
-	prefix: "encoder.layer.",
+	act:     "gelu",
+	compose: composeBERT,
+	prefix:  "encoder.layer.",
 	global: map[string]string{
 		"embeddings.word_embeddings.weight":       "token_embd.weight",
 		"embeddings.position_embeddings.weight":   "position_embd.weight",
@@ -118,7 +128,11 @@ func bertToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	if eps == 0 {
 		eps = 1e-12
 	}
-	w.u32("max_position_embeddings", c.MaxPositionEmbeddings)
+	off := positionOffset(c)
+	if c.MaxPositionEmbeddings <= off {
+		return fmt.Errorf("%s: max_position_embeddings %d leaves no positions after offset %d", c.ModelType, c.MaxPositionEmbeddings, off)
+	}
+	w.u32("max_position_embeddings", c.MaxPositionEmbeddings-off)
 	w.u32("hidden_size", c.HiddenSize)
 	w.u32("num_hidden_layers", c.NumHiddenLayers)
 	w.u32("intermediate_size", c.IntermediateSize)
@@ -131,6 +145,37 @@ func bertToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	}
 	l.KV = append(l.KV, gguf.KV{Key: keyTokenTypes, Value: gguf.Uint32(uint32(max(types, 1)))})
 	return nil
+}
+
+// composeBERT drops the position table's rows that a RoBERTa-numbered
+// model never uses (see bertGGUFLayout).
+func composeBERT(c *Config, src Source, names []string) ([]composite, error) {
+	off := positionOffset(c)
+	const name = "embeddings.position_embeddings.weight"
+	if off == 0 || !slices.Contains(names, name) {
+		return nil, nil
+	}
+	st, ok := src.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("tensor %s is missing", name)
+	}
+	if len(st.Shape) != 2 || st.Shape[0] <= off || st.DType.Quantized() {
+		return nil, fmt.Errorf("%s: shape %v (%s) has no rows after the first %d", name, st.Shape, st.DType, off)
+	}
+	rowBytes, err := st.DType.RowBytes(st.Shape[1])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return []composite{{
+		name:  name,
+		parts: []string{name},
+		dtype: st.DType,
+		shape: []int{st.Shape[0] - off, st.Shape[1]},
+		build: func() []byte {
+			st, _ := src.Lookup(name)
+			return st.Data[off*rowBytes:]
+		},
+	}}, nil
 }
 
 // GGUFPooling values of "<arch>.pooling_type", as llama.cpp numbers them.
