@@ -262,8 +262,15 @@ func TestEncoderGGUFLlamaServer(t *testing.T) {
 // with their scores, and its real precompiled charsmap.
 func xlmrUnigramDir(t *testing.T) string {
 	t.Helper()
+	return unigramDir(t, filepath.Join("..", "model", "testdata", "encoders", "xlm-roberta"), true)
+}
+
+// unigramDir copies the model of src (config.json and model.safetensors)
+// into a directory with the Unigram tokenizer of xlmrUnigramDir, and with
+// CLS pooling when cls is set.
+func unigramDir(t *testing.T, src string, cls bool) string {
+	t.Helper()
 	dir := t.TempDir()
-	src := filepath.Join("..", "model", "testdata", "encoders", "xlm-roberta")
 	for _, name := range []string{"config.json", "model.safetensors"} {
 		data, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
@@ -279,6 +286,9 @@ func xlmrUnigramDir(t *testing.T) string {
 	files := map[string]string{
 		"modules.json":          `[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},{"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`,
 		"1_Pooling/config.json": `{"word_embedding_dimension":32,"pooling_mode_cls_token":true,"pooling_mode_mean_tokens":false}`,
+	}
+	if !cls {
+		files = nil
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -395,5 +405,91 @@ func TestEncoderGGUFXLMRoberta(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+var rerankPairs = [][2]string{
+	{"what is the capital of france?", "paris is the capital of france."},
+	{"what is the capital of france?", "the cat sat on the mat"},
+	{"a", "b"},
+}
+
+// rerankScores tokenizes the pairs with the model's own tokenizer and
+// returns their ids and the head's logits.
+func rerankScores(t *testing.T, path string) ([][]int32, [][]float32) {
+	t.Helper()
+	e, err := engine.OpenEncoder(path, engine.Options{Backend: cpu.New(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Net.Labels() != 1 {
+		t.Fatalf("%s: %d labels, want a head with 1", path, e.Net.Labels())
+	}
+	var ids [][]int32
+	var ins []model.EncoderInput
+	for _, p := range rerankPairs {
+		x, types := e.Tokenizer.EncodePair(p[0], p[1])
+		ids = append(ids, x)
+		ins = append(ins, model.EncoderInput{IDs: x, TypeIDs: types})
+	}
+	out, err := e.Net.Encode(ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logits [][]float32
+	for _, o := range out {
+		logits = append(logits, o.Logits)
+	}
+	return ids, logits
+}
+
+// TestEncoderGGUFReranker converts XLM-RoBERTa cross-encoders (bge-reranker
+// style, with the base model under "roberta.") to GGUF files holding the
+// head as llama.cpp stores it (cls, cls.output, pooling_type rank) and
+// checks that pairs tokenize alike and score as in the directory: with its
+// WordPiece tokenizer and with a Unigram one.
+func TestEncoderGGUFReranker(t *testing.T) {
+	reranker := filepath.Join("..", "server", "testdata", "encoders", "reranker-tiny")
+	for _, tc := range []struct {
+		name, dir string
+	}{
+		{"wordpiece", reranker},
+		{"unigram", unigramDir(t, reranker, false)},
+	} {
+		wantIDs, want := rerankScores(t, tc.dir)
+		for _, q := range []struct {
+			typ string
+			tol float64
+		}{{"f32", 1e-5}, {"f16", 1e-3}, {"q8_0", 0.02}} {
+			t.Run(tc.name+"-"+q.typ, func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "reranker.gguf")
+				if _, err := ToGGUF(tc.dir, path, GGUFOptions{Type: q.typ, Threads: 1}); err != nil {
+					t.Fatal(err)
+				}
+				f, err := gguf.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, _ := f.Uint("bert.pooling_type"); n != model.GGUFPoolRank {
+					t.Errorf("bert.pooling_type %d, want %d (rank)", n, model.GGUFPoolRank)
+				}
+				for _, name := range []string{"cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"} {
+					if _, _, ok := f.Tensor(name); !ok {
+						t.Errorf("tensor %s missing", name)
+					}
+				}
+				f.Close()
+				ids, got := rerankScores(t, path)
+				for i := range want {
+					if !slices.Equal(ids[i], wantIDs[i]) {
+						t.Errorf("%q: GGUF tokens %v, directory %v", rerankPairs[i], ids[i], wantIDs[i])
+					}
+					if d := math.Abs(float64(got[i][0] - want[i][0])); d > q.tol {
+						t.Errorf("%q: logit %g, directory %g", rerankPairs[i], got[i][0], want[i][0])
+					}
+				}
+			})
+		}
 	}
 }

@@ -294,7 +294,8 @@ func addsSpacePrefix(spec *tokenizer.Spec) bool {
 // tokens in its phantom-space spelling (a word-initial piece gets "▁" in
 // front, a continuation loses its "##", control tokens stay as they are),
 // padded with unused [PADn] tokens up to vocabSize, and the [CLS], [SEP],
-// unknown, padding and mask ids. The text is put between [CLS] and [SEP].
+// unknown, padding and mask ids. The text is put between [CLS] and [SEP];
+// a pair template of RoBERTa's form also gets EOS (see below).
 func wordPieceKV(spec *tokenizer.Spec, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
 	n := max(vocabSize, len(spec.Vocab))
 	for _, a := range spec.Added {
@@ -368,9 +369,16 @@ func wordPieceKV(spec *tokenizer.Spec, vocabSize int, cfg *model.Config) ([]gguf
 	if cfg != nil && cfg.PadTokenID != nil {
 		id("tokenizer.ggml.padding_token_id", int32(*cfg.PadTokenID))
 	}
+	// RoBERTa's pair template (<s> a </s></s> b </s>) is told by an EOS
+	// that is added: llama.cpp then puts a pair as BOS a EOS SEP b EOS
+	// (a single text stays [CLS] text [SEP]).
+	double := pairHasDoubleSep(spec.Pair)
+	if double {
+		id("tokenizer.ggml.eos_token_id", sep)
+	}
 	add("tokenizer.ggml.add_bos_token", gguf.Bool(true))
 	add("tokenizer.ggml.add_sep_token", gguf.Bool(true))
-	add("tokenizer.ggml.add_eos_token", gguf.Bool(false))
+	add("tokenizer.ggml.add_eos_token", gguf.Bool(double))
 	return kv, nil
 }
 

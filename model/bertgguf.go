@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/gguf"
@@ -16,11 +17,13 @@ import (
 //     position_embd, token_types (optional), token_embd_norm (weight and
 //     bias); per layer attn_q, attn_k, attn_v and attn_output (weights and
 //     biases), attn_output_norm, ffn_up, ffn_down and layer_output_norm.
-//     The pooler is left out: embeddings do not use it.
+//     The pooler is left out: embeddings do not use it (a classifier
+//     reads it: see below).
 //   - Keys: bert.context_length, embedding_length, block_count,
 //     feed_forward_length, attention.head_count,
 //     attention.layer_norm_epsilon, attention.causal (false) and
-//     pooling_type (0 none, 1 mean, 2 CLS, 3 last, 4 rank);
+//     pooling_type (0 none, 1 mean, 2 CLS, 3 last, 4 rank: the
+//     classification head's score);
 //     tokenizer.ggml.token_type_count is the token type table's size.
 //   - The activation is not stored: llama.cpp runs GELU (its tanh form;
 //     lem computes the erf form that transformers' "gelu" names, which
@@ -34,8 +37,10 @@ import (
 // model; its vocabulary is a SentencePiece Unigram one (tokenizer model
 // "t5").
 //
-// The classification heads of cross-encoders are not part of the layout:
-// a checkpoint with one has tensors with no place in the file.
+// A cross-encoder's classification head (bge-reranker) is stored as
+// llama.cpp stores it: cls (dense, followed by tanh on the first row) and
+// cls.output (the projection to the labels), and the file's pooling_type
+// is 4 (rank). It reads back as RoBERTa's head.
 var bertGGUFLayout = TensorLayout{
 	act:     "gelu",
 	compose: composeBERT,
@@ -46,6 +51,10 @@ var bertGGUFLayout = TensorLayout{
 		"embeddings.token_type_embeddings.weight": "token_types.weight",
 		"embeddings.LayerNorm.weight":             "token_embd_norm.weight",
 		"embeddings.LayerNorm.bias":               "token_embd_norm.bias",
+		"classifier.dense.weight":                 "cls.weight",
+		"classifier.dense.bias":                   "cls.bias",
+		"classifier.out_proj.weight":              "cls.output.weight",
+		"classifier.out_proj.bias":                "cls.output.bias",
 	},
 	layer: map[string]string{
 		"attention.self.query.weight":       "attn_q.weight",
@@ -147,35 +156,69 @@ func bertToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	return nil
 }
 
-// composeBERT drops the position table's rows that a RoBERTa-numbered
+// composeBERT presents a checkpoint's tensors under the names the layout
+// maps: the base model's prefix ("roberta.", "bert.") of a
+// sequence-classification checkpoint is dropped, BERT's pooler and
+// classifier become the dense and output projections of RoBERTa's head
+// (the same computation: dense and tanh on the first row, then the
+// projection), and the position table loses the rows a RoBERTa-numbered
 // model never uses (see bertGGUFLayout).
 func composeBERT(c *Config, src Source, names []string) ([]composite, error) {
 	off := positionOffset(c)
-	const name = "embeddings.position_embeddings.weight"
-	if off == 0 || !slices.Contains(names, name) {
-		return nil, nil
+	bertHead := slices.Contains(names, "classifier.weight")
+	var out []composite
+	for _, n := range names {
+		base := n
+		for _, p := range []string{"roberta.", "bert."} {
+			if r, ok := strings.CutPrefix(n, p); ok {
+				base = r
+				break
+			}
+		}
+		if bertHead {
+			if r, ok := strings.CutPrefix(base, "pooler.dense."); ok {
+				base = "classifier.dense." + r
+			} else if r, ok := strings.CutPrefix(base, "classifier."); ok && (r == "weight" || r == "bias") {
+				base = "classifier.out_proj." + r
+			}
+		}
+		skip := 0
+		if base == "embeddings.position_embeddings.weight" {
+			skip = off
+		}
+		if base == n && skip == 0 {
+			continue
+		}
+		st, ok := src.Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("tensor %s is missing", n)
+		}
+		cut := 0
+		shape := st.Shape
+		if skip > 0 {
+			if len(st.Shape) != 2 || st.Shape[0] <= skip || st.DType.Quantized() {
+				return nil, fmt.Errorf("%s: shape %v (%s) has no rows after the first %d", n, st.Shape, st.DType, skip)
+			}
+			rowBytes, err := st.DType.RowBytes(st.Shape[1])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+			cut = skip * rowBytes
+			shape = []int{st.Shape[0] - skip, st.Shape[1]}
+		}
+		name := n
+		out = append(out, composite{
+			name:  base,
+			parts: []string{name},
+			dtype: st.DType,
+			shape: shape,
+			build: func() []byte {
+				st, _ := src.Lookup(name)
+				return st.Data[cut:]
+			},
+		})
 	}
-	st, ok := src.Lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("tensor %s is missing", name)
-	}
-	if len(st.Shape) != 2 || st.Shape[0] <= off || st.DType.Quantized() {
-		return nil, fmt.Errorf("%s: shape %v (%s) has no rows after the first %d", name, st.Shape, st.DType, off)
-	}
-	rowBytes, err := st.DType.RowBytes(st.Shape[1])
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return []composite{{
-		name:  name,
-		parts: []string{name},
-		dtype: st.DType,
-		shape: []int{st.Shape[0] - off, st.Shape[1]},
-		build: func() []byte {
-			st, _ := src.Lookup(name)
-			return st.Data[off*rowBytes:]
-		},
-	}}, nil
+	return out, nil
 }
 
 // GGUFPooling values of "<arch>.pooling_type", as llama.cpp numbers them.
@@ -184,6 +227,7 @@ const (
 	GGUFPoolMean = 1
 	GGUFPoolCLS  = 2
 	GGUFPoolLast = 3
+	GGUFPoolRank = 4
 )
 
 // IsEncoderPath reports whether path is an encoder model: a directory whose

@@ -287,7 +287,8 @@ func ggufWordPiece(spec *Spec) {
 
 // ggufBertTemplate sets the [CLS] text [SEP] (and [CLS] a [SEP] b [SEP])
 // templates of a "bert" vocabulary: [CLS] is cls_token_id, else the BOS
-// token, else id 101; [SEP] is seperator_token_id, else id 102.
+// token, else id 101; [SEP] is seperator_token_id, else id 102. With
+// add_eos_token the pair is RoBERTa's: [CLS] a EOS [SEP] b EOS.
 func ggufBertTemplate(f *gguf.File, spec *Spec, n int) error {
 	def := int32(-1)
 	switch {
@@ -311,11 +312,19 @@ func ggufBertTemplate(f *gguf.File, spec *Spec, n int) error {
 	if cls < 0 || sep < 0 {
 		return fmt.Errorf("a bert vocabulary needs %s (or %s) and %s", ggufKeyCLS, ggufKeyBOS, ggufKeySEP)
 	}
+	addEOS := spec.AddEOS && spec.EOS >= 0
 	spec.AddBOS, spec.AddEOS = false, false
 	spec.Prefix, spec.Suffix = []int32{cls}, []int32{sep}
 	spec.Single = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{sep}}}
 	spec.Pair = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{sep}},
 		{Seq: 1, TypeID: 1}, {Seq: -1, IDs: []int32{sep}, TypeID: 1}}
+	if addEOS {
+		// RoBERTa's form, as llama.cpp puts a pair when EOS is added:
+		// [CLS] a EOS [SEP] b EOS, every token of type 0.
+		eos := spec.EOS
+		spec.Pair = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{eos}},
+			{Seq: -1, IDs: []int32{sep}}, {Seq: 1}, {Seq: -1, IDs: []int32{eos}}}
+	}
 	return nil
 }
 
