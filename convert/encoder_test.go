@@ -423,8 +423,8 @@ func rerankScores(t *testing.T, path string) ([][]int32, [][]float32) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if e.Net.Labels() != 1 {
-		t.Fatalf("%s: %d labels, want a head with 1", path, e.Net.Labels())
+	if e.Net.Labels() == 0 {
+		t.Fatalf("%s: no classification head", path)
 	}
 	var ids [][]int32
 	var ins []model.EncoderInput
@@ -451,17 +451,30 @@ func rerankScores(t *testing.T, path string) ([][]int32, [][]float32) {
 // WordPiece tokenizer and with a Unigram one.
 func TestEncoderGGUFReranker(t *testing.T) {
 	reranker := filepath.Join("..", "server", "testdata", "encoders", "reranker-tiny")
+	// BERT's head (pooler and a 3-label classifier) with bge-tiny's
+	// tokenizer.
+	bertCls := t.TempDir()
+	for _, f := range []string{"../model/testdata/encoders/bert-cls/config.json", "../model/testdata/encoders/bert-cls/model.safetensors", "../server/testdata/encoders/bge-tiny/tokenizer.json"} {
+		data, err := os.ReadFile(filepath.FromSlash(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bertCls, filepath.Base(f)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name, dir string
 	}{
 		{"wordpiece", reranker},
 		{"unigram", unigramDir(t, reranker, false)},
+		{"bert", bertCls},
 	} {
 		wantIDs, want := rerankScores(t, tc.dir)
 		for _, q := range []struct {
 			typ string
 			tol float64
-		}{{"f32", 1e-5}, {"f16", 1e-3}, {"q8_0", 0.02}} {
+		}{{"f32", 1e-5}, {"f16", 1e-3}, {"q8_0", 0.05}} {
 			t.Run(tc.name+"-"+q.typ, func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "reranker.gguf")
 				if _, err := ToGGUF(tc.dir, path, GGUFOptions{Type: q.typ, Threads: 1}); err != nil {
@@ -479,14 +492,24 @@ func TestEncoderGGUFReranker(t *testing.T) {
 						t.Errorf("tensor %s missing", name)
 					}
 				}
+				// As llama.cpp's converter: every label list but
+				// transformers' default pair is written.
+				if v, ok := f.Value("bert.classifier.output_labels"); !ok || v.Len() != len(want[0]) {
+					t.Errorf("bert.classifier.output_labels: %v (present %v), want %d labels", v, ok, len(want[0]))
+				}
 				f.Close()
 				ids, got := rerankScores(t, path)
 				for i := range want {
 					if !slices.Equal(ids[i], wantIDs[i]) {
 						t.Errorf("%q: GGUF tokens %v, directory %v", rerankPairs[i], ids[i], wantIDs[i])
 					}
-					if d := math.Abs(float64(got[i][0] - want[i][0])); d > q.tol {
-						t.Errorf("%q: logit %g, directory %g", rerankPairs[i], got[i][0], want[i][0])
+					if len(got[i]) != len(want[i]) {
+						t.Fatalf("%d logits, directory %d", len(got[i]), len(want[i]))
+					}
+					for j := range want[i] {
+						if d := math.Abs(float64(got[i][j] - want[i][j])); d > q.tol {
+							t.Errorf("%q: logit %d %g, directory %g", rerankPairs[i], j, got[i][j], want[i][j])
+						}
 					}
 				}
 			})

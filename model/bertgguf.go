@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/lem-engine/lem/compute"
@@ -153,6 +154,24 @@ func bertToGGUF(l *GGUFLayout, w *ggufWriter) error {
 		return fmt.Errorf("%s: %w", c.ModelType, err)
 	}
 	l.KV = append(l.KV, gguf.KV{Key: keyTokenTypes, Value: gguf.Uint32(uint32(max(types, 1)))})
+	// A classifier's label names, unless they are transformers' default
+	// pair (LABEL_0, LABEL_1), as llama.cpp's converter writes them.
+	var labels map[string]string
+	if _, err := c.Get("id2label", &labels); err != nil {
+		return fmt.Errorf("%s: %w", c.ModelType, err)
+	}
+	head := slices.ContainsFunc(c.Architectures, func(a string) bool { return strings.HasSuffix(a, "ForSequenceClassification") })
+	if head && len(labels) > 0 && !(len(labels) == 2 && labels["0"] == "LABEL_0") {
+		names := make([]string, len(labels))
+		for i := range names {
+			n, ok := labels[strconv.Itoa(i)]
+			if !ok {
+				return fmt.Errorf("%s: id2label has no label %d", c.ModelType, i)
+			}
+			names[i] = n
+		}
+		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".classifier.output_labels", Value: gguf.Array(names)})
+	}
 	return nil
 }
 
