@@ -212,6 +212,9 @@ func ToGGUF(src, dst string, opts GGUFOptions) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		if slices.ContainsFunc(in.names, func(n string) bool { return strings.HasPrefix(n, "classifier.") }) {
+			pool = model.GGUFPoolRank // a cross-encoder: its score
+		}
 		layout.KV = append(layout.KV, gguf.KV{Key: layout.Arch + ".pooling_type", Value: gguf.Uint32(pool)})
 	}
 	if in.src, in.names, err = layout.Source(in.src, in.names); err != nil {

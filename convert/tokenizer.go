@@ -109,6 +109,9 @@ func specKV(spec *tokenizer.Spec, tok *tokenizer.Tokenizer, vocabSize int, cfg *
 	if spec.Model == tokenizer.ModelWordPiece {
 		return wordPieceKV(spec, vocabSize, cfg)
 	}
+	if spec.Model == tokenizer.ModelUnigram {
+		return unigramKV(spec, vocabSize, cfg)
+	}
 	if spec.Model != tokenizer.ModelBPE {
 		return nil, fmt.Errorf("%s vocabularies have no GGUF form lem writes (only BPE)", spec.Model)
 	}
@@ -291,7 +294,8 @@ func addsSpacePrefix(spec *tokenizer.Spec) bool {
 // tokens in its phantom-space spelling (a word-initial piece gets "▁" in
 // front, a continuation loses its "##", control tokens stay as they are),
 // padded with unused [PADn] tokens up to vocabSize, and the [CLS], [SEP],
-// unknown, padding and mask ids. The text is put between [CLS] and [SEP].
+// unknown, padding and mask ids. The text is put between [CLS] and [SEP];
+// a pair template of RoBERTa's form also gets EOS (see below).
 func wordPieceKV(spec *tokenizer.Spec, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
 	n := max(vocabSize, len(spec.Vocab))
 	for _, a := range spec.Added {
@@ -365,8 +369,150 @@ func wordPieceKV(spec *tokenizer.Spec, vocabSize int, cfg *model.Config) ([]gguf
 	if cfg != nil && cfg.PadTokenID != nil {
 		id("tokenizer.ggml.padding_token_id", int32(*cfg.PadTokenID))
 	}
+	// RoBERTa's pair template (<s> a </s></s> b </s>) is told by an EOS
+	// that is added: llama.cpp then puts a pair as BOS a EOS SEP b EOS
+	// (a single text stays [CLS] text [SEP]).
+	double := pairHasDoubleSep(spec.Pair)
+	if double {
+		id("tokenizer.ggml.eos_token_id", sep)
+	}
 	add("tokenizer.ggml.add_bos_token", gguf.Bool(true))
 	add("tokenizer.ggml.add_sep_token", gguf.Bool(true))
-	add("tokenizer.ggml.add_eos_token", gguf.Bool(false))
+	add("tokenizer.ggml.add_eos_token", gguf.Bool(double))
 	return kv, nil
+}
+
+// unigramKV builds the tokenizer.ggml keys of a SentencePiece Unigram
+// vocabulary (XLM-RoBERTa's: bge-m3, multilingual-e5) as llama.cpp's
+// converter writes them: model "t5", the pieces with their scores and
+// types (padded with unused [PADn] tokens scored -10000 up to vocabSize),
+// add_space_prefix from the Metaspace pre-tokenizer, remove_extra_whitespaces,
+// the Precompiled normalizer's charsmap as a byte array, and the special
+// token ids of the <s> text </s> post-processor.
+func unigramKV(spec *tokenizer.Spec, vocabSize int, cfg *model.Config) ([]gguf.KV, error) {
+	n := max(vocabSize, len(spec.Vocab))
+	for _, a := range spec.Added {
+		n = max(n, int(a.ID)+1)
+	}
+	if vocabSize > 0 && n > vocabSize {
+		return nil, fmt.Errorf("the tokenizer has %d tokens, more than the model's %d embeddings", n, vocabSize)
+	}
+	if spec.ByteFallback {
+		return nil, errors.New("a Unigram vocabulary with byte fallback has no GGUF form lem writes")
+	}
+	var charsmap []byte
+	for _, nm := range spec.Normalizers {
+		switch nm.Kind {
+		case tokenizer.NormPrecompiled:
+			charsmap = nm.Charsmap
+		case tokenizer.NormStrip, tokenizer.NormReplace:
+			// SentencePiece's whitespace clean-up (remove_extra_whitespaces).
+		default:
+			return nil, fmt.Errorf("a Unigram vocabulary with a %s normalizer has no GGUF form", nm.Kind)
+		}
+	}
+	prefix := false
+	for _, p := range spec.PreTokenizers {
+		if p.Kind != tokenizer.PreMetaspace {
+			return nil, fmt.Errorf("a Unigram vocabulary with a %s pre-tokenizer has no GGUF form (only Metaspace)", p.Kind)
+		}
+		prefix = p.Prepend != tokenizer.PrependNever
+	}
+	tokens := make([]string, n)
+	scores := make([]float32, n)
+	types := make([]int32, n)
+	for i := range tokens {
+		if i < len(spec.Vocab) {
+			tokens[i], scores[i], types[i] = spec.Vocab[i], spec.Scores[i], tokNormal
+		} else {
+			tokens[i], scores[i], types[i] = fmt.Sprintf("[PAD%d]", i), -10000, tokUnused
+		}
+	}
+	mask := int32(-1)
+	for _, a := range spec.Added {
+		if a.ID < 0 || int(a.ID) >= n {
+			continue
+		}
+		tokens[a.ID] = a.Content
+		if int(a.ID) >= len(spec.Vocab) {
+			scores[a.ID] = 0
+		}
+		if a.Special {
+			types[a.ID] = tokControl
+		} else {
+			types[a.ID] = tokUserDefined
+		}
+		if a.Content == "<mask>" {
+			mask = a.ID
+		}
+	}
+	if spec.Unk >= 0 && int(spec.Unk) < n {
+		types[spec.Unk] = tokUnknown
+	}
+	seen := make(map[string]int, n)
+	for i, s := range tokens {
+		if j, dup := seen[s]; dup {
+			return nil, fmt.Errorf("pieces %d and %d are both %q: llama.cpp needs each piece once", j, i, s)
+		}
+		seen[s] = i
+	}
+	bos, eos := int32(-1), int32(-1)
+	if len(spec.Single) > 0 {
+		first, last := spec.Single[0], spec.Single[len(spec.Single)-1]
+		if first.Seq == -1 && len(first.IDs) == 1 {
+			bos = first.IDs[0]
+		}
+		if last.Seq == -1 && len(last.IDs) == 1 {
+			eos = last.IDs[0]
+		}
+	}
+	kv := []gguf.KV{}
+	add := func(key string, v gguf.Value) { kv = append(kv, gguf.KV{Key: key, Value: v}) }
+	id := func(key string, v int32) {
+		if v >= 0 && int(v) < n {
+			add(key, gguf.Uint32(uint32(v)))
+		}
+	}
+	add("tokenizer.ggml.model", gguf.String("t5"))
+	add("tokenizer.ggml.pre", gguf.String("default"))
+	add("tokenizer.ggml.tokens", gguf.Array(tokens))
+	add("tokenizer.ggml.scores", gguf.Array(scores))
+	add("tokenizer.ggml.token_type", gguf.Array(types))
+	add("tokenizer.ggml.add_space_prefix", gguf.Bool(prefix))
+	add("tokenizer.ggml.remove_extra_whitespaces", gguf.Bool(true))
+	if len(charsmap) > 0 {
+		add("tokenizer.ggml.precompiled_charsmap", gguf.Array(charsmap))
+	}
+	id("tokenizer.ggml.bos_token_id", bos)
+	id("tokenizer.ggml.eos_token_id", eos)
+	id("tokenizer.ggml.unknown_token_id", spec.Unk)
+	id("tokenizer.ggml.seperator_token_id", eos) // llama.cpp's spelling
+	id("tokenizer.ggml.cls_token_id", bos)
+	id("tokenizer.ggml.mask_token_id", mask)
+	if cfg != nil && cfg.PadTokenID != nil {
+		id("tokenizer.ggml.padding_token_id", int32(*cfg.PadTokenID))
+	}
+	add("tokenizer.ggml.add_bos_token", gguf.Bool(bos >= 0))
+	add("tokenizer.ggml.add_eos_token", gguf.Bool(eos >= 0))
+	add("tokenizer.ggml.add_sep_token", gguf.Bool(pairHasDoubleSep(spec.Pair)))
+	return kv, nil
+}
+
+// pairHasDoubleSep reports whether a pair template puts two special tokens
+// between the texts (XLM-RoBERTa's <s> a </s></s> b </s>), which llama.cpp
+// spells as EOS then SEP when it formats a rerank pair.
+func pairHasDoubleSep(pair []tokenizer.TemplatePiece) bool {
+	between := 0
+	seen := false
+	for _, p := range pair {
+		switch {
+		case p.Seq == 0:
+			seen = true
+		case p.Seq == 1:
+			return between >= 2
+		case seen:
+			between += len(p.IDs)
+		}
+	}
+	return false
 }

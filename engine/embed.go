@@ -131,7 +131,7 @@ func ggufEmbedConfig(f *gguf.File) EmbedConfig {
 	switch v {
 	case 1:
 		return EmbedConfig{Pooling: PoolMean, Normalize: true, Declared: true}
-	case 2:
+	case 2, 4: // 4: rank, a cross-encoder's head reading the first token
 		return EmbedConfig{Pooling: PoolFirst, Normalize: true, Declared: true}
 	case 3:
 		return EmbedConfig{Pooling: PoolLast, Normalize: true, Declared: true}

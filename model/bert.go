@@ -14,7 +14,7 @@ import (
 // head (cross-encoder rerankers).
 func init() {
 	Register(Arch{ModelTypes: []string{"bert"}, Encoder: loadBERT, GGUF: "bert", Tensors: &bertGGUFLayout, Meta: bertGGUFMeta})
-	Register(Arch{ModelTypes: []string{"xlm-roberta", "roberta"}, Encoder: loadBERT})
+	Register(Arch{ModelTypes: []string{"xlm-roberta", "roberta"}, Encoder: loadBERT, GGUF: "bert"})
 	Register(Arch{ModelTypes: []string{"modernbert"}, Encoder: loadModernBERT})
 }
 
@@ -103,6 +103,19 @@ func prefix(l *loader, probe string, candidates ...string) (string, error) {
 	return "", fmt.Errorf("tensor %s is missing", probe)
 }
 
+// positionOffset is the first row of the position table that a model
+// uses: RoBERTa numbers positions from padding_idx + 1, BERT from 0.
+func positionOffset(cfg *Config) int {
+	if cfg.ModelType == "bert" {
+		return 0
+	}
+	pad := 1
+	if cfg.PadTokenID != nil {
+		pad = *cfg.PadTokenID
+	}
+	return pad + 1
+}
+
 // loadBERT loads BERT and XLM-RoBERTa.
 func loadBERT(cfg *Config, src Source, b compute.Backend) (Encoder, error) {
 	m, err := newEncoder(cfg, b, false)
@@ -119,14 +132,7 @@ func loadBERT(cfg *Config, src Source, b compute.Backend) (Encoder, error) {
 	if pet != "" && pet != "absolute" {
 		return nil, fmt.Errorf("%s: position_embedding_type %q is not supported (only \"absolute\")", cfg.ModelType, pet)
 	}
-	if cfg.ModelType != "bert" {
-		// RoBERTa numbers positions from padding_idx + 1.
-		pad := 1
-		if cfg.PadTokenID != nil {
-			pad = *cfg.PadTokenID
-		}
-		m.posOffset = pad + 1
-	}
+	m.posOffset = positionOffset(cfg)
 	m.maxTokens = cfg.MaxPositionEmbeddings - m.posOffset
 	if m.maxTokens <= 0 {
 		return nil, fmt.Errorf("%s: max_position_embeddings %d leaves no positions after offset %d", cfg.ModelType, cfg.MaxPositionEmbeddings, m.posOffset)

@@ -3,6 +3,9 @@ package model
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/gguf"
@@ -15,27 +18,44 @@ import (
 //     position_embd, token_types (optional), token_embd_norm (weight and
 //     bias); per layer attn_q, attn_k, attn_v and attn_output (weights and
 //     biases), attn_output_norm, ffn_up, ffn_down and layer_output_norm.
-//     The pooler is left out: embeddings do not use it.
+//     The pooler is left out: embeddings do not use it (a classifier
+//     reads it: see below).
 //   - Keys: bert.context_length, embedding_length, block_count,
 //     feed_forward_length, attention.head_count,
 //     attention.layer_norm_epsilon, attention.causal (false) and
-//     pooling_type (0 none, 1 mean, 2 CLS, 3 last, 4 rank);
+//     pooling_type (0 none, 1 mean, 2 CLS, 3 last, 4 rank: the
+//     classification head's score);
 //     tokenizer.ggml.token_type_count is the token type table's size.
 //   - The activation is not stored: llama.cpp runs GELU (its tanh form;
 //     lem computes the erf form that transformers' "gelu" names, which
 //     differs by less than 1e-3 per value).
 //
-// The classification heads of cross-encoders are not part of the layout:
-// a checkpoint with one has tensors with no place in the file.
+// XLM-RoBERTa (and RoBERTa) checkpoints are written under "bert" as
+// llama.cpp's converter writes them (XLMRobertaModel): the position table
+// loses its first padding_idx + 1 rows, which RoBERTa never uses, and
+// context_length is max_position_embeddings less those rows, so that
+// positions count from 0 as in BERT. Such a file reads back as a BERT
+// model; its vocabulary is a SentencePiece Unigram one (tokenizer model
+// "t5").
+//
+// A cross-encoder's classification head (bge-reranker) is stored as
+// llama.cpp stores it: cls (dense, followed by tanh on the first row) and
+// cls.output (the projection to the labels), and the file's pooling_type
+// is 4 (rank). It reads back as RoBERTa's head.
 var bertGGUFLayout = TensorLayout{
-	act:    "gelu",
-	prefix: "encoder.layer.",
+	act:     "gelu",
+	compose: composeBERT,
+	prefix:  "encoder.layer.",
 	global: map[string]string{
 		"embeddings.word_embeddings.weight":       "token_embd.weight",
 		"embeddings.position_embeddings.weight":   "position_embd.weight",
 		"embeddings.token_type_embeddings.weight": "token_types.weight",
 		"embeddings.LayerNorm.weight":             "token_embd_norm.weight",
 		"embeddings.LayerNorm.bias":               "token_embd_norm.bias",
+		"classifier.dense.weight":                 "cls.weight",
+		"classifier.dense.bias":                   "cls.bias",
+		"classifier.out_proj.weight":              "cls.output.weight",
+		"classifier.out_proj.bias":                "cls.output.bias",
 	},
 	layer: map[string]string{
 		"attention.self.query.weight":       "attn_q.weight",
@@ -118,7 +138,11 @@ func bertToGGUF(l *GGUFLayout, w *ggufWriter) error {
 	if eps == 0 {
 		eps = 1e-12
 	}
-	w.u32("max_position_embeddings", c.MaxPositionEmbeddings)
+	off := positionOffset(c)
+	if c.MaxPositionEmbeddings <= off {
+		return fmt.Errorf("%s: max_position_embeddings %d leaves no positions after offset %d", c.ModelType, c.MaxPositionEmbeddings, off)
+	}
+	w.u32("max_position_embeddings", c.MaxPositionEmbeddings-off)
 	w.u32("hidden_size", c.HiddenSize)
 	w.u32("num_hidden_layers", c.NumHiddenLayers)
 	w.u32("intermediate_size", c.IntermediateSize)
@@ -130,7 +154,90 @@ func bertToGGUF(l *GGUFLayout, w *ggufWriter) error {
 		return fmt.Errorf("%s: %w", c.ModelType, err)
 	}
 	l.KV = append(l.KV, gguf.KV{Key: keyTokenTypes, Value: gguf.Uint32(uint32(max(types, 1)))})
+	// A classifier's label names, unless they are transformers' default
+	// pair (LABEL_0, LABEL_1), as llama.cpp's converter writes them.
+	var labels map[string]string
+	if _, err := c.Get("id2label", &labels); err != nil {
+		return fmt.Errorf("%s: %w", c.ModelType, err)
+	}
+	head := slices.ContainsFunc(c.Architectures, func(a string) bool { return strings.HasSuffix(a, "ForSequenceClassification") })
+	if head && len(labels) > 0 && !(len(labels) == 2 && labels["0"] == "LABEL_0") {
+		names := make([]string, len(labels))
+		for i := range names {
+			n, ok := labels[strconv.Itoa(i)]
+			if !ok {
+				return fmt.Errorf("%s: id2label has no label %d", c.ModelType, i)
+			}
+			names[i] = n
+		}
+		l.KV = append(l.KV, gguf.KV{Key: l.Arch + ".classifier.output_labels", Value: gguf.Array(names)})
+	}
 	return nil
+}
+
+// composeBERT presents a checkpoint's tensors under the names the layout
+// maps: the base model's prefix ("roberta.", "bert.") of a
+// sequence-classification checkpoint is dropped, BERT's pooler and
+// classifier become the dense and output projections of RoBERTa's head
+// (the same computation: dense and tanh on the first row, then the
+// projection), and the position table loses the rows a RoBERTa-numbered
+// model never uses (see bertGGUFLayout).
+func composeBERT(c *Config, src Source, names []string) ([]composite, error) {
+	off := positionOffset(c)
+	bertHead := slices.Contains(names, "classifier.weight")
+	var out []composite
+	for _, n := range names {
+		base := n
+		for _, p := range []string{"roberta.", "bert."} {
+			if r, ok := strings.CutPrefix(n, p); ok {
+				base = r
+				break
+			}
+		}
+		if bertHead {
+			if r, ok := strings.CutPrefix(base, "pooler.dense."); ok {
+				base = "classifier.dense." + r
+			} else if r, ok := strings.CutPrefix(base, "classifier."); ok && (r == "weight" || r == "bias") {
+				base = "classifier.out_proj." + r
+			}
+		}
+		skip := 0
+		if base == "embeddings.position_embeddings.weight" {
+			skip = off
+		}
+		if base == n && skip == 0 {
+			continue
+		}
+		st, ok := src.Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("tensor %s is missing", n)
+		}
+		cut := 0
+		shape := st.Shape
+		if skip > 0 {
+			if len(st.Shape) != 2 || st.Shape[0] <= skip || st.DType.Quantized() {
+				return nil, fmt.Errorf("%s: shape %v (%s) has no rows after the first %d", n, st.Shape, st.DType, skip)
+			}
+			rowBytes, err := st.DType.RowBytes(st.Shape[1])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+			cut = skip * rowBytes
+			shape = []int{st.Shape[0] - skip, st.Shape[1]}
+		}
+		name := n
+		out = append(out, composite{
+			name:  base,
+			parts: []string{name},
+			dtype: st.DType,
+			shape: shape,
+			build: func() []byte {
+				st, _ := src.Lookup(name)
+				return st.Data[cut:]
+			},
+		})
+	}
+	return out, nil
 }
 
 // GGUFPooling values of "<arch>.pooling_type", as llama.cpp numbers them.
@@ -139,6 +246,7 @@ const (
 	GGUFPoolMean = 1
 	GGUFPoolCLS  = 2
 	GGUFPoolLast = 3
+	GGUFPoolRank = 4
 )
 
 // IsEncoderPath reports whether path is an encoder model: a directory whose

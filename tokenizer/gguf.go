@@ -131,7 +131,9 @@ func FromGGUF(f *gguf.File) (*Tokenizer, error) {
 //     for the Llama 3 family of pre names, nothing otherwise.
 //
 // The padding id is checked but not kept: Spec has no field for it.
-// Other tokenizer models ("bert", "t5", "rwkv", "no_vocab" …) are errors.
+// "bert" (WordPiece) is read by ggufWordPiece and "t5" (SentencePiece
+// Unigram) by ggufUnigram. Other tokenizer models ("rwkv", "no_vocab" …)
+// are errors.
 func SpecFromGGUF(f *gguf.File) (*Spec, error) {
 	spec, err := specFromGGUF(f)
 	if err != nil {
@@ -149,11 +151,11 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		return nil, fmt.Errorf("%s: missing: the file holds no tokenizer", ggufKeyModel)
 	}
 	switch model {
-	case "gpt2", "llama", "gemma4", "bert":
+	case "gpt2", "llama", "gemma4", "bert", "t5":
 	case "no_vocab", "none":
 		return nil, fmt.Errorf("%s is %q: the file holds no vocabulary", ggufKeyModel, model)
 	default:
-		return nil, fmt.Errorf("%s: unsupported tokenizer model %q (supported: gpt2, llama, gemma4, bert)", ggufKeyModel, model)
+		return nil, fmt.Errorf("%s: unsupported tokenizer model %q (supported: gpt2, llama, gemma4, bert, t5)", ggufKeyModel, model)
 	}
 
 	tokens, err := ggufTokens(f)
@@ -200,6 +202,10 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		}
 	case "bert":
 		ggufWordPiece(spec)
+	case "t5":
+		if err := ggufUnigram(f, spec); err != nil {
+			return nil, err
+		}
 	}
 
 	for _, s := range []struct {
@@ -218,7 +224,7 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	addEOS := false
+	addEOS := model == "t5" // llama.cpp's default for Unigram vocabularies
 	addEOSSet, err := ggufBool(f, ggufKeyAddEOS, &addEOS)
 	if err != nil {
 		return nil, err
@@ -230,8 +236,13 @@ func specFromGGUF(f *gguf.File) (*Spec, error) {
 		return nil, fmt.Errorf("%s is true but there is no EOS token (%s)", ggufKeyAddEOS, ggufKeyEOS)
 	}
 	spec.AddBOS, spec.AddEOS = addBOS, addEOS
-	if model == "bert" {
+	switch model {
+	case "bert":
 		if err := ggufBertTemplate(f, spec, n); err != nil {
+			return nil, err
+		}
+	case "t5":
+		if err := ggufUnigramTemplate(f, spec, n); err != nil {
 			return nil, err
 		}
 	}
@@ -276,7 +287,8 @@ func ggufWordPiece(spec *Spec) {
 
 // ggufBertTemplate sets the [CLS] text [SEP] (and [CLS] a [SEP] b [SEP])
 // templates of a "bert" vocabulary: [CLS] is cls_token_id, else the BOS
-// token, else id 101; [SEP] is seperator_token_id, else id 102.
+// token, else id 101; [SEP] is seperator_token_id, else id 102. With
+// add_eos_token the pair is RoBERTa's: [CLS] a EOS [SEP] b EOS.
 func ggufBertTemplate(f *gguf.File, spec *Spec, n int) error {
 	def := int32(-1)
 	switch {
@@ -300,11 +312,115 @@ func ggufBertTemplate(f *gguf.File, spec *Spec, n int) error {
 	if cls < 0 || sep < 0 {
 		return fmt.Errorf("a bert vocabulary needs %s (or %s) and %s", ggufKeyCLS, ggufKeyBOS, ggufKeySEP)
 	}
+	addEOS := spec.AddEOS && spec.EOS >= 0
 	spec.AddBOS, spec.AddEOS = false, false
 	spec.Prefix, spec.Suffix = []int32{cls}, []int32{sep}
 	spec.Single = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{sep}}}
 	spec.Pair = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{sep}},
 		{Seq: 1, TypeID: 1}, {Seq: -1, IDs: []int32{sep}, TypeID: 1}}
+	if addEOS {
+		// RoBERTa's form, as llama.cpp puts a pair when EOS is added:
+		// [CLS] a EOS [SEP] b EOS, every token of type 0.
+		eos := spec.EOS
+		spec.Pair = []TemplatePiece{{Seq: -1, IDs: []int32{cls}}, {Seq: 0}, {Seq: -1, IDs: []int32{eos}},
+			{Seq: -1, IDs: []int32{sep}}, {Seq: 1}, {Seq: -1, IDs: []int32{eos}}}
+	}
+	return nil
+}
+
+// GGUF keys of a SentencePiece Unigram ("t5") vocabulary.
+const (
+	ggufKeyCharsmap     = "tokenizer.ggml.precompiled_charsmap"
+	ggufKeyRemoveSpaces = "tokenizer.ggml.remove_extra_whitespaces"
+	ggufKeyAddSEP       = "tokenizer.ggml.add_sep_token"
+)
+
+// ggufUnigram fills the Unigram parts of spec from a "t5" vocabulary (the
+// SentencePiece Unigram model of T5 and of XLM-RoBERTa: bge-m3,
+// multilingual-e5), as Hugging Face's tokenizer.json of XLM-RoBERTa
+// spells the same pipeline: the precompiled charsmap normalizer
+// (tokenizer.ggml.precompiled_charsmap, when present), then, with
+// remove_extra_whitespaces (default true), trailing spaces stripped and
+// runs of spaces made one "▁"; Metaspace with a "▁" in front when
+// add_space_prefix (default true); pieces scored by tokenizer.ggml.scores.
+// The ids default as in llama.cpp: EOS 1, unknown 2.
+func ggufUnigram(f *gguf.File, spec *Spec) error {
+	n := len(spec.Vocab)
+	scores, err := ggufScores(f, n)
+	if err != nil {
+		return err
+	}
+	spec.Model = ModelUnigram
+	spec.Scores = scores
+	if n > 2 {
+		spec.EOS, spec.Unk = 1, 2
+	}
+	if v, ok := f.Value(ggufKeyCharsmap); ok {
+		cm, ok := gguf.ArrayOf[uint8](v)
+		if !ok {
+			if s, isInt8 := gguf.ArrayOf[int8](v); isInt8 {
+				cm = make([]byte, len(s))
+				for i, x := range s {
+					cm[i] = byte(x)
+				}
+				ok = true
+			}
+		}
+		if !ok {
+			return fmt.Errorf("%s: want an array of bytes, got %s", ggufKeyCharsmap, describe(v))
+		}
+		if len(cm) < 4 {
+			return fmt.Errorf("%s: %d bytes, too short for its header", ggufKeyCharsmap, len(cm))
+		}
+		spec.Normalizers = append(spec.Normalizers, Normalizer{Kind: NormPrecompiled, Charsmap: slices.Clone(cm)})
+	}
+	clean := true
+	if _, err := ggufBool(f, ggufKeyRemoveSpaces, &clean); err != nil {
+		return err
+	}
+	if clean {
+		spec.Normalizers = append(spec.Normalizers,
+			Normalizer{Kind: NormStrip, Right: true},
+			Normalizer{Kind: NormReplace, Regex: " {2,}", Content: "▁"})
+	}
+	prefix := true
+	if _, err := ggufBool(f, ggufKeyAddSpacePrefix, &prefix); err != nil {
+		return err
+	}
+	scheme := PrependNever
+	if prefix {
+		scheme = PrependAlways
+	}
+	spec.PreTokenizers = []PreTokenizer{{Kind: PreMetaspace, Replacement: "▁", Prepend: scheme, Split: true}}
+	spec.Decoders = []Decoder{{Kind: DecMetaspace, Replacement: "▁", Prepend: scheme}}
+	return nil
+}
+
+// ggufUnigramTemplate sets the <s> text </s> template of a "t5" vocabulary
+// that adds both BOS and EOS, and its pair template: <s> a </s> b </s>, or
+// <s> a </s></s> b </s> with tokenizer.ggml.add_sep_token (the separator
+// being seperator_token_id, else EOS), as llama.cpp puts a rerank pair.
+func ggufUnigramTemplate(f *gguf.File, spec *Spec, n int) error {
+	if !spec.AddBOS || !spec.AddEOS {
+		return nil
+	}
+	addSEP := false
+	if _, err := ggufBool(f, ggufKeyAddSEP, &addSEP); err != nil {
+		return err
+	}
+	sep, err := ggufID(f, ggufKeySEP, spec.EOS, n)
+	if err != nil {
+		return err
+	}
+	bos, eos := spec.BOS, spec.EOS
+	spec.AddBOS, spec.AddEOS = false, false
+	spec.Prefix, spec.Suffix = []int32{bos}, []int32{eos}
+	spec.Single = []TemplatePiece{{Seq: -1, IDs: []int32{bos}}, {Seq: 0}, {Seq: -1, IDs: []int32{eos}}}
+	spec.Pair = []TemplatePiece{{Seq: -1, IDs: []int32{bos}}, {Seq: 0}, {Seq: -1, IDs: []int32{eos}}}
+	if addSEP && sep >= 0 {
+		spec.Pair = append(spec.Pair, TemplatePiece{Seq: -1, IDs: []int32{sep}})
+	}
+	spec.Pair = append(spec.Pair, TemplatePiece{Seq: 1}, TemplatePiece{Seq: -1, IDs: []int32{eos}})
 	return nil
 }
 
