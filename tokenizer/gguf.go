@@ -309,8 +309,11 @@ func ggufBertTemplate(f *gguf.File, spec *Spec, n int) error {
 	if err != nil {
 		return err
 	}
-	if cls < 0 || sep < 0 {
-		return fmt.Errorf("a bert vocabulary needs %s (or %s) and %s", ggufKeyCLS, ggufKeyBOS, ggufKeySEP)
+	if cls < 0 {
+		return fmt.Errorf("%s: missing, and no %s: a bert vocabulary needs a [CLS] token", ggufKeyCLS, ggufKeyBOS)
+	}
+	if sep < 0 {
+		return fmt.Errorf("%s: missing: a bert vocabulary needs a [SEP] token", ggufKeySEP)
 	}
 	addEOS := spec.AddEOS && spec.EOS >= 0
 	spec.AddBOS, spec.AddEOS = false, false

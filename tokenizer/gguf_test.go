@@ -825,6 +825,8 @@ func FuzzFromGGUF(f *testing.F) {
 				want = id.v
 			case name == "llama" && id.def < n:
 				want = id.def
+			case name == "bert" && id.what == "unknown" && n > 100:
+				want = 100 // [UNK] of BERT's vocabularies, as llama.cpp defaults
 			}
 			if id.got != want {
 				t.Fatalf("%s id %d, want %d", id.what, id.got, want)
@@ -835,6 +837,15 @@ func FuzzFromGGUF(f *testing.F) {
 			if id < 0 || id >= n {
 				t.Fatalf("Encode(%q) = %v: id %d outside the vocabulary of %d", text, plain, id, n)
 			}
+		}
+		if name == "bert" {
+			// A BERT vocabulary wraps the text in its template's [CLS]
+			// and [SEP] (ids of the file or llama.cpp's defaults).
+			got := tok.Encode(text, true)
+			if len(got) != len(plain)+2 || !slices.Equal(got[1:len(got)-1], plain) || got[0] < 0 || got[0] >= n || got[len(got)-1] < 0 || got[len(got)-1] >= n {
+				t.Fatalf("Encode(%q, true) = %v, want [CLS] %v [SEP]", text, got, plain)
+			}
+			return
 		}
 		// Encoding with special tokens adds BOS and EOS as the file says.
 		if flags&fuzzAddBOS != 0 && tok.AddsBOS() != (flags&fuzzAddBOSValue != 0) {
