@@ -497,11 +497,7 @@ func prepareBounded(ctx context.Context, m *Model, req *Request, limit int) (*Pr
 // it fails.
 func (s *Server) anDecode(w http.ResponseWriter, r *http.Request, count bool) (*Model, *anRequest, *Prepared) {
 	var a anRequest
-	if err := s.readJSON(r, &a); err != nil {
-		anthropicErrors(w, err)
-		return nil, nil, nil
-	}
-	m := s.lookupModel(w, r, a.Model, anthropicErrors)
+	m := s.readForModel(w, r, &a, &a.Model, anthropicErrors)
 	if m == nil {
 		return nil, nil, nil
 	}

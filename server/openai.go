@@ -317,6 +317,17 @@ func templateKwargs(kw map[string]json.RawMessage, effort *string, effortField s
 	return out, nil
 }
 
+// readForModel decodes the request body into v and returns the model
+// that *id (v's model field) names; when either fails it writes the error
+// in ew's shape and returns nil.
+func (s *Server) readForModel(w http.ResponseWriter, r *http.Request, v any, id *string, ew errorWriter) *Model {
+	if err := s.readJSON(r, v); err != nil {
+		ew(w, err)
+		return nil
+	}
+	return s.lookupModel(w, r, *id, ew)
+}
+
 // lookupModel finds the request's model, writing a 404 when it is unknown.
 func (s *Server) lookupModel(w http.ResponseWriter, r *http.Request, id string, ew errorWriter) *Model {
 	if id == "" {
@@ -333,11 +344,7 @@ func (s *Server) lookupModel(w http.ResponseWriter, r *http.Request, id string, 
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	var o oaChatRequest
-	if err := s.readJSON(r, &o); err != nil {
-		openaiErrors(w, err)
-		return
-	}
-	m := s.lookupModel(w, r, o.Model, openaiErrors)
+	m := s.readForModel(w, r, &o, &o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -750,11 +757,7 @@ const maxPrompts = 16
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	var o oaCompletionRequest
-	if err := s.readJSON(r, &o); err != nil {
-		openaiErrors(w, err)
-		return
-	}
-	m := s.lookupModel(w, r, o.Model, openaiErrors)
+	m := s.readForModel(w, r, &o, &o.Model, openaiErrors)
 	if m == nil {
 		return
 	}

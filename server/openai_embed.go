@@ -63,11 +63,7 @@ func base64Floats(v []float32) string {
 
 func (s *Server) embeddings(w http.ResponseWriter, r *http.Request) {
 	var o oaEmbeddingRequest
-	if err := s.readJSON(r, &o); err != nil {
-		openaiErrors(w, err)
-		return
-	}
-	m := s.lookupModel(w, r, o.Model, openaiErrors)
+	m := s.readForModel(w, r, &o, &o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -170,11 +166,7 @@ func rerankDocs(raw []json.RawMessage) ([]string, *Error) {
 
 func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	var o rerankRequest
-	if err := s.readJSON(r, &o); err != nil {
-		openaiErrors(w, err)
-		return
-	}
-	m := s.lookupModel(w, r, o.Model, openaiErrors)
+	m := s.readForModel(w, r, &o, &o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
@@ -255,11 +247,7 @@ func textList(raw json.RawMessage, param string) ([]string, *Error) {
 
 func (s *Server) score(w http.ResponseWriter, r *http.Request) {
 	var o scoreRequest
-	if err := s.readJSON(r, &o); err != nil {
-		openaiErrors(w, err)
-		return
-	}
-	m := s.lookupModel(w, r, o.Model, openaiErrors)
+	m := s.readForModel(w, r, &o, &o.Model, openaiErrors)
 	if m == nil {
 		return
 	}

@@ -313,11 +313,7 @@ func respTools(tools []json.RawMessage) ([]json.RawMessage, error) {
 
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	var o respRequest
-	if err := s.readJSON(r, &o); err != nil {
-		openaiErrors(w, err)
-		return
-	}
-	m := s.lookupModel(w, r, o.Model, openaiErrors)
+	m := s.readForModel(w, r, &o, &o.Model, openaiErrors)
 	if m == nil {
 		return
 	}
