@@ -122,9 +122,13 @@ func (m *Model) Generate(ctx context.Context, s *Session, req Request, onToken f
 type steps interface {
 	// prompt runs the request's prompt.
 	prompt(ctx context.Context, prompt []int32) ([]float32, []candidate, error)
-	// next runs a generated token; more says whether the step after it
-	// will run unless the token it picks ends the generation.
-	next(ctx context.Context, id int32, more bool) ([]float32, []candidate, error)
+	// feed starts the step of a generated token; left is how many tokens
+	// may still follow the one it picks (0: that token ends the generation
+	// unless a stop ends it first). result waits for the step and returns
+	// what prompt returns. The caller streams the token out between the
+	// two, while the step runs.
+	feed(ctx context.Context, id int32, left int) error
+	result(ctx context.Context) ([]float32, []candidate, error)
 	// held returns the positions held, capacity the most there can be.
 	held() int
 	capacity() int
@@ -211,14 +215,24 @@ func (m *Model) generate(ctx context.Context, st steps, req Request, onToken fun
 		if lp != nil {
 			tok.Logprob, tok.Top = lp.report(id)
 		}
+		last := full(len(res.IDs), st.held())
+		if !last {
+			// The token's step runs while the token streams out.
+			left := st.capacity() - st.held() - 1
+			if req.MaxTokens > 0 {
+				left = min(left, req.MaxTokens-len(res.IDs)-1)
+			}
+			if err := st.feed(ctx, id, max(left, 0)); err != nil {
+				return res, err
+			}
+		}
 		if err := emit(tok); err != nil {
 			return res, err
 		}
-		if full(len(res.IDs), st.held()) {
+		if last {
 			break
 		}
-		// The step after this one runs unless its token ends generation.
-		if logits, cands, err = st.next(ctx, id, !full(len(res.IDs)+1, st.held()+1)); err != nil {
+		if logits, cands, err = st.result(ctx); err != nil {
 			return res, err
 		}
 	}
@@ -235,6 +249,10 @@ type sessionSteps struct {
 	s     *Session
 	npick int
 	ahead bool
+	// The last fed step's result.
+	logits []float32
+	cands  []candidate
+	err    error
 }
 
 func (t *sessionSteps) run(ctx context.Context, tokens []int32, more bool) ([]float32, []candidate, error) {
@@ -262,8 +280,13 @@ func (t *sessionSteps) prompt(ctx context.Context, prompt []int32) ([]float32, [
 	return t.run(ctx, []int32{last}, false)
 }
 
-func (t *sessionSteps) next(ctx context.Context, id int32, more bool) ([]float32, []candidate, error) {
-	return t.run(ctx, []int32{id}, more)
+func (t *sessionSteps) feed(ctx context.Context, id int32, left int) error {
+	t.logits, t.cands, t.err = t.run(ctx, []int32{id}, left > 0)
+	return nil
+}
+
+func (t *sessionSteps) result(context.Context) ([]float32, []candidate, error) {
+	return t.logits, t.cands, t.err
 }
 
 func (t *sessionSteps) held() int        { return t.s.Len() }

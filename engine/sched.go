@@ -30,6 +30,10 @@ type SchedulerOptions struct {
 	// BatchTokens bounds the rows of one step (0: Parallel plus one
 	// Chunk on the CPU, four on a GPU).
 	BatchTokens int
+	// Draft is the most draft tokens a decoding sequence runs per step
+	// (speculative decoding by prompt lookup, see draft.go; 0: none).
+	// Models with recurrent layers run none.
+	Draft int
 }
 
 // DefaultBlockSize is the positions per block of the paged cache.
@@ -49,6 +53,9 @@ type SchedulerStats struct {
 	// Preemptions counts sequences set back to the queue for want of
 	// blocks.
 	Preemptions int64
+	// DraftTokens is the draft tokens run (SchedulerOptions.Draft),
+	// DraftAccepted those of them the generation accepted.
+	DraftTokens, DraftAccepted int64
 }
 
 // ErrSchedulerClosed is returned by a Scheduler's methods after Close.
@@ -73,6 +80,7 @@ type Scheduler struct {
 
 	// Resolved options.
 	parallel, context, bs, chunk, batchTokens int
+	draft                                     int // SchedulerOptions.Draft
 	seqCap                                    int // the most positions of a sequence
 	maxBlocks                                 int // block table width
 	recurrent                                 bool
@@ -118,6 +126,8 @@ type Scheduler struct {
 	ckptKey                                 []blockKey       // key held by each checkpoint slot
 	rows                                    int64            // rows run
 	promptTokens, cachedTokens, preemptions int64
+	drafted, accepted                       int64 // draft tokens run and accepted
+	steps                                   int64 // forward passes
 }
 
 // NewScheduler starts a scheduler for the model. The model's network must

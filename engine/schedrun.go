@@ -38,17 +38,22 @@ type group struct {
 // below mu are guarded by the Scheduler's mu; the scheduler's loop alone
 // changes the others, also under mu.
 type sequence struct {
-	tokens []int32 // prompt, then the generated tokens handed in
+	tokens []int32 // prompt, then the generated tokens handed in, then spec drafts
 	prompt int     // the prompt's length
-	score  bool    // PromptLogprobs: every row's logits
-	pick   int     // candidates the backend picks for the caller (pickK); 0: the logits
-	embed  bool    // Embed: pooled final hidden states, no logits
-	pool   Pooling // Embed: how the rows' hidden states are pooled
+	// spec is how many tokens at the end of tokens are drafts (see
+	// draft.go): run and handed over like the others, but not yet
+	// accepted, so they name no cached block and may be dropped.
+	spec  int
+	score bool    // PromptLogprobs: every row's logits
+	pick  int     // candidates the backend picks for the caller (pickK); 0: the logits
+	embed bool    // Embed: pooled final hidden states, no logits
+	pool  Pooling // Embed: how the rows' hidden states are pooled
 
 	// The scheduler's.
 	running bool
 	order   uint64    // admission order, for preemption
 	done    int       // positions computed
+	kept    int       // positions whose full blocks keep has named
 	tables  [][]int32 // per group: block of each block index, -1 for none
 	keys    []blockKey
 	slot    int // recurrent state slot, -1 for none
@@ -63,7 +68,7 @@ type sequence struct {
 	err    error       // ends the sequence
 	host   []float32   // the logits handed over: one row, or rows for scoring
 	cands  []candidate // the candidates handed over, when pick > 0
-	nrows  int         // scoring: rows in host
+	nrows  int         // rows in host (scoring), or rows of cands / host handed over
 	vec    []float32   // Embed: the pooled hidden state, summed while running
 	ended  bool        // Embed: vec is complete; the blocks can go
 	// delivered is when the scheduler last handed logits over.
@@ -83,7 +88,8 @@ func (q *sequence) signal() {
 type stepPart struct {
 	q         *sequence
 	lo, hi    int
-	logits    bool // the last row's logits go to the caller
+	logits    bool // the last row's logits go to the caller (every row's with drafts)
+	nlog      int  // with logits: the rows handed over, the part's last
 	all, from int  // scoring: every row's, handed over from row from
 	hidden    int  // Embed: final hidden states of its last row (1) or every row (hi-lo)
 }
@@ -132,7 +138,7 @@ func newScheduler(m *Model, net model.Batched, opts SchedulerOptions, pad bool) 
 
 // size resolves the options against the model's layout and the memory.
 func (s *Scheduler) size(opts SchedulerOptions) error {
-	if opts.Parallel < 0 || opts.Context < 0 || opts.KVBytes < 0 || opts.BlockSize < 0 || opts.Chunk < 0 || opts.BatchTokens < 0 {
+	if opts.Parallel < 0 || opts.Context < 0 || opts.KVBytes < 0 || opts.BlockSize < 0 || opts.Chunk < 0 || opts.BatchTokens < 0 || opts.Draft < 0 {
 		return fmt.Errorf("scheduler: negative option in %+v", opts)
 	}
 	s.bs = opts.BlockSize
@@ -149,6 +155,11 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	}
 	s.chunk = (s.chunk + s.bs - 1) / s.bs * s.bs
 	s.recurrent = s.layout.StateBytes > 0
+	if !s.recurrent {
+		// A recurrent state cannot drop the positions of a rejected
+		// draft.
+		s.draft = opts.Draft
+	}
 	// A sequence's blocks at full context in each group.
 	need := make([]int, len(s.layout.Groups))
 	var perSeq int64
@@ -350,6 +361,7 @@ func (s *Scheduler) stats() SchedulerStats {
 	st := SchedulerStats{
 		Parallel: s.parallel, Running: len(s.running), Waiting: len(s.waiting),
 		PromptTokens: s.promptTokens, CachedTokens: s.cachedTokens, Preemptions: s.preemptions,
+		DraftTokens: s.drafted, DraftAccepted: s.accepted,
 	}
 	for _, g := range s.groups {
 		st.BlocksUsed += g.pool.used
@@ -531,7 +543,7 @@ func (s *Scheduler) windowBlocks(w int) int {
 // full-attention block, the blocks of each window before it, and for a
 // recurrent model a state checkpoint at its end.
 func (s *Scheduler) prefix(q *sequence) int {
-	maxJ := (len(q.tokens) - 1) / s.bs
+	maxJ := (len(q.tokens) - 1 - q.spec) / s.bs
 	q.keys = s.hash.chain(q.keys, q.tokens[:maxJ*s.bs], s.bs)
 	jf := 0
 	for jf < maxJ && s.holds(jf, q.keys[jf], 0) {
@@ -602,7 +614,7 @@ func (s *Scheduler) start(q *sequence, p int) {
 			s.cache.ResetState(q.slot)
 		}
 	}
-	q.done = p
+	q.done, q.kept = p, p
 	if !q.started {
 		q.started = true
 		q.cached = p
@@ -717,7 +729,7 @@ func (s *Scheduler) plan() []stepPart {
 	budget := s.batchTokens
 	order := slices.Clone(s.running)
 	slices.SortStableFunc(order, func(a, b *sequence) int {
-		da, db := len(a.tokens)-a.done == 1, len(b.tokens)-b.done == 1
+		da, db := len(a.tokens)-a.done == 1+a.spec, len(b.tokens)-b.done == 1+b.spec
 		switch {
 		case da && !db:
 			return -1
@@ -743,6 +755,22 @@ func (s *Scheduler) plan() []stepPart {
 				hi = lo + 1
 			}
 		}
+		if q.spec > 0 {
+			// A draft's rows run together with the token before them
+			// (after a preemption, once the positions before are
+			// back), or not at all when the step has no room.
+			v := len(q.tokens) - 1 - q.spec
+			switch {
+			case lo < v:
+				hi = min(hi, v)
+			case 1+q.spec > budget && q.need:
+				q.tokens = q.tokens[:v+1]
+				q.spec = 0
+				hi = v + 1
+			default:
+				hi = len(q.tokens)
+			}
+		}
 		if hi-lo > budget {
 			if s.recurrent {
 				// A recurrent sequence's chunks stay whole, so that
@@ -758,6 +786,9 @@ func (s *Scheduler) plan() []stepPart {
 			continue
 		}
 		p := stepPart{q: q, lo: lo, hi: hi, logits: !q.score && hi == len(q.tokens) && q.need}
+		if p.logits {
+			p.nlog = 1 + q.spec
+		}
 		if q.embed {
 			switch {
 			case q.pool == PoolMean, q.pool == PoolFirst && lo == 0:
@@ -850,6 +881,7 @@ func (s *Scheduler) step() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rows += int64(n)
+	s.steps++
 	hrow := 0 // the part's first row of bt.Hidden
 	for i, p := range parts {
 		q := p.q
@@ -876,16 +908,22 @@ func (s *Scheduler) step() {
 			q.scored = p.hi
 			q.acked = false
 		case p.logits && q.pick > 0:
-			c := s.candsHost[rows[i]*2*s.kmax:]
 			q.cands = q.cands[:0]
-			for j := range q.pick {
-				q.cands = append(q.cands, candidate{id: int32(c[s.kmax+j]), logit: c[j]})
+			for r := range p.nlog {
+				c := s.candsHost[(rows[i]+r)*2*s.kmax:]
+				for j := range q.pick {
+					q.cands = append(q.cands, candidate{id: int32(c[s.kmax+j]), logit: c[j]})
+				}
 			}
+			q.nrows = p.nlog
 			q.need = false
+			s.drafted += int64(p.nlog - 1)
 		case p.logits:
 			off := s.hostOff[i]
-			q.host = append(q.host[:0], s.logitsHost[off:off+s.vocab]...)
+			q.host = append(q.host[:0], s.logitsHost[off:off+p.nlog*s.vocab]...)
+			q.nrows = p.nlog
 			q.need = false
+			s.drafted += int64(p.nlog - 1)
 		default:
 			continue
 		}
@@ -946,7 +984,7 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 			k += p.all
 		case p.logits:
 			r = k
-			k++
+			k += p.nlog
 		}
 		rows = append(rows, r)
 		kh += p.hidden
@@ -961,7 +999,7 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 		for range p.hi - p.lo {
 			seqRows = append(seqRows, int32(i))
 		}
-		bt.Seqs = append(bt.Seqs, model.BatchSeq{Rows: p.hi - p.lo, State: p.q.slot, Logits: p.logits, AllLogits: p.all > 0,
+		bt.Seqs = append(bt.Seqs, model.BatchSeq{Rows: p.hi - p.lo, State: p.q.slot, Logits: p.logits, AllLogits: p.all > 0 || p.nlog > 1,
 			Hidden: p.hidden > 0 && p.q.pool == PoolLast, AllHidden: p.hidden > 0 && p.q.pool != PoolLast})
 	}
 	s.seqHost, s.spans = seqRows, spans
@@ -1007,7 +1045,7 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 	for i, p := range parts {
 		if p.all == 0 && p.logits && p.q.pick > 0 {
 			kmax = max(kmax, p.q.pick)
-			picked = rows[i] + 1
+			picked = rows[i] + p.nlog
 		}
 	}
 	s.kmax = kmax
@@ -1040,7 +1078,7 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 		case p.all > 0:
 			need += max(p.all-p.from, 0) * s.vocab
 		case p.logits && p.q.pick == 0:
-			need += s.vocab
+			need += p.nlog * s.vocab
 		}
 	}
 	s.hostOff = offs
@@ -1064,7 +1102,7 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 		case p.all > 0 && p.from < p.all:
 			a, b = rows[i]+p.from, rows[i]+p.all
 		case p.all == 0 && p.logits && p.q.pick == 0:
-			a, b = rows[i], rows[i]+1
+			a, b = rows[i], rows[i]+p.nlog
 		}
 		if a < 0 {
 			continue
@@ -1079,20 +1117,22 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 	return s.backendErr()
 }
 
-// keep names the blocks q filled by positions [lo, hi) for the prefix
-// cache, and checkpoints a recurrent state at a chunk's end.
+// keep names the blocks q filled for the prefix cache, up to position hi
+// and its last accepted token, and checkpoints a recurrent state at the end
+// of a chunk [lo, hi).
 func (s *Scheduler) keep(q *sequence, lo, hi int) {
-	if hi/s.bs == lo/s.bs {
-		return
+	k := min(hi, len(q.tokens)-q.spec)
+	if k/s.bs > q.kept/s.bs {
+		q.keys = s.hash.chain(q.keys, q.tokens[:k], s.bs)
 	}
-	q.keys = s.hash.chain(q.keys, q.tokens[:hi], s.bs)
-	for i := lo / s.bs; i < hi/s.bs; i++ {
+	for i := q.kept / s.bs; i < k/s.bs; i++ {
 		for g, gr := range s.groups {
 			if b := q.tables[g][i]; b >= 0 {
 				gr.pool.register(b, q.keys[i])
 			}
 		}
 	}
+	q.kept = max(q.kept, k)
 	if s.recurrent && hi%s.chunk == 0 && hi-lo > 1 {
 		s.checkpoint(q, q.keys[hi/s.bs-1])
 	}
@@ -1124,6 +1164,14 @@ func (s *Scheduler) backendErr() error {
 type schedSteps struct {
 	s *Scheduler
 	q *sequence
+	// drafts are the tokens proposed after the last token fed (see
+	// draft.go), row the row of the last step's result handed out last:
+	// row r's logits follow drafts[r-1]. accepted is set when the last
+	// token fed was drafts[row], so that result hands out the next row
+	// without a step.
+	drafts   []int32
+	row      int
+	accepted bool
 }
 
 func (t *schedSteps) prompt(ctx context.Context, prompt []int32) ([]float32, []candidate, error) {
@@ -1136,25 +1184,58 @@ func (t *schedSteps) prompt(ctx context.Context, prompt []int32) ([]float32, []c
 	return t.q.host, t.q.cands, nil
 }
 
-func (t *schedSteps) next(ctx context.Context, id int32, _ bool) ([]float32, []candidate, error) {
+func (t *schedSteps) feed(ctx context.Context, id int32, left int) error {
 	s, q := t.s, t.q
 	if id < 0 || int(id) >= s.vocab {
-		return nil, nil, fmt.Errorf("token id %d out of range [0, %d)", id, s.vocab)
+		return fmt.Errorf("token id %d out of range [0, %d)", id, s.vocab)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.row < len(t.drafts) {
+		if id == t.drafts[t.row] {
+			t.row++
+			q.spec--
+			s.accepted++
+			t.accepted = true
+			return nil
+		}
+		// The rows after a rejected draft are dropped: their positions
+		// run again from the token that replaces it.
+		n := len(q.tokens) - q.spec
+		q.tokens = q.tokens[:n]
+		q.spec = 0
+		q.done = min(q.done, n)
+	}
+	t.accepted = false
 	q.tokens = append(q.tokens, id)
+	t.drafts = s.propose(t.drafts[:0], q.tokens, left)
+	q.tokens = append(q.tokens, t.drafts...)
+	q.spec = len(t.drafts)
 	q.need = true
 	s.poke()
-	s.mu.Unlock()
-	if err := s.wait(ctx, q); err != nil {
-		return nil, nil, err
-	}
-	return q.host, q.cands, nil
+	return nil
 }
 
-func (t *schedSteps) held() int        { return len(t.q.tokens) }
+func (t *schedSteps) result(ctx context.Context) ([]float32, []candidate, error) {
+	q := t.q
+	if !t.accepted {
+		if err := t.s.wait(ctx, q); err != nil {
+			return nil, nil, err
+		}
+		t.row = 0
+		t.drafts = t.drafts[:q.nrows-1] // the step may have had no room for them
+	}
+	r := t.row
+	if q.pick > 0 {
+		return nil, q.cands[r*q.pick : (r+1)*q.pick], nil
+	}
+	v := t.s.vocab
+	return q.host[r*v : (r+1)*v], nil, nil
+}
+
+func (t *schedSteps) held() int        { return len(t.q.tokens) - t.q.spec }
 func (t *schedSteps) capacity() int    { return t.s.seqCap }
-func (t *schedSteps) history() []int32 { return t.q.tokens }
+func (t *schedSteps) history() []int32 { return t.q.tokens[:len(t.q.tokens)-t.q.spec] }
 func (t *schedSteps) pick() int        { return t.q.pick }
 func (t *schedSteps) cached() int      { return t.q.cached }
 func (t *schedSteps) vocab() int       { return t.s.vocab }
