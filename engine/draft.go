@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/lem-engine/lem/compute"
+
 // Speculative decoding by prompt lookup. A decoding sequence of a
 // Scheduler may run, with the token it was handed, a few draft tokens
 // that guess the ones after it, all in the same step: the step returns a
@@ -18,6 +20,23 @@ package engine
 // summaries that cite, JSON that repeats keys) gives long runs of
 // accepted drafts; other text gives none, and then no draft is run.
 
+// DefaultDraft is the draft tokens per step a Scheduler runs on backend b
+// unless told otherwise: 7 on the CPU, where the packed kernels read each
+// weight once for up to 8 rows; none on a device whose decode steps are
+// padded and replayed as graphs (a GPU), which a step with drafts would
+// leave.
+func DefaultDraft(b compute.Backend) int {
+	if padsSteps(b) {
+		return 0
+	}
+	return 7
+}
+
+// draftRows bounds the rows of a step's decoding sequences, drafts
+// included: the rows that the CPU's packed kernels serve with one read of
+// the weights. Beyond it every draft would slow down the whole batch.
+const draftRows = 8
+
 // Draft lookup bounds: the longest and shortest tail of the sequence
 // looked up.
 const (
@@ -25,10 +44,45 @@ const (
 	draftMinMatch = 2
 )
 
-// propose appends to dst up to min(s.draft, left) draft tokens for the
-// sequence of tokens.
-func (s *Scheduler) propose(dst, tokens []int32, left int) []int32 {
-	return lookupDraft(dst, tokens, min(s.draft, left))
+// drafter chooses how many drafts a sequence runs: a rejected draft costs
+// its rows and those after it, so the length follows what was accepted
+// lately, and a sequence whose first drafts keep failing pauses drafting
+// for longer and longer.
+type drafter struct {
+	k    int // the drafts to propose next (0: the most)
+	miss int // verify steps in a row whose first draft was rejected
+	wait int // tokens to go before proposing again
+}
+
+// propose appends to dst the drafts for the sequence of tokens, at most
+// most of them.
+func (d *drafter) propose(dst, tokens []int32, most int) []int32 {
+	if most <= 0 {
+		return dst
+	}
+	if d.wait > 0 {
+		d.wait--
+		return dst
+	}
+	if d.k == 0 {
+		d.k = most
+	}
+	return lookupDraft(dst, tokens, min(d.k, most))
+}
+
+// settle records that a of n drafts run were accepted.
+func (d *drafter) settle(n, a, most int) {
+	switch {
+	case n == 0:
+	case a == n:
+		d.k, d.miss = min(2*n, most), 0
+	case a > 0:
+		d.k, d.miss = a+1, 0
+	default:
+		d.k = 1
+		d.miss++
+		d.wait = min(1<<d.miss, 32) - 1
+	}
 }
 
 // lookupDraft appends to dst the k tokens that followed the latest earlier

@@ -1,8 +1,17 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/lem-engine/lem/compute/cpu"
+	"github.com/lem-engine/lem/synth"
 )
 
 func TestLookupDraft(t *testing.T) {
@@ -56,7 +65,7 @@ func TestSchedDraftSame(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := openFixture(t, name)
 			reqs := draftRequests(m.Net.Config().VocabSize)
-			opts := SchedulerOptions{Parallel: 6, Context: 160, BlockSize: 4, Chunk: 8, BatchTokens: 24}
+			opts := SchedulerOptions{Parallel: 6, Context: 160, BlockSize: 4, Chunk: 8, BatchTokens: 24, Draft: -1}
 			want := alone(t, newSched(t, m, opts), reqs)
 			opts.Draft = 5
 			s := newSched(t, m, opts)
@@ -105,5 +114,104 @@ func cachedKeysOf(t *testing.T, s *Scheduler, runs []schedCase) {
 	}
 	if n == 0 {
 		t.Errorf("nothing cached")
+	}
+}
+
+// follow is a Constraint that makes the output the tokens of want, as a
+// model would that copies its input (an edit that keeps most of a file).
+type follow struct {
+	want []int32
+	at   int
+}
+
+func (f *follow) Mask(logits []float32) {
+	keep := f.want[f.at]
+	for i := range logits {
+		if int32(i) != keep {
+			logits[i] = float32(math.Inf(-1))
+		}
+	}
+}
+
+func (f *follow) Accept(int32) { f.at++ }
+func (f *follow) Done() bool   { return f.at == len(f.want) }
+
+// BenchmarkSchedDraft measures one stream's decode over the scheduler
+// with and without drafts (Draft 7 and -1) on lem synth's small geometry, or the
+// model at $LEM_BENCH_DRAFT_MODEL (a model directory or GGUF file), 2
+// threads. Each request has a prompt of 256 random tokens and its output
+// is made to be 128 tokens: a span of the prompt ("copy"), the same span
+// with every 16th or 4th token changed ("edit16", "edit4": drafts that
+// fail after a few tokens), or tokens that repeat nothing
+// ("fresh"). It reports decode tokens/s and tokens per step.
+func BenchmarkSchedDraft(b *testing.B) {
+	path := os.Getenv("LEM_BENCH_DRAFT_MODEL")
+	if path == "" {
+		path = b.TempDir()
+		if _, err := synth.Write(path, synth.Options{Like: "small", Seed: 5}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := Open(path, Options{Backend: cpu.New(2)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	vocab := m.Net.Config().VocabSize
+	const plen, gen = 256, 128
+	outputs := map[string]func(prompt []int32, seed int) []int32{
+		"copy": func(p []int32, _ int) []int32 { return slices.Clone(p[64 : 64+gen]) },
+		"edit16": func(p []int32, _ int) []int32 {
+			out := slices.Clone(p[64 : 64+gen])
+			for i := 8; i < len(out); i += 16 {
+				out[i] = (out[i] + 1) % int32(vocab)
+			}
+			return out
+		},
+		"edit4": func(p []int32, _ int) []int32 {
+			out := slices.Clone(p[64 : 64+gen])
+			for i := 3; i < len(out); i += 4 {
+				out[i] = (out[i] + 1) % int32(vocab)
+			}
+			return out
+		},
+		"fresh": func(_ []int32, seed int) []int32 {
+			rng := rand.New(rand.NewPCG(uint64(seed), 9))
+			out := make([]int32, gen)
+			for i := range out {
+				out[i] = int32(rng.IntN(vocab))
+			}
+			return out
+		},
+	}
+	for _, kind := range []string{"copy", "edit16", "edit4", "fresh"} {
+		for _, draft := range []int{-1, 7} {
+			b.Run(fmt.Sprintf("%s/draft=%d", kind, draft), func(b *testing.B) {
+				s, err := m.NewScheduler(SchedulerOptions{Parallel: 1, Context: plen + gen + 8, Draft: draft})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				var tokens int
+				var elapsed time.Duration
+				steps0 := s.steps
+				iter := 0
+				for b.Loop() {
+					// A new prompt each time: no prefix is cached.
+					p := outputs["fresh"](nil, 1e6+iter)[:gen]
+					p = append(p, outputs["fresh"](nil, 2e6+iter)...)
+					iter++
+					req := Request{Prompt: p, MaxTokens: gen, IgnoreModelStops: true, Constraint: &follow{want: outputs[kind](p, iter)}}
+					res, err := s.Generate(context.Background(), req, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					tokens += len(res.IDs) - 1
+					elapsed += res.Decode
+				}
+				b.ReportMetric(float64(tokens)/elapsed.Seconds(), "decode-tok/s")
+				b.ReportMetric(float64(tokens+b.N)/float64(s.steps-steps0-int64(b.N)), "tok/step")
+			})
+		}
 	}
 }

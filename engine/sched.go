@@ -31,8 +31,9 @@ type SchedulerOptions struct {
 	// Chunk on the CPU, four on a GPU).
 	BatchTokens int
 	// Draft is the most draft tokens a decoding sequence runs per step
-	// (speculative decoding by prompt lookup, see draft.go; 0: none).
-	// Models with recurrent layers run none.
+	// (speculative decoding by prompt lookup, see draft.go): 0 takes
+	// DefaultDraft, a negative number runs none. Models with recurrent
+	// layers run none.
 	Draft int
 }
 

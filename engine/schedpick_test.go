@@ -115,7 +115,8 @@ func TestSchedPickedRows(t *testing.T) {
 func TestSchedPickedReads(t *testing.T) {
 	m := openFixture(t, "llama")
 	vocab := m.Net.Config().VocabSize
-	s := newSched(t, m, SchedulerOptions{Parallel: 4, Context: 128, BlockSize: 4, Chunk: 8})
+	// No drafts: each greedy token reads one candidate.
+	s := newSched(t, m, SchedulerOptions{Parallel: 4, Context: 128, BlockSize: 4, Chunk: 8, Draft: -1})
 	var reqs []Request
 	for i := range 4 {
 		reqs = append(reqs, Request{Prompt: testPrompt(5+3*i, i, vocab), MaxTokens: 8 + i, IgnoreModelStops: true})

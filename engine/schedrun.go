@@ -138,7 +138,7 @@ func newScheduler(m *Model, net model.Batched, opts SchedulerOptions, pad bool) 
 
 // size resolves the options against the model's layout and the memory.
 func (s *Scheduler) size(opts SchedulerOptions) error {
-	if opts.Parallel < 0 || opts.Context < 0 || opts.KVBytes < 0 || opts.BlockSize < 0 || opts.Chunk < 0 || opts.BatchTokens < 0 || opts.Draft < 0 {
+	if opts.Parallel < 0 || opts.Context < 0 || opts.KVBytes < 0 || opts.BlockSize < 0 || opts.Chunk < 0 || opts.BatchTokens < 0 {
 		return fmt.Errorf("scheduler: negative option in %+v", opts)
 	}
 	s.bs = opts.BlockSize
@@ -159,6 +159,10 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 		// A recurrent state cannot drop the positions of a rejected
 		// draft.
 		s.draft = opts.Draft
+		if s.draft == 0 {
+			s.draft = DefaultDraft(s.b)
+		}
+		s.draft = max(s.draft, 0)
 	}
 	// A sequence's blocks at full context in each group.
 	need := make([]int, len(s.layout.Groups))
@@ -738,6 +742,12 @@ func (s *Scheduler) plan() []stepPart {
 		}
 		return 0
 	})
+	spare := draftRows
+	for _, q := range order {
+		if q.running && q.runnable() && len(q.tokens)-q.done == 1+q.spec {
+			spare--
+		}
+	}
 	for _, q := range order {
 		if !q.running || !q.runnable() || budget == 0 {
 			continue
@@ -763,10 +773,13 @@ func (s *Scheduler) plan() []stepPart {
 			switch {
 			case lo < v:
 				hi = min(hi, v)
-			case 1+q.spec > budget && q.need:
-				q.tokens = q.tokens[:v+1]
-				q.spec = 0
-				hi = v + 1
+			case q.need:
+				// Drafts take the rows the step spares.
+				keep := max(min(q.spec, spare, budget-1), 0)
+				q.tokens = q.tokens[:len(q.tokens)-q.spec+keep]
+				q.spec = keep
+				spare -= keep
+				hi = len(q.tokens)
 			default:
 				hi = len(q.tokens)
 			}
@@ -1172,6 +1185,7 @@ type schedSteps struct {
 	drafts   []int32
 	row      int
 	accepted bool
+	drafter  drafter
 }
 
 func (t *schedSteps) prompt(ctx context.Context, prompt []int32) ([]float32, []candidate, error) {
@@ -1207,8 +1221,9 @@ func (t *schedSteps) feed(ctx context.Context, id int32, left int) error {
 		q.done = min(q.done, n)
 	}
 	t.accepted = false
+	t.drafter.settle(len(t.drafts), t.row, s.draft)
 	q.tokens = append(q.tokens, id)
-	t.drafts = s.propose(t.drafts[:0], q.tokens, left)
+	t.drafts = t.drafter.propose(t.drafts[:0], q.tokens, min(s.draft, left))
 	q.tokens = append(q.tokens, t.drafts...)
 	q.spec = len(t.drafts)
 	q.need = true

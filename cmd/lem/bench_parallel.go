@@ -39,6 +39,10 @@ type benchParallel struct {
 	// Preemptions counts sequences the scheduler set back for want of
 	// KV cache blocks (then recomputed): raise --kv-memory when not 0.
 	Preemptions int64 `json:"preemptions"`
+	// DraftTokens is the draft tokens run (--draft), DraftAccepted those
+	// the sequences accepted.
+	DraftTokens   int64 `json:"draft_tokens,omitempty"`
+	DraftAccepted int64 `json:"draft_accepted,omitempty"`
 }
 
 // runParallel measures the model in bench's parallel mode: for each entry
@@ -56,7 +60,7 @@ func runParallel(ctx context.Context, m *engine.Model, rep *benchReport, o bench
 	}
 	run := func(npl int) (benchParallel, error) {
 		row := benchParallel{PP: o.prompt, TG: o.gen, B: npl, NKV: npl * (o.prompt + o.gen)}
-		s, err := m.NewScheduler(engine.SchedulerOptions{Parallel: npl, Context: o.prompt + o.gen + 1, KVBytes: o.kvBytes})
+		s, err := m.NewScheduler(engine.SchedulerOptions{Parallel: npl, Context: o.prompt + o.gen + 1, KVBytes: o.kvBytes, Draft: o.draft})
 		if err != nil {
 			return row, err
 		}
@@ -122,7 +126,8 @@ func runParallel(ctx context.Context, m *engine.Model, rep *benchReport, o bench
 		row.SPP = rateOf(npl*o.prompt, row.TPP)
 		row.STG = rateOf(decoded, row.TTG)
 		row.S = rateOf(row.NKV, row.T)
-		row.Preemptions = s.Stats().Preemptions
+		st := s.Stats()
+		row.Preemptions, row.DraftTokens, row.DraftAccepted = st.Preemptions, st.DraftTokens, st.DraftAccepted
 		return row, nil
 	}
 	logf("bench: warming up\n")
@@ -183,6 +188,11 @@ func printParallel(w io.Writer, r *benchReport) error {
 	var preempted int64
 	for _, p := range r.Parallel {
 		preempted += p.Preemptions
+	}
+	for _, p := range r.Parallel {
+		if p.DraftTokens > 0 {
+			fmt.Fprintf(&b, "\nB=%d: %d of %d draft tokens accepted (%.0f%%)", p.B, p.DraftAccepted, p.DraftTokens, 100*float64(p.DraftAccepted)/float64(p.DraftTokens))
+		}
 	}
 	if preempted > 0 {
 		fmt.Fprintf(&b, "\n%d sequences were preempted for want of KV cache blocks and recomputed; raise --kv-memory for figures without\n", preempted)
