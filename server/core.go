@@ -287,6 +287,10 @@ type ModelOptions struct {
 	// KVBytes is the memory of the model's paged KV cache (0: a default
 	// from the free memory).
 	KVBytes int64
+	// Draft is the most draft tokens a sequence runs per step
+	// (engine.SchedulerOptions.Draft: 0 the backend's default, negative
+	// none).
+	Draft int
 	// Created is reported as the model's creation time (zero: now).
 	Created time.Time
 	// Defaults are the deployer's defaults of the model's requests
@@ -363,7 +367,7 @@ func NewModel(id string, m *engine.Model, opts ModelOptions) (*Model, error) {
 	if created.IsZero() {
 		created = time.Now()
 	}
-	sched, err := m.NewScheduler(engine.SchedulerOptions{Parallel: opts.Parallel, Context: ctxLen, KVBytes: opts.KVBytes})
+	sched, err := m.NewScheduler(engine.SchedulerOptions{Parallel: opts.Parallel, Context: ctxLen, KVBytes: opts.KVBytes, Draft: opts.Draft})
 	if err != nil {
 		return nil, fmt.Errorf("serve %s: %w", id, err)
 	}

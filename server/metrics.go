@@ -120,6 +120,7 @@ type schedulerMetrics struct {
 	list                                    func() []*Model
 	running, waiting, parallel, used, total *prometheus.Desc
 	cacheHits, seqPromptTokens, preemptions *prometheus.Desc
+	drafted, accepted                       *prometheus.Desc
 }
 
 func newSchedulerMetrics(models []*Model) *schedulerMetrics {
@@ -138,12 +139,14 @@ func newSchedulerMetrics(models []*Model) *schedulerMetrics {
 		seqPromptTokens: desc("lem_sequence_prompt_tokens_total",
 			"Prompt tokens of the sequences the scheduler ran (each choice of a request, and each prompt scored), cached ones included."),
 		preemptions: desc("lem_preemptions_total", "Sequences set back to wait for want of KV cache blocks, to resume later."),
+		drafted:     desc("lem_draft_tokens_total", "Draft tokens run with the token before them (speculative decoding by prompt lookup, --draft)."),
+		accepted:    desc("lem_draft_accepted_tokens_total", "Draft tokens the sequences accepted, each a decode step saved."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *schedulerMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.parallel, c.used, c.total, c.cacheHits, c.seqPromptTokens, c.preemptions} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.parallel, c.used, c.total, c.cacheHits, c.seqPromptTokens, c.preemptions, c.drafted, c.accepted} {
 		ch <- d
 	}
 }
@@ -178,4 +181,6 @@ func (c *schedulerMetrics) collect(ch chan<- prometheus.Metric, id string, st en
 	counter(c.cacheHits, st.CachedTokens)
 	counter(c.seqPromptTokens, st.PromptTokens)
 	counter(c.preemptions, st.Preemptions)
+	counter(c.drafted, st.DraftTokens)
+	counter(c.accepted, st.DraftAccepted)
 }

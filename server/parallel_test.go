@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -406,5 +407,40 @@ func TestParallelMetrics(t *testing.T) {
 	used := series("lem_kv_blocks_used")
 	if series("lem_sequences_running") != 0 || used != 0 || series("lem_kv_blocks_total") != total {
 		t.Errorf("after the requests: running %v, blocks used %v of %v", series("lem_sequences_running"), used, series("lem_kv_blocks_total"))
+	}
+}
+
+// TestParallelDrafts checks speculative decoding through the server: the
+// replies are those of a server without drafts, streamed and not, and
+// /metrics counts the drafts run and accepted (the chat model's thinking
+// repeats words of the question, which prompt lookup guesses).
+func TestParallelDrafts(t *testing.T) {
+	_, plain := newParallelServer(t, Config{}, ModelOptions{Parallel: 2, Draft: -1})
+	_, drafts := newParallelServer(t, Config{}, ModelOptions{Parallel: 2})
+	for _, q := range []string{"What is the capital of Japan?", "What is 17 plus 25?", "Reverse the words: red green blue yellow",
+		"Hello! What is the capital of France? And what is the capital of Italy?"} {
+		body := `{"model":"chat","temperature":0,"max_tokens":96,"messages":[{"role":"user","content":` + mustJSON(q) + `}]}`
+		_, want, raw := post(t, plain.URL+"/v1/chat/completions", body)
+		_, got, raw2 := post(t, drafts.URL+"/v1/chat/completions", body)
+		if msg := func(v map[string]any) any { return v["choices"].([]any)[0].(map[string]any)["message"] }; !reflect.DeepEqual(msg(got), msg(want)) {
+			t.Errorf("%q with drafts: %s\nwithout: %s", q, raw2, raw)
+		}
+		content, _, done, err := streamChat(t.Context(), drafts.URL, strings.Replace(body, `"max_tokens"`, `"stream":true,"max_tokens"`, 1))
+		if err != nil || !done {
+			t.Fatalf("%q streamed: done %v: %v", q, done, err)
+		}
+		m := want["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
+		if content[0] != m["content"] {
+			t.Errorf("%q streamed with drafts: %q, want %q", q, content[0], m["content"])
+		}
+	}
+	run := metricValue(t, drafts.URL, `lem_draft_tokens_total{model="chat"}`)
+	accepted := metricValue(t, drafts.URL, `lem_draft_accepted_tokens_total{model="chat"}`)
+	t.Logf("drafts run %v, accepted %v", run, accepted)
+	if accepted == 0 || accepted > run {
+		t.Errorf("drafts run %v, accepted %v", run, accepted)
+	}
+	if v := metricValue(t, plain.URL, `lem_draft_tokens_total{model="chat"}`); v != 0 {
+		t.Errorf("--draft -1 ran %v drafts", v)
 	}
 }

@@ -219,7 +219,7 @@ it are counted.`,
 	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
 	fs.IntSliceVar(&o.npl, "npl", nil, "parallel mode, as llama-batched-bench: for each count, that many sequences at once, each with a prompt of its own of -p tokens, generating -n tokens (also -npl)")
 	fs.Var(&kvMemory, "kv-memory", "parallel mode: memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
-	fs.IntVar(&o.draft, "draft", 0, "parallel mode: speculative decoding by prompt lookup, up to this many draft tokens per step (0: none)")
+	fs.IntVar(&o.draft, "draft", 0, "parallel mode: speculative decoding by prompt lookup, up to this many draft tokens per step (0: none, unlike lem serve's default on the CPU, so that figures compare with other engines)")
 	registerNoMmap(fs, &o.noMmap)
 	return cmd
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -60,7 +61,7 @@ func runParallel(ctx context.Context, m *engine.Model, rep *benchReport, o bench
 	}
 	run := func(npl int) (benchParallel, error) {
 		row := benchParallel{PP: o.prompt, TG: o.gen, B: npl, NKV: npl * (o.prompt + o.gen)}
-		s, err := m.NewScheduler(engine.SchedulerOptions{Parallel: npl, Context: o.prompt + o.gen + 1, KVBytes: o.kvBytes, Draft: o.draft})
+		s, err := m.NewScheduler(engine.SchedulerOptions{Parallel: npl, Context: o.prompt + o.gen + 1, KVBytes: o.kvBytes, Draft: cmp.Or(o.draft, -1)})
 		if err != nil {
 			return row, err
 		}

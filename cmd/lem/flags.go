@@ -63,6 +63,7 @@ var flagAliases = map[string]string{
 	"temp":         "temperature",
 	"n-gpu-layers": "ngl",
 	"n-predict":    "max-tokens",
+	"draft-max":    "draft",
 }
 
 // normalizeFlag is the root command's flag normalization: flagAliases.

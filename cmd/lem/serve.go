@@ -36,6 +36,7 @@ func newServeCmd() *cobra.Command {
 		limits     server.Config
 		maxQueue   int
 		parallel   int
+		draft      int
 		kvMemory   byteSize
 		maxBody    int64
 		drain      time.Duration
@@ -71,7 +72,10 @@ a bounded queue (--max-queue), and beyond it get 429. The KV cache is one pool
 of blocks of --kv-memory (by default a share of the free memory); full
 blocks stay after their requests end, so that any request that shares a
 prefix with an earlier one (a conversation's history, an agent's system
-prompt) prefills only what is new. With --api-key (or LEM_API_KEY) every API route
+prompt) prefills only what is new. A decoding sequence also runs, in the
+same step, the tokens that followed its last few tokens where they occurred
+before in its prompt or output (--draft): each that the model then picks
+is a step saved, and the output is the same as without. With --api-key (or LEM_API_KEY) every API route
 needs "Authorization: Bearer KEY" or "x-api-key: KEY"; /health stays open.
 SIGINT or SIGTERM stops taking requests and lets running ones finish for
 up to --drain; a second one exits at once. The port is bound before the
@@ -169,7 +173,7 @@ answer that does not parse proceeds unchanged. Triggers go to
 			defer ln.Close()
 			if len(args) > 1 || len(modelDirs) > 0 || configPath != "" {
 				return serveMany(cmd, ln, log, args, modelDirs, roots, int64(memLimit), keepAlive, adminKey, apiKey, manyServe{
-					rf: rf, parallel: parallel, kv: int64(kvMemory), limits: limits, cors: cors, hosts: hosts, addr: addr,
+					rf: rf, parallel: parallel, draft: draft, kv: int64(kvMemory), limits: limits, cors: cors, hosts: hosts, addr: addr,
 					maxQueue: maxQueue, maxBody: maxBody, drain: drain, logContent: logContent, policy: policy, welfare: welfare, config: configPath})
 			}
 			var (
@@ -204,7 +208,7 @@ answer that does not parse proceeds unchanged. Triggers go to
 				if id == "" {
 					id = filepath.Base(filepath.Clean(em.Name))
 				}
-				if m, err = server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory)}); err != nil {
+				if m, err = server.NewModel(id, em, server.ModelOptions{Context: rf.ctx, Parallel: parallel, KVBytes: int64(kvMemory), Draft: draft}); err != nil {
 					return err
 				}
 				name, backend = em.Name, em.Backend.Name()
@@ -252,6 +256,7 @@ answer that does not parse proceeds unchanged. Triggers go to
 	fs.IntVar(&maxQueue, "max-queue", server.DefaultMaxQueue, "requests that may wait while --parallel run; more get 429")
 	fs.IntVar(&parallel, "parallel", 0, "sequences that run at once, in one batch (0: as many as --kv-memory allows)")
 	fs.Var(&kvMemory, "kv-memory", "memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
+	fs.IntVar(&draft, "draft", 0, "speculative decoding by prompt lookup: the most draft tokens a sequence runs per step (0: 7 on the CPU, none on a GPU; -1: none)")
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")
 	fs.StringSliceVar(&modelDirs, "models", nil, "serve every model of this directory, loaded on first use (repeatable; \"default\": lem's models directory)")

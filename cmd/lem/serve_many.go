@@ -22,6 +22,7 @@ import (
 type manyServe struct {
 	rf          runFlags
 	parallel    int
+	draft       int
 	kv          int64
 	limits      server.Config
 	cors, hosts []string
@@ -39,7 +40,7 @@ type manyServe struct {
 // args name (paths or names) and every model of the dirs.
 func serveMany(cmd *cobra.Command, ln net.Listener, log *slog.Logger, args, dirs, roots []string, limit int64,
 	keepAlive time.Duration, adminKey, apiKey string, o manyServe) error {
-	opts := server.ModelOptions{Context: o.rf.ctx, Parallel: o.parallel, KVBytes: o.kv}
+	opts := server.ModelOptions{Context: o.rf.ctx, Parallel: o.parallel, KVBytes: o.kv, Draft: o.draft}
 	var specs []server.ModelSpec
 	seen := map[string]bool{}
 	add := func(name, path string) error {
