@@ -58,9 +58,10 @@ func draftRequests(vocab int) []Request {
 // TestSchedDraftSame checks that drafts change nothing but the number of
 // steps: every sequence's tokens and logprobs are bitwise those of a
 // scheduler without drafts, alone and in batches, greedy and seeded, with
-// prompts in chunks; and that drafts were run and accepted.
+// prompts in chunks, in steps too small for every draft and under
+// preemption; and that drafts were run and accepted.
 func TestSchedDraftSame(t *testing.T) {
-	var drafted, accepted int64
+	var drafted, accepted, preempted int64
 	for _, name := range schedFixtures {
 		t.Run(name, func(t *testing.T) {
 			m := openFixture(t, name)
@@ -75,8 +76,20 @@ func TestSchedDraftSame(t *testing.T) {
 			}
 			sameCases(t, "in a batch, with drafts", together(t, s, reqs), want)
 			// A step too small for every draft drops some.
-			opts.BatchTokens = 4
-			sameCases(t, "in a batch of 4 rows, with drafts", together(t, newSched(t, m, opts), reqs), want)
+			small := opts
+			small.BatchTokens = 4
+			sameCases(t, "in a batch of 4 rows, with drafts", together(t, newSched(t, m, small), reqs), want)
+			// A pool of 30 blocks (the longest run needs 23) preempts
+			// sequences that hold drafts.
+			tiny := opts
+			tiny.KVBytes = poolBytes(m, 4, 30, 6*6, 6)
+			ts := newSched(t, m, tiny)
+			sameCases(t, "under a tiny pool, with drafts", together(t, ts, reqs), want)
+			tst := waitIdle(t, ts)
+			t.Logf("tiny pool: %d preemptions, drafts run %d, accepted %d", tst.Preemptions, tst.DraftTokens, tst.DraftAccepted)
+			if tst.DraftAccepted > 0 {
+				preempted += tst.Preemptions
+			}
 			st := waitIdle(t, s)
 			t.Logf("drafts run %d, accepted %d, steps %d", st.DraftTokens, st.DraftAccepted, s.steps)
 			if s.recurrent && st.DraftTokens != 0 {
@@ -86,8 +99,8 @@ func TestSchedDraftSame(t *testing.T) {
 			accepted += st.DraftAccepted
 		})
 	}
-	if drafted == 0 || accepted == 0 {
-		t.Errorf("drafts run %d, accepted %d: the test checks nothing", drafted, accepted)
+	if drafted == 0 || accepted == 0 || preempted == 0 {
+		t.Errorf("drafts run %d, accepted %d, preemptions with drafts %d: the test checks too little", drafted, accepted, preempted)
 	}
 }
 
