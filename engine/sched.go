@@ -30,6 +30,13 @@ type SchedulerOptions struct {
 	// BatchTokens bounds the rows of one step (0: Parallel plus one
 	// Chunk on the CPU, four on a GPU).
 	BatchTokens int
+	// SwapBytes is the host memory that the blocks of preempted sequences
+	// may take, so that they resume from them instead of recomputing
+	// their tokens (0: as much as the paged cache, at most a quarter of
+	// the host's available memory; negative: none). Only backends that
+	// copy rows to the host (compute.RowMover) swap, and not models with
+	// recurrent layers.
+	SwapBytes int64
 	// Draft is the most draft tokens a decoding sequence runs per step
 	// (speculative decoding by prompt lookup, see draft.go): 0 takes
 	// DefaultDraft, a negative number runs none. Models with recurrent
@@ -57,6 +64,9 @@ type SchedulerStats struct {
 	// DraftTokens is the draft tokens run (SchedulerOptions.Draft),
 	// DraftAccepted those of them the generation accepted.
 	DraftTokens, DraftAccepted int64
+	// Restored counts preempted sequences resumed from their blocks in
+	// host memory (SchedulerOptions.SwapBytes) instead of recomputed.
+	Restored int64
 }
 
 // ErrSchedulerClosed is returned by a Scheduler's methods after Close.
@@ -128,6 +138,8 @@ type Scheduler struct {
 	rows                                    int64            // rows run
 	promptTokens, cachedTokens, preemptions int64
 	drafted, accepted                       int64 // draft tokens run and accepted
+	swapCap, swapUsed                       int64 // host memory for preempted sequences' blocks, and in use
+	restored                                int64
 	steps                                   int64 // forward passes
 }
 

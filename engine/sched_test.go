@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -321,51 +322,70 @@ func TestSchedPreemption(t *testing.T) {
 			// windows take 5 blocks per sequence (7 positions before a
 			// chunk of 8).
 			opts.KVBytes = poolBytes(m, 4, 20, 4*5, 4)
-			s := newSched(t, m, opts)
-			got := make([]schedCase, len(reqs))
-			errs := make([]error, len(reqs))
-			// Every sequence waits in its first token's callback until
-			// all four have one (or a generous while has passed): all
-			// run at once from then on.
-			var first sync.WaitGroup
-			first.Add(len(reqs))
-			all := make(chan struct{})
-			go func() {
-				first.Wait()
-				close(all)
-			}()
-			var wg sync.WaitGroup
-			for i, r := range reqs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					n := 0
-					got[i], errs[i] = runCase(context.Background(), s, r, func(Token) error {
-						if n++; n == 1 {
-							first.Done()
-							select {
-							case <-all:
-							case <-time.After(30 * time.Second):
-							}
-						}
-						return nil
-					})
-				}()
+			var rows [2]int64 // recomputing, swapping
+			for mode, swap := range []int64{-1, 0} {
+				opts.SwapBytes = swap
+				rows[mode] = preemptRun(t, newSched(t, m, opts), reqs, want, swap == 0)
 			}
-			wg.Wait()
-			for i, err := range errs {
-				if err != nil {
-					t.Fatalf("request %d: %v", i, err)
-				}
-			}
-			sameCases(t, "under a tiny pool", got, want)
-			st := waitIdle(t, s)
-			t.Logf("%+v", st)
-			if st.Preemptions == 0 {
-				t.Errorf("no preemption in a pool of %d blocks", st.BlocksTotal)
+			if rows[1] >= rows[0] && !strings.HasPrefix(name, "qwen3_next") {
+				t.Errorf("swapping to host memory ran %d rows, recomputing %d", rows[1], rows[0])
 			}
 		})
 	}
+}
+
+// preemptRun runs the requests at once on s, whose pool is too small for
+// all of them, checks they give want and that sequences were preempted
+// (and with swapping, restored from host memory), and returns the rows
+// the scheduler ran.
+func preemptRun(t *testing.T, s *Scheduler, reqs []Request, want []schedCase, swapping bool) int64 {
+	t.Helper()
+	got := make([]schedCase, len(reqs))
+	errs := make([]error, len(reqs))
+	// Every sequence waits in its first token's callback until
+	// all four have one (or a generous while has passed): all
+	// run at once from then on.
+	var first sync.WaitGroup
+	first.Add(len(reqs))
+	all := make(chan struct{})
+	go func() {
+		first.Wait()
+		close(all)
+	}()
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 0
+			got[i], errs[i] = runCase(context.Background(), s, r, func(Token) error {
+				if n++; n == 1 {
+					first.Done()
+					select {
+					case <-all:
+					case <-time.After(30 * time.Second):
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	sameCases(t, fmt.Sprintf("under a tiny pool (swapping %v)", swapping), got, want)
+	st := waitIdle(t, s)
+	t.Logf("swapping %v: %+v, %d rows", swapping, st, s.rows)
+	if st.Preemptions == 0 {
+		t.Errorf("no preemption in a pool of %d blocks", st.BlocksTotal)
+	}
+	if restores := !s.recurrent && swapping; restores != (st.Restored > 0) {
+		t.Errorf("swapping %v: %d sequences restored from host memory", swapping, st.Restored)
+	}
+	return s.rows
 }
 
 // TestSchedPrefixCache runs a prompt, then one that shares a long prefix

@@ -57,8 +57,14 @@ type sequence struct {
 	tables  [][]int32 // per group: block of each block index, -1 for none
 	keys    []blockKey
 	slot    int // recurrent state slot, -1 for none
-	cached  int // prompt tokens reused at first admission
-	started bool
+	// swap holds, per group, the bytes of the blocks of a preempted
+	// sequence's first swapDone positions (nil for blocks it lacked),
+	// swapBytes their total (see swap.go).
+	swap      [][][]byte
+	swapDone  int
+	swapBytes int64
+	cached    int // prompt tokens reused at first admission
+	started   bool
 
 	// Handshake with the caller.
 	need   bool        // the caller waits for the logits of the last token
@@ -189,6 +195,13 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 		// Room for every sequence at full context, twice over for
 		// the prefix cache, and no more.
 		budget = min(budget, 2*int64(s.parallel)*perSeq)
+	}
+	s.swapCap = opts.SwapBytes
+	if s.swapCap == 0 {
+		s.swapCap = budget
+		if avail := memAvailable(); avail > 0 {
+			s.swapCap = min(s.swapCap, avail/4)
+		}
 	}
 	if s.recurrent {
 		// A running slot per sequence, and checkpoints: one per
@@ -355,6 +368,7 @@ func (s *Scheduler) leave(q *sequence) {
 	q.gone = true
 	if i := slices.Index(s.waiting, q); i >= 0 {
 		s.waiting = slices.Delete(s.waiting, i, i+1)
+		s.dropSwap(q)
 	}
 	s.poke()
 }
@@ -365,7 +379,7 @@ func (s *Scheduler) stats() SchedulerStats {
 	st := SchedulerStats{
 		Parallel: s.parallel, Running: len(s.running), Waiting: len(s.waiting),
 		PromptTokens: s.promptTokens, CachedTokens: s.cachedTokens, Preemptions: s.preemptions,
-		DraftTokens: s.drafted, DraftAccepted: s.accepted,
+		DraftTokens: s.drafted, DraftAccepted: s.accepted, Restored: s.restored,
 	}
 	for _, g := range s.groups {
 		st.BlocksUsed += g.pool.used
@@ -618,7 +632,8 @@ func (s *Scheduler) start(q *sequence, p int) {
 			s.cache.ResetState(q.slot)
 		}
 	}
-	q.done, q.kept = p, p
+	q.kept = p
+	q.done = s.swapIn(q, p)
 	if !q.started {
 		q.started = true
 		q.cached = p
@@ -657,6 +672,7 @@ func (s *Scheduler) checkpoint(q *sequence, k blockKey) {
 // preempt sets q back to the head of the queue, its blocks freed: it
 // later recomputes its tokens and goes on as if nothing had happened.
 func (s *Scheduler) preempt(q *sequence) {
+	s.swapOut(q)
 	s.free(q)
 	q.done = 0
 	i := slices.Index(s.running, q)

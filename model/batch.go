@@ -144,6 +144,53 @@ func (c *Cache) Memory() int64 {
 	return n
 }
 
+// BlockBytes returns the bytes of one block of group g as SaveBlock
+// writes them (the keys and values of every layer of the group), or 0
+// when the backend cannot copy blocks to the host (compute.RowMover).
+func (c *Cache) BlockBytes(g int) int {
+	if _, ok := c.b.(compute.RowMover); !ok {
+		return 0
+	}
+	n := 0
+	for _, i := range c.layout.Groups[g].Layers {
+		for _, t := range []*compute.Tensor{c.pools[i].K, c.pools[i].V} {
+			n += c.spec.BlockSize * rowBytesOf(t)
+		}
+	}
+	return n
+}
+
+// rowBytesOf returns the bytes of one row of t as stored.
+func rowBytesOf(t *compute.Tensor) int {
+	rb, _ := t.DType.RowBytes(t.Cols())
+	return rb
+}
+
+// SaveBlock copies block b of group g to dst, BlockBytes(g) bytes on the
+// host; LoadBlock copies them back into block b (or another block of the
+// group).
+func (c *Cache) SaveBlock(g int, b int32, dst []byte) { c.moveBlock(g, b, dst, false) }
+
+// LoadBlock is SaveBlock's reverse.
+func (c *Cache) LoadBlock(g int, b int32, src []byte) { c.moveBlock(g, b, src, true) }
+
+func (c *Cache) moveBlock(g int, b int32, buf []byte, load bool) {
+	mv := c.b.(compute.RowMover)
+	lo := int(b) * c.spec.BlockSize
+	hi := lo + c.spec.BlockSize
+	for _, i := range c.layout.Groups[g].Layers {
+		for _, t := range []*compute.Tensor{c.pools[i].K, c.pools[i].V} {
+			n := c.spec.BlockSize * rowBytesOf(t)
+			if load {
+				mv.LoadRows(t, lo, buf[:n])
+			} else {
+				mv.SaveRows(buf[:n], t, lo, hi)
+			}
+			buf = buf[n:]
+		}
+	}
+}
+
 // ResetState zeroes state slot i: a sequence starting from nothing.
 func (c *Cache) ResetState(i int) {
 	c.checkSlot(i)

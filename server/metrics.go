@@ -120,7 +120,7 @@ type schedulerMetrics struct {
 	list                                    func() []*Model
 	running, waiting, parallel, used, total *prometheus.Desc
 	cacheHits, seqPromptTokens, preemptions *prometheus.Desc
-	drafted, accepted                       *prometheus.Desc
+	drafted, accepted, restored             *prometheus.Desc
 }
 
 func newSchedulerMetrics(models []*Model) *schedulerMetrics {
@@ -141,12 +141,13 @@ func newSchedulerMetrics(models []*Model) *schedulerMetrics {
 		preemptions: desc("lem_preemptions_total", "Sequences set back to wait for want of KV cache blocks, to resume later."),
 		drafted:     desc("lem_draft_tokens_total", "Draft tokens run with the token before them (speculative decoding by prompt lookup, --draft)."),
 		accepted:    desc("lem_draft_accepted_tokens_total", "Draft tokens the sequences accepted, each a decode step saved."),
+		restored:    desc("lem_preemptions_restored_total", "Preempted sequences resumed from their KV blocks copied to host memory, instead of recomputed."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *schedulerMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.parallel, c.used, c.total, c.cacheHits, c.seqPromptTokens, c.preemptions, c.drafted, c.accepted} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.parallel, c.used, c.total, c.cacheHits, c.seqPromptTokens, c.preemptions, c.drafted, c.accepted, c.restored} {
 		ch <- d
 	}
 }
@@ -183,4 +184,5 @@ func (c *schedulerMetrics) collect(ch chan<- prometheus.Metric, id string, st en
 	counter(c.preemptions, st.Preemptions)
 	counter(c.drafted, st.DraftTokens)
 	counter(c.accepted, st.DraftAccepted)
+	counter(c.restored, st.Restored)
 }
