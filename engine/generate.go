@@ -126,7 +126,7 @@ type steps interface {
 	// may still follow the one it picks (0: that token ends the generation
 	// unless a stop ends it first). result waits for the step and returns
 	// what prompt returns. The caller streams the token out between the
-	// two, while the step runs.
+	// two, while a scheduler runs the step.
 	feed(ctx context.Context, id int32, left int) error
 	result(ctx context.Context) ([]float32, []candidate, error)
 	// held returns the positions held, capacity the most there can be.
@@ -249,10 +249,9 @@ type sessionSteps struct {
 	s     *Session
 	npick int
 	ahead bool
-	// The last fed step's result.
-	logits []float32
-	cands  []candidate
-	err    error
+	// The token fed last, and the tokens that may follow it.
+	id   int32
+	left int
 }
 
 func (t *sessionSteps) run(ctx context.Context, tokens []int32, more bool) ([]float32, []candidate, error) {
@@ -280,13 +279,15 @@ func (t *sessionSteps) prompt(ctx context.Context, prompt []int32) ([]float32, [
 	return t.run(ctx, []int32{last}, false)
 }
 
-func (t *sessionSteps) feed(ctx context.Context, id int32, left int) error {
-	t.logits, t.cands, t.err = t.run(ctx, []int32{id}, left > 0)
+// feed keeps the token: a session runs its step in result, after the
+// token has streamed out, since the step takes the caller's goroutine.
+func (t *sessionSteps) feed(_ context.Context, id int32, left int) error {
+	t.id, t.left = id, left
 	return nil
 }
 
-func (t *sessionSteps) result(context.Context) ([]float32, []candidate, error) {
-	return t.logits, t.cands, t.err
+func (t *sessionSteps) result(ctx context.Context) ([]float32, []candidate, error) {
+	return t.run(ctx, []int32{t.id}, t.left > 0)
 }
 
 func (t *sessionSteps) held() int        { return t.s.Len() }
