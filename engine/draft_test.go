@@ -154,8 +154,9 @@ func (f *follow) Done() bool   { return f.at == len(f.want) }
 // model at $LEM_BENCH_DRAFT_MODEL (a model directory or GGUF file), 2
 // threads. Each request has a prompt of 256 random tokens and its output
 // is made to be 128 tokens: a span of the prompt ("copy"), the same span
-// with every 16th or 4th token changed ("edit16", "edit4": drafts that
-// fail after a few tokens), or tokens that repeat nothing
+// with every 16th, 4th or 3rd token changed ("edit16", "edit4", "edit3":
+// drafts that fail after a few tokens; with every 3rd, each lookup's first
+// draft fails), or tokens that repeat nothing
 // ("fresh"). It reports decode tokens/s and tokens per step.
 func BenchmarkSchedDraft(b *testing.B) {
 	path := os.Getenv("LEM_BENCH_DRAFT_MODEL")
@@ -174,20 +175,9 @@ func BenchmarkSchedDraft(b *testing.B) {
 	const plen, gen = 256, 128
 	outputs := map[string]func(prompt []int32, seed int) []int32{
 		"copy": func(p []int32, _ int) []int32 { return slices.Clone(p[64 : 64+gen]) },
-		"edit16": func(p []int32, _ int) []int32 {
-			out := slices.Clone(p[64 : 64+gen])
-			for i := 8; i < len(out); i += 16 {
-				out[i] = (out[i] + 1) % int32(vocab)
-			}
-			return out
-		},
-		"edit4": func(p []int32, _ int) []int32 {
-			out := slices.Clone(p[64 : 64+gen])
-			for i := 3; i < len(out); i += 4 {
-				out[i] = (out[i] + 1) % int32(vocab)
-			}
-			return out
-		},
+		"edit16": func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 16, vocab) },
+		"edit4": func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 4, vocab) },
+		"edit3": func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 3, vocab) },
 		"fresh": func(_ []int32, seed int) []int32 {
 			rng := rand.New(rand.NewPCG(uint64(seed), 9))
 			out := make([]int32, gen)
@@ -197,7 +187,7 @@ func BenchmarkSchedDraft(b *testing.B) {
 			return out
 		},
 	}
-	for _, kind := range []string{"copy", "edit16", "edit4", "fresh"} {
+	for _, kind := range []string{"copy", "edit16", "edit4", "edit3", "fresh"} {
 		for _, draft := range []int{-1, 7} {
 			b.Run(fmt.Sprintf("%s/draft=%d", kind, draft), func(b *testing.B) {
 				s, err := m.NewScheduler(SchedulerOptions{Parallel: 1, Context: plen + gen + 8, Draft: draft})
@@ -227,4 +217,13 @@ func BenchmarkSchedDraft(b *testing.B) {
 			})
 		}
 	}
+}
+
+// editEvery returns a copy of src with every nth token changed.
+func editEvery(src []int32, n, vocab int) []int32 {
+	out := slices.Clone(src)
+	for i := n - 1; i < len(out); i += n {
+		out[i] = (out[i] + 1) % int32(vocab)
+	}
+	return out
 }
