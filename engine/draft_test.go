@@ -174,10 +174,10 @@ func BenchmarkSchedDraft(b *testing.B) {
 	vocab := m.Net.Config().VocabSize
 	const plen, gen = 256, 128
 	outputs := map[string]func(prompt []int32, seed int) []int32{
-		"copy": func(p []int32, _ int) []int32 { return slices.Clone(p[64 : 64+gen]) },
+		"copy":   func(p []int32, _ int) []int32 { return slices.Clone(p[64 : 64+gen]) },
 		"edit16": func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 16, vocab) },
-		"edit4": func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 4, vocab) },
-		"edit3": func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 3, vocab) },
+		"edit4":  func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 4, vocab) },
+		"edit3":  func(p []int32, _ int) []int32 { return editEvery(p[64:64+gen], 3, vocab) },
 		"fresh": func(_ []int32, seed int) []int32 {
 			rng := rand.New(rand.NewPCG(uint64(seed), 9))
 			out := make([]int32, gen)
