@@ -936,20 +936,19 @@ func (s *Scheduler) step() {
 			q.nrows = p.all - p.from
 			q.scored = p.hi
 			q.acked = false
-		case p.logits && q.pick > 0:
-			q.cands = q.cands[:0]
-			for r := range p.nlog {
-				c := s.candsHost[(rows[i]+r)*2*s.kmax:]
-				for j := range q.pick {
-					q.cands = append(q.cands, candidate{id: int32(c[s.kmax+j]), logit: c[j]})
-				}
-			}
-			q.nrows = p.nlog
-			q.need = false
-			s.drafted += int64(p.nlog - 1)
 		case p.logits:
-			off := s.hostOff[i]
-			q.host = append(q.host[:0], s.logitsHost[off:off+p.nlog*s.vocab]...)
+			if q.pick > 0 {
+				q.cands = q.cands[:0]
+				for r := range p.nlog {
+					c := s.candsHost[(rows[i]+r)*2*s.kmax:]
+					for j := range q.pick {
+						q.cands = append(q.cands, candidate{id: int32(c[s.kmax+j]), logit: c[j]})
+					}
+				}
+			} else {
+				off := s.hostOff[i]
+				q.host = append(q.host[:0], s.logitsHost[off:off+p.nlog*s.vocab]...)
+			}
 			q.nrows = p.nlog
 			q.need = false
 			s.drafted += int64(p.nlog - 1)
