@@ -170,7 +170,8 @@ func (j *pagedJob) chunk(c int) {
 		j.spans[c] = sp
 		// Kv head kv's scores at (kv−kv0)·width·L of the slot.
 		sc := j.scores[c][:j.kvPer*j.width*L]
-		for _, s := range sp {
+		for si, s := range sp {
+			j.prefetchSpan(sp, si+1, false, kv0, kv1)
 			for kv := kv0; kv < kv1; kv++ {
 				h0 := kv*group + pass*j.width
 				q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
@@ -185,7 +186,8 @@ func (j *pagedJob) chunk(c int) {
 			}
 			clear(j.out[i*qc+h0*hd : i*qc+(h0+g)*hd])
 		}
-		for _, s := range sp {
+		for si, s := range sp {
+			j.prefetchSpan(sp, si+1, true, kv0, kv1)
 			for kv := kv0; kv < kv1; kv++ {
 				h0 := kv*group + pass*j.width
 				o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
@@ -194,6 +196,29 @@ func (j *pagedJob) chunk(c int) {
 		}
 	}
 }
+
+// prefetchSpan prefetches kv heads kv0…kv1−1 of the keys (or values) of
+// the rows of span sp[i], if there is one, while the span before it is
+// computed: the blocks lie anywhere in the pool, and the hardware
+// prefetchers lose the stream where a block ends.
+func (j *pagedJob) prefetchSpan(sp []span, i int, values bool, kv0, kv1 int) {
+	if !pagedPrefetch || i >= len(sp) {
+		return
+	}
+	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
+	rows := sp[i].k
+	if values {
+		rows = sp[i].v
+	}
+	prefetchRows(&rows[kv0*hd], 4*kc, sp[i].n, 4*(kv1-kv0)*hd, pagedPrefetchStep)
+}
+
+// pagedPrefetch turns prefetchSpan on; it prefetches a line every
+// pagedPrefetchStep bytes.
+var (
+	pagedPrefetch     = true
+	pagedPrefetchStep = 64
+)
 
 // SetRowStable implements compute.RowStable. The products of float
 // weights give each row the same bits whatever the number of rows, with

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -200,6 +201,30 @@ func TestAttendPaged(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestAttendPagedPrefetch checks that the prefetch of the next block's
+// rows (prefetchSpan) leaves every output bit as it is without.
+func TestAttendPagedPrefetch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(73, 74))
+	seqs := []pagedSeq{{0, 37}, {50, 1}, {95, 9}, {200, 1}}
+	defer func(on bool) { pagedPrefetch = on }(pagedPrefetch)
+	for _, c := range pagedCases {
+		for _, bs := range []int{16, 32} {
+			b := New(3)
+			f := newPagedFixture(rng, b, pagedAttention(b, rng, c), bs, seqs)
+			rows := f.newRows()
+			pagedPrefetch = false
+			want := slices.Clone(f.call(rows))
+			pagedPrefetch = true
+			got := f.call(rows)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%+v, bs=%d: output [%d] = %g with prefetch, %g without", c, bs, i, got[i], want[i])
+				}
+			}
 		}
 	}
 }

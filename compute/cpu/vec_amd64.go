@@ -94,3 +94,9 @@ func dotsG1AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
 
 //go:noescape
 func axpysG1AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)
+
+// prefetchRows prefetches (PREFETCHT0) the bytes p..p+width of each of n
+// rows stride bytes apart, one line every step bytes.
+//
+//go:noescape
+func prefetchRows(p *float32, stride, n, width, step int)

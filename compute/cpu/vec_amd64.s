@@ -1290,3 +1290,27 @@ ag1row16:
 ag1done:
 	VZEROUPPER
 	RET
+
+// func prefetchRows(p *float32, stride, n, width int)
+TEXT ·prefetchRows(SB), NOSPLIT, $0-40
+	MOVQ p+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ n+16(FP), CX
+	MOVQ width+24(FP), DX
+	MOVQ step+32(FP), R9
+	TESTQ CX, CX
+	JLE prdone
+	TESTQ DX, DX
+	JLE prdone
+prrow:
+	XORQ AX, AX
+prline:
+	PREFETCHT0 (SI)(AX*1)
+	ADDQ R9, AX
+	CMPQ AX, DX
+	JB prline
+	ADDQ R8, SI
+	DECQ CX
+	JNZ prrow
+prdone:
+	RET

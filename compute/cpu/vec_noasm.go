@@ -34,3 +34,5 @@ func axpysG4AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)    { pan
 func axpysG2AVX2(o, w *float32, ldw int, v *float32, stride, n, hd int)    { panic("unreachable") }
 func dotsG1AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int) { panic("unreachable") }
 func axpysG1AVX512(o, w *float32, ldw int, v *float32, stride, n, hd int)  { panic("unreachable") }
+
+func prefetchRows(p *float32, stride, n, width, step int) {}
