@@ -40,6 +40,9 @@ type benchParallel struct {
 	// Preemptions counts sequences the scheduler set back for want of
 	// KV cache blocks (then recomputed): raise --kv-memory when not 0.
 	Preemptions int64 `json:"preemptions"`
+	// Restored counts the preempted sequences that resumed from their
+	// blocks copied to host memory rather than recomputed.
+	Restored int64 `json:"restored"`
 	// DraftTokens is the draft tokens run (--draft), DraftAccepted those
 	// the sequences accepted.
 	DraftTokens   int64 `json:"draft_tokens,omitempty"`
@@ -128,7 +131,7 @@ func runParallel(ctx context.Context, m *engine.Model, rep *benchReport, o bench
 		row.STG = rateOf(decoded, row.TTG)
 		row.S = rateOf(row.NKV, row.T)
 		st := s.Stats()
-		row.Preemptions, row.DraftTokens, row.DraftAccepted = st.Preemptions, st.DraftTokens, st.DraftAccepted
+		row.Preemptions, row.Restored, row.DraftTokens, row.DraftAccepted = st.Preemptions, st.Restored, st.DraftTokens, st.DraftAccepted
 		return row, nil
 	}
 	logf("bench: warming up\n")
@@ -186,9 +189,10 @@ func printParallel(w io.Writer, r *benchReport) error {
 	}
 	b.WriteString("\n\n")
 	writeTable(&b, rows, right)
-	var preempted int64
+	var preempted, restored int64
 	for _, p := range r.Parallel {
 		preempted += p.Preemptions
+		restored += p.Restored
 	}
 	for _, p := range r.Parallel {
 		if p.DraftTokens > 0 {
@@ -196,7 +200,7 @@ func printParallel(w io.Writer, r *benchReport) error {
 		}
 	}
 	if preempted > 0 {
-		fmt.Fprintf(&b, "\n%d sequences were preempted for want of KV cache blocks and recomputed; raise --kv-memory for figures without\n", preempted)
+		fmt.Fprintf(&b, "\n%d sequences were preempted for want of KV cache blocks (%d of them resumed from blocks copied to host memory); raise --kv-memory for figures without\n", preempted, restored)
 	}
 	if r.LoadSeconds > 0 {
 		fmt.Fprintf(&b, "\nload: %.2f s", r.LoadSeconds)
