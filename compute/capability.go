@@ -95,15 +95,33 @@ type Pager interface {
 }
 
 // KVPooler is implemented by Pagers that keep paged pools in an element
-// type of their own (the CUDA backend: F16, which halves the bytes that
-// attention reads). Makers of paged pools call NewKVPool when the backend
-// has it and NewKVCache(blocks·blockSize, kvDim, false) otherwise (F32).
+// type of their choosing: F16 halves the memory and the bytes that
+// attention reads (the CUDA backend's default), F32 keeps the keys and
+// values as computed (the CPU's). Makers of paged pools call NewKVPool
+// when the backend has it and NewKVCache(blocks·blockSize, kvDim, false)
+// otherwise (F32).
 type KVPooler interface {
 	// NewKVPool allocates a pool of blocks × blockSize positions of kvDim
 	// keys and values for AttendPaged.
 	NewKVPool(blocks, blockSize, kvDim int) *KVCache
 	// KVPoolType is the element type of the pools NewKVPool allocates.
 	KVPoolType() DType
+	// SetKVPoolType sets it for the pools allocated from now on: F16 or
+	// F32.
+	SetKVPoolType(DType) error
+}
+
+// RowMover is implemented by backends that copy rows of a tensor to host
+// memory and back as they are stored, for a tier of the paged KV cache
+// below the backend's memory: a preempted sequence's blocks wait there
+// instead of being recomputed.
+type RowMover interface {
+	// SaveRows copies rows [lo, hi) of t, as stored, to dst, which holds
+	// exactly their bytes (rows × the bytes of a row of t's type).
+	SaveRows(dst []byte, t *Tensor, lo, hi int)
+	// LoadRows copies src, rows as SaveRows wrote them, into t from row
+	// lo on.
+	LoadRows(t *Tensor, lo int, src []byte)
 }
 
 // RowStable is implemented by backends whose matrix products can compute

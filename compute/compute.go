@@ -415,19 +415,6 @@ type TokenFeeder interface {
 	ReadAsync(dst []float32, src *Tensor) (wait func() error)
 }
 
-// RowMover is implemented by backends that copy rows of a tensor to host
-// memory and back as they are stored, for a tier of the paged KV cache
-// below the backend's memory: a preempted sequence's blocks wait there
-// instead of being recomputed.
-type RowMover interface {
-	// SaveRows copies rows [lo, hi) of t, as stored, to dst, which holds
-	// exactly their bytes (rows × the bytes of a row of t's type).
-	SaveRows(dst []byte, t *Tensor, lo, hi int)
-	// LoadRows copies src, rows as SaveRows wrote them, into t from row
-	// lo on.
-	LoadRows(t *Tensor, lo int, src []byte)
-}
-
 // MaxTopK is the largest k a TokenPicker takes.
 const MaxTopK = 256
 

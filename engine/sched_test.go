@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/compute/cpu"
 	"github.com/lem-engine/lem/internal/fixtures"
 )
@@ -175,24 +176,33 @@ func waitIdle(t *testing.T, s *Scheduler) SchedulerStats {
 // TestSchedDeterminism checks that each sequence's tokens and logprobs
 // are bitwise the same alone and in batches with up to five others of
 // other prompt lengths joining and leaving, prompts cut in chunks and
-// steps bounded so that prompts take several steps.
+// steps bounded so that prompts take several steps, over f32 and f16
+// paged pools.
 func TestSchedDeterminism(t *testing.T) {
 	for _, name := range schedFixtures {
-		t.Run(name, func(t *testing.T) {
-			m := openFixture(t, name)
-			reqs := schedRequests(m.Net.Config().VocabSize)
-			s := newSched(t, m, SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 4, Chunk: 8, BatchTokens: 12})
-			want := alone(t, s, reqs)
-			got := together(t, s, reqs)
-			sameCases(t, "in a batch", got, want)
-			// Without the prefix cache's help: a fresh scheduler, all
-			// at once.
-			s2 := newSched(t, m, SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 4, Chunk: 8, BatchTokens: 12})
-			sameCases(t, "fresh, in a batch", together(t, s2, reqs), want)
-			waitIdle(t, s)
-			waitIdle(t, s2)
-		})
+		for _, pool := range []compute.DType{compute.F32, compute.F16} {
+			t.Run(name+"/"+pool.String(), func(t *testing.T) {
+				m := openFixture(t, name)
+				if err := m.Backend.(compute.KVPooler).SetKVPoolType(pool); err != nil {
+					t.Fatal(err)
+				}
+				testSchedDeterminism(t, m)
+			})
+		}
 	}
+}
+
+func testSchedDeterminism(t *testing.T, m *Model) {
+	reqs := schedRequests(m.Net.Config().VocabSize)
+	s := newSched(t, m, SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 4, Chunk: 8, BatchTokens: 12})
+	want := alone(t, s, reqs)
+	got := together(t, s, reqs)
+	sameCases(t, "in a batch", got, want)
+	// Without the prefix cache's help: a fresh scheduler, all at once.
+	s2 := newSched(t, m, SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 4, Chunk: 8, BatchTokens: 12})
+	sameCases(t, "fresh, in a batch", together(t, s2, reqs), want)
+	waitIdle(t, s)
+	waitIdle(t, s2)
 }
 
 // TestSchedMatchesSession checks that greedy generation over the
@@ -581,13 +591,24 @@ func TestSchedTooLarge(t *testing.T) {
 // TestSchedPromptLogprobs compares prompt scoring over the scheduler,
 // beside generating sequences, with Model.PromptLogprobs on a Session.
 func TestSchedPromptLogprobs(t *testing.T) {
-	for _, name := range []string{"llama", "qwen3_next"} {
-		t.Run(name, func(t *testing.T) {
-			m := openFixture(t, name)
+	for _, c := range []struct {
+		name string
+		pool compute.DType
+		tol  float32
+	}{
+		{"llama", compute.F32, 1e-4}, {"qwen3_next", compute.F32, 1e-4},
+		// Keys and values rounded to f16 move log-probabilities by ~1e-3.
+		{"llama", compute.F16, 5e-3}, {"gemma2", compute.F16, 5e-3},
+	} {
+		t.Run(c.name+"/"+c.pool.String(), func(t *testing.T) {
+			m := openFixture(t, c.name)
 			vocab := m.Net.Config().VocabSize
 			ids := testPrompt(45, 7, vocab)
 			want, err := m.PromptLogprobs(context.Background(), m.NewSession(128), ids, 3)
 			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Backend.(compute.KVPooler).SetKVPoolType(c.pool); err != nil {
 				t.Fatal(err)
 			}
 			s := newSched(t, m, SchedulerOptions{Parallel: 3, Context: 128, BlockSize: 4, Chunk: 8, BatchTokens: 12})
@@ -606,7 +627,7 @@ func TestSchedPromptLogprobs(t *testing.T) {
 				t.Fatalf("%d tokens, want %d", len(got), len(want))
 			}
 			for i := range want {
-				if got[i].ID != want[i].ID || abs32(got[i].Logprob-want[i].Logprob) > 1e-4 {
+				if got[i].ID != want[i].ID || abs32(got[i].Logprob-want[i].Logprob) > c.tol {
 					t.Errorf("token %d: %d %g, want %d %g", i, got[i].ID, got[i].Logprob, want[i].ID, want[i].Logprob)
 				}
 				if len(got[i].Top) != 3 || got[i].Top[0].ID != want[i].Top[0].ID {

@@ -114,6 +114,7 @@ type benchOptions struct {
 	npl                        []int     // parallel mode: sequences at once, one run each
 	kvBytes                    int64     // parallel mode: the paged cache's memory (0: default)
 	draft                      int       // parallel mode: draft tokens per step (engine.SchedulerOptions.Draft)
+	kvType                     string    // parallel mode: --kv-type
 	cpuProfile                 string    // file for a CPU profile of the timed tests; "": none
 	progress                   io.Writer // receives a line per repetition; nil: none
 }
@@ -219,6 +220,7 @@ it are counted.`,
 	fs.BoolVar(&o.hostSampling, "host-sampling", false, "read every logit and pick tokens on the host, even where the device could (for comparison)")
 	fs.IntSliceVar(&o.npl, "npl", nil, "parallel mode, as llama-batched-bench: for each count, that many sequences at once, each with a prompt of its own of -p tokens, generating -n tokens (also -npl)")
 	fs.Var(&kvMemory, "kv-memory", "parallel mode: memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
+	registerKVType(fs, &o.kvType)
 	fs.IntVar(&o.draft, "draft", 0, "parallel mode: speculative decoding by prompt lookup, up to this many draft tokens per step (0: none, unlike lem serve's default on the CPU, so that figures compare with other engines)")
 	registerNoMmap(fs, &o.noMmap)
 	return cmd
@@ -250,8 +252,8 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 		case o.depth > 0:
 			return nil, errors.New("-npl runs every sequence from an empty context: -d does not apply")
 		}
-	} else if o.kvBytes > 0 || o.draft > 0 {
-		return nil, errors.New("--kv-memory and --draft apply to the parallel mode only (-npl)")
+	} else if o.kvBytes > 0 || o.draft > 0 || o.kvType != "" {
+		return nil, errors.New("--kv-memory, --kv-type and --draft apply to the parallel mode only (-npl)")
 	}
 	backend, desc, err := device.Open(o.device, o.threads)
 	if err != nil {
@@ -259,6 +261,9 @@ func runBench(ctx context.Context, path string, o benchOptions) (*benchReport, e
 	}
 	if c, ok := backend.(io.Closer); ok {
 		defer c.Close()
+	}
+	if err := setKVType(backend, o.kvType); err != nil {
+		return nil, err
 	}
 	meter, ok := backend.(compute.BandwidthMeter)
 	if !ok {

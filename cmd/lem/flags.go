@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/compute/device"
 	"github.com/lem-engine/lem/engine"
 	"github.com/lem-engine/lem/tiny"
@@ -23,7 +24,8 @@ type runFlags struct {
 	device  string
 	ngl     int // llama.cpp's -ngl: -1 unset, 0 the CPU, more the GPU
 	noMmap  bool
-	quiet   bool // no startup line on standard error
+	quiet   bool   // no startup line on standard error
+	kvType  string // --kv-type where the verb registers it (serve)
 }
 
 func (f *runFlags) register(fs *pflag.FlagSet) {
@@ -64,6 +66,7 @@ var flagAliases = map[string]string{
 	"n-gpu-layers": "ngl",
 	"n-predict":    "max-tokens",
 	"draft-max":    "draft",
+	"cache-type-k": "kv-type",
 }
 
 // normalizeFlag is the root command's flag normalization: flagAliases.
@@ -174,6 +177,34 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// registerKVType registers --kv-type (also llama.cpp's --cache-type-k),
+// the element type of the paged KV cache, for setKVType.
+func registerKVType(fs *pflag.FlagSet, kvType *string) {
+	fs.StringVar(kvType, "kv-type", "", "element type of the paged KV cache: f16 (half the memory, and faster attention over long contexts) or f32 (default: f32 on the CPU, f16 on a GPU)")
+}
+
+// setKVType sets the element type of b's paged KV pools, as --kv-type
+// names it ("" leaves the backend's default).
+func setKVType(b compute.Backend, name string) error {
+	if name == "" {
+		return nil
+	}
+	var dt compute.DType
+	switch strings.ToLower(name) {
+	case "f16":
+		dt = compute.F16
+	case "f32":
+		dt = compute.F32
+	default:
+		return fmt.Errorf("--kv-type %q: want f16 or f32", name)
+	}
+	kp, ok := b.(compute.KVPooler)
+	if !ok {
+		return fmt.Errorf("--kv-type: the %s backend keeps no paged KV cache of its own type", b.Name())
+	}
+	return kp.SetKVPoolType(dt)
+}
+
 // registerNoMmap registers --no-mmap, whose default is on when the
 // environment sets LEM_NO_MMAP (to anything but the empty string).
 func registerNoMmap(fs *pflag.FlagSet, noMmap *bool) {
@@ -203,6 +234,9 @@ func (f *runFlags) options() (engine.Options, error) {
 	}
 	b, desc, err := device.Open(dev, f.threads)
 	if err != nil {
+		return engine.Options{}, err
+	}
+	if err := setKVType(b, f.kvType); err != nil {
 		return engine.Options{}, err
 	}
 	if !f.quiet {

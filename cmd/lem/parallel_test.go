@@ -125,6 +125,10 @@ func TestBenchParallel(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
+	// f16 pools and drafts (the llama-server spellings of the flags).
+	if out, err := execLem(t, "bench", dir, "-npl", "2", "-p", "8", "-n", "4", "--threads", "1", "--cache-type-k", "f16", "--draft-max", "3"); err != nil {
+		t.Errorf("bench with f16 pools and drafts: %v\n%s", err, out)
+	}
 
 	for _, tt := range []struct {
 		args []string
@@ -137,6 +141,9 @@ func TestBenchParallel(t *testing.T) {
 		{[]string{"-npl", "2", "-p", "4000", "-n", "200"}, "exceed the model's context"},
 		{[]string{"--kv-memory", "1GiB"}, "parallel mode only"},
 		{[]string{"-npl", "2", "--kv-memory", "lots"}, "not a size"},
+		{[]string{"--kv-type", "f16"}, "parallel mode only"},
+		{[]string{"--draft", "3"}, "parallel mode only"},
+		{[]string{"-npl", "2", "--kv-type", "f8"}, "want f16 or f32"},
 	} {
 		_, err := execLem(t, append([]string{"bench", dir, "--mem-buffer", "1"}, tt.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

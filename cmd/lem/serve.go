@@ -256,6 +256,7 @@ answer that does not parse proceeds unchanged. Triggers go to
 	fs.IntVar(&maxQueue, "max-queue", server.DefaultMaxQueue, "requests that may wait while --parallel run; more get 429")
 	fs.IntVar(&parallel, "parallel", 0, "sequences that run at once, in one batch (0: as many as --kv-memory allows)")
 	fs.Var(&kvMemory, "kv-memory", "memory of the paged KV cache, as 4GiB or 512MiB (0: a share of the free memory)")
+	registerKVType(fs, &rf.kvType)
 	fs.IntVar(&draft, "draft", 0, "speculative decoding by prompt lookup: the most draft tokens a sequence runs per step (0: 7 on the CPU, none on a GPU; -1: none)")
 	fs.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes; larger gets 413")
 	fs.DurationVar(&drain, "drain", server.DefaultDrain, "on shutdown, how long running requests may take to finish")

@@ -28,7 +28,8 @@ type Backend struct {
 	attn      attnJob
 	attnFunc  func(int) // b.attn.chunk, bound once
 	paged     pagedJob
-	pagedFunc func(int) // b.paged.chunk, bound once
+	pagedFunc func(int)     // b.paged.chunk, bound once
+	poolType  compute.DType // element type of NewKVPool's pools (SetKVPoolType)
 
 	moe moeWork // Route and ApplyExperts scratch
 
@@ -59,7 +60,7 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, pool: NewPool(threads)}
+	b := &Backend{threads: threads, pool: NewPool(threads), poolType: compute.F32}
 	b.attnFunc = b.attn.chunk
 	b.pagedFunc = b.paged.chunk
 	b.ssmFunc = b.ssm.piece
@@ -479,6 +480,7 @@ func (j *attnJob) keyRow(p int) (kr, vr []float32) {
 type span struct {
 	p0, n int
 	k, v  []float32
+	r     int // paged pools: the pool row of position p0
 }
 
 // spans returns the runs of positions first..last: the cached ones (split
@@ -490,7 +492,7 @@ func (j *attnJob) spans(buf *[3]span, first, last int) []span {
 		if p >= j.start {
 			o := (p - j.start) * kc
 			n := last - p + 1
-			out = append(out, span{p, n, j.k[o : o+n*kc], j.v[o : o+n*kc]})
+			out = append(out, span{p0: p, n: n, k: j.k[o : o+n*kc], v: j.v[o : o+n*kc]})
 			break
 		}
 		slot, n := p, min(last+1, j.start)-p
@@ -498,7 +500,7 @@ func (j *attnJob) spans(buf *[3]span, first, last int) []span {
 			slot = p % j.cache.Capacity
 			n = min(n, j.cache.Capacity-slot)
 		}
-		out = append(out, span{p, n, j.cks[slot*kc : (slot+n)*kc], j.cvs[slot*kc : (slot+n)*kc]})
+		out = append(out, span{p0: p, n: n, k: j.cks[slot*kc : (slot+n)*kc], v: j.cvs[slot*kc : (slot+n)*kc]})
 		p += n
 	}
 	return out

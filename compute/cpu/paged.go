@@ -1,9 +1,12 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
+	"unsafe"
 
 	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // pagedJob is one AttendPaged call, split over the pool by units of (row,
@@ -12,9 +15,13 @@ type pagedJob struct {
 	attnJob
 	table, seq, pos []int32
 	bs, maxBlocks   int
-	L               int      // largest position of the call, plus one
-	spans           [][]span // per chunk slot
-	kvPer, kvUnits  int      // kv heads per unit; units per row and pass
+	// An f16 pool's keys and values (cks and cvs are nil then), and per
+	// chunk slot the rows of a block widened to f32.
+	hks, hvs       []byte
+	wide           [][]float32
+	L              int      // largest position of the call, plus one
+	spans          [][]span // per chunk slot
+	kvPer, kvUnits int      // kv heads per unit; units per row and pass
 }
 
 // pagedUnitsPerThread is how many units an AttendPaged call gives each
@@ -37,11 +44,16 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	*j = pagedJob{
 		attnJob: attnJob{
 			q: f32(q), k: f32(k), v: f32(v), out: f32(dst),
-			cks: f32(pool.K), cvs: f32(pool.V), cache: pool, a: a,
+			cache: pool, a: a,
 			n: q.Rows(), scores: j.scores,
 		},
 		table: pg.Table.Buf.([]int32), seq: pg.Seq.Buf.([]int32), pos: pos.Buf.([]int32),
-		bs: pg.BlockSize, maxBlocks: pg.MaxBlocks, spans: j.spans,
+		bs: pg.BlockSize, maxBlocks: pg.MaxBlocks, spans: j.spans, wide: j.wide,
+	}
+	if pool.K.DType == compute.F16 {
+		j.hks, j.hvs = pool.K.Buf.([]byte), pool.V.Buf.([]byte)
+	} else {
+		j.cks, j.cvs = f32(pool.K), f32(pool.V)
 	}
 	if a.Sinks != nil {
 		j.sinks = f32(b.asF32(a.Sinks))
@@ -49,8 +61,13 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	kc := a.KVHeads * a.HeadDim
 	for i := range j.n {
 		slot := j.slot(int(j.seq[i]), int(j.pos[i]))
-		copy(j.cks[slot*kc:(slot+1)*kc], j.k[i*kc:(i+1)*kc])
-		copy(j.cvs[slot*kc:(slot+1)*kc], j.v[i*kc:(i+1)*kc])
+		if j.hks != nil {
+			narrowF16(j.hks[2*slot*kc:2*(slot+1)*kc], j.k[i*kc:(i+1)*kc])
+			narrowF16(j.hvs[2*slot*kc:2*(slot+1)*kc], j.v[i*kc:(i+1)*kc])
+		} else {
+			copy(j.cks[slot*kc:(slot+1)*kc], j.k[i*kc:(i+1)*kc])
+			copy(j.cvs[slot*kc:(slot+1)*kc], j.v[i*kc:(i+1)*kc])
+		}
 		j.L = max(j.L, int(j.pos[i])+1)
 	}
 	group := a.Heads / a.KVHeads
@@ -73,8 +90,18 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 			j.scores[c] = make([]float32, need, 2*need)
 		}
 	}
+	if j.hks != nil {
+		if len(j.wide) < attnChunks {
+			j.wide = make([][]float32, attnChunks)
+		}
+		for c := range j.wide[:j.chunks] {
+			if len(j.wide[c]) < j.bs*kc {
+				j.wide[c] = make([]float32, j.bs*kc)
+			}
+		}
+	}
 	b.pool.Run(j.chunks, b.pagedFunc)
-	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans}
+	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans, wide: j.wide}
 }
 
 // checkPaged panics, on the calling goroutine, unless the operands of an
@@ -137,7 +164,11 @@ func (j *pagedJob) blockSpans(out []span, s, first, last int) []span {
 	for p := first; p <= last; {
 		n := min(last+1, (p/j.bs+1)*j.bs) - p
 		r := j.slot(s, p)
-		out = append(out, span{p, n, j.cks[r*kc : (r+n)*kc], j.cvs[r*kc : (r+n)*kc]})
+		sp := span{p0: p, n: n, r: r}
+		if j.cks != nil {
+			sp.k, sp.v = j.cks[r*kc:(r+n)*kc], j.cvs[r*kc:(r+n)*kc]
+		}
+		out = append(out, sp)
 		p += n
 	}
 	return out
@@ -172,10 +203,11 @@ func (j *pagedJob) chunk(c int) {
 		sc := j.scores[c][:j.kvPer*j.width*L]
 		for si, s := range sp {
 			j.prefetchSpan(sp, si+1, false, kv0, kv1)
+			keys := j.rows(c, s, s.k, j.hks, kv0, kv1)
 			for kv := kv0; kv < kv1; kv++ {
 				h0 := kv*group + pass*j.width
 				q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
-				dotsGroup(sc[(kv-kv0)*j.width*L+s.p0:], L, q, g, s.k[kv*hd:], kc, s.n)
+				dotsGroup(sc[(kv-kv0)*j.width*L+s.p0:], L, q, g, keys[kv*hd:], kc, s.n)
 			}
 		}
 		for kv := kv0; kv < kv1; kv++ {
@@ -188,13 +220,31 @@ func (j *pagedJob) chunk(c int) {
 		}
 		for si, s := range sp {
 			j.prefetchSpan(sp, si+1, true, kv0, kv1)
+			values := j.rows(c, s, s.v, j.hvs, kv0, kv1)
 			for kv := kv0; kv < kv1; kv++ {
 				h0 := kv*group + pass*j.width
 				o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
-				axpysGroup(o, sc[(kv-kv0)*j.width*L+s.p0:], L, g, s.v[kv*hd:], kc, s.n)
+				axpysGroup(o, sc[(kv-kv0)*j.width*L+s.p0:], L, g, values[kv*hd:], kc, s.n)
 			}
 		}
 	}
+}
+
+// rows returns the keys (or values) of span s: rows, or of an f16 pool
+// (half) kv heads kv0…kv1−1 of the span's rows widened into chunk slot c's
+// buffer, laid out as the pool's rows (exactly: f16 values widen to f32
+// without rounding).
+func (j *pagedJob) rows(c int, s span, rows []float32, half []byte, kv0, kv1 int) []float32 {
+	if half == nil {
+		return rows
+	}
+	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
+	w := j.wide[c][:s.n*kc]
+	for r := range s.n {
+		at := (s.r+r)*kc + kv0*hd
+		ToF32(w[r*kc+kv0*hd:r*kc+kv1*hd], half[2*at:2*(at+(kv1-kv0)*hd)], compute.F16)
+	}
+	return w
 }
 
 // prefetchSpan prefetches kv heads kv0…kv1−1 of the keys (or values) of
@@ -206,6 +256,15 @@ func (j *pagedJob) prefetchSpan(sp []span, i int, values bool, kv0, kv1 int) {
 		return
 	}
 	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
+	if j.hks != nil {
+		half := j.hks
+		if values {
+			half = j.hvs
+		}
+		at := sp[i].r*kc + kv0*hd
+		prefetchRows((*float32)(unsafe.Pointer(&half[2*at])), 2*kc, sp[i].n, 2*(kv1-kv0)*hd, pagedPrefetchStep)
+		return
+	}
 	rows := sp[i].k
 	if values {
 		rows = sp[i].v
@@ -235,4 +294,37 @@ func (b *Backend) SetRowStable(on bool) {
 	s := b.pool.lock()
 	s.rowStable = on
 	s.mu.Unlock()
+}
+
+// narrowF16 rounds src to f16 values (to nearest, ties to even) into dst,
+// 2·len(src) bytes.
+func narrowF16(dst []byte, src []float32) {
+	_ = dst[2*len(src)-1]
+	for i, x := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], half.F32ToF16(x))
+	}
+}
+
+var _ compute.KVPooler = (*Backend)(nil)
+
+// KVPoolType implements compute.KVPooler: the element type of paged pools,
+// f32 unless SetKVPoolType chose f16.
+func (b *Backend) KVPoolType() compute.DType { return b.poolType }
+
+// SetKVPoolType implements compute.KVPooler: compute.F16 (half the
+// memory and the bytes decode attention reads; 11 significant bits) or
+// compute.F32.
+func (b *Backend) SetKVPoolType(dt compute.DType) error {
+	if dt != compute.F16 && dt != compute.F32 {
+		return fmt.Errorf("cpu: paged KV pools of %s: want f16 or f32", dt)
+	}
+	b.poolType = dt
+	return nil
+}
+
+// NewKVPool implements compute.KVPooler: a pool of blocks of blockSize
+// positions of kvDim keys and values, of type KVPoolType.
+func (b *Backend) NewKVPool(blocks, blockSize, kvDim int) *compute.KVCache {
+	n := blocks * blockSize
+	return &compute.KVCache{K: b.Alloc(b.poolType, n, kvDim), V: b.Alloc(b.poolType, n, kvDim), Capacity: n}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/lem-engine/lem/compute"
+	"github.com/lem-engine/lem/internal/half"
 )
 
 // pagedSeq is one sequence of a paged test: cached positions 0..cached−1,
@@ -226,6 +227,57 @@ func TestAttendPagedPrefetch(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAttendPagedF16 checks AttendPaged over an f16 pool against an f32
+// pool holding the same values (keys and values rounded to f16 first):
+// f16 widens to f32 exactly, so every output bit must agree, at every
+// kernel level; and the new rows land in their slots rounded to f16.
+func TestAttendPagedF16(t *testing.T) {
+	for _, l := range levels() {
+		t.Run(levelNames[l], func(t *testing.T) {
+			atLevel(t, l, func() {
+				rng := rand.New(rand.NewPCG(75, 76))
+				seqs := []pagedSeq{{0, 37}, {50, 1}, {95, 9}, {16, 1}, {200, 1}}
+				for _, c := range pagedCases {
+					for _, bs := range []int{16, 32} {
+						b := New(3)
+						f := newPagedFixture(rng, b, pagedAttention(b, rng, c), bs, seqs)
+						for _, x := range slices.Concat(f.k, f.v, [][]float32{f32(f.pool.K), f32(f.pool.V)}) {
+							roundF16(x)
+						}
+						half := &compute.KVCache{K: b.Alloc(compute.F16, f.pool.K.Shape...), V: b.Alloc(compute.F16, f.pool.V.Shape...), Capacity: f.pool.Capacity}
+						narrowF16(half.K.Buf.([]byte), f32(f.pool.K))
+						narrowF16(half.V.Buf.([]byte), f32(f.pool.V))
+						rows := f.newRows()
+						want := slices.Clone(f.call(rows))
+						wide := f.pool
+						f.pool = half
+						got := f.call(rows)
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%+v, bs=%d: output [%d] = %g over f16, %g over f32", c, bs, i, got[i], want[i])
+							}
+						}
+						stored := make([]float32, wide.K.Len())
+						ToF32(stored, half.K.Buf.([]byte), compute.F16)
+						for i, x := range f32(wide.K) {
+							if math.Float32bits(x) != math.Float32bits(stored[i]) && !math.IsNaN(float64(x)) {
+								t.Fatalf("%+v, bs=%d: key [%d] stored as %g, want %g", c, bs, i, stored[i], x)
+							}
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// roundF16 rounds x to f16 values in place.
+func roundF16(x []float32) {
+	for i, v := range x {
+		x[i] = half.F16ToF32(half.F32ToF16(v))
 	}
 }
 

@@ -57,6 +57,15 @@ var _ compute.KVPooler = (*Backend)(nil)
 // (bf16: 8) over the range of keys and values (|x| < 65504).
 func (b *Backend) KVPoolType() compute.DType { return b.poolType }
 
+// SetKVPoolType implements compute.KVPooler.
+func (b *Backend) SetKVPoolType(dt compute.DType) error {
+	if dt != compute.F16 && dt != compute.F32 {
+		return fmt.Errorf("cuda: paged KV pools of %s: want f16 or f32", dt)
+	}
+	b.poolType = dt
+	return nil
+}
+
 // NewKVPool implements compute.KVPooler: a paged pool of blocks of
 // blockSize positions of kvDim keys and values, of type KVPoolType.
 func (b *Backend) NewKVPool(blocks, blockSize, kvDim int) *compute.KVCache {
