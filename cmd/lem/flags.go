@@ -180,7 +180,7 @@ func editDistance(a, b string) int {
 // registerKVType registers --kv-type (also llama.cpp's --cache-type-k),
 // the element type of the paged KV cache, for setKVType.
 func registerKVType(fs *pflag.FlagSet, kvType *string) {
-	fs.StringVar(kvType, "kv-type", "", "element type of the paged KV cache: f16 (half the memory, and faster attention over long contexts) or f32 (default: f32 on the CPU, f16 on a GPU)")
+	fs.StringVar(kvType, "kv-type", "", "element type of the paged KV cache: f16 (half the memory) or f32 (default: f32 on the CPU, f16 on a GPU)")
 }
 
 // setKVType sets the element type of b's paged KV pools, as --kv-type

@@ -29,6 +29,7 @@ type Backend struct {
 	attnFunc  func(int) // b.attn.chunk, bound once
 	paged     pagedJob
 	pagedFunc func(int)     // b.paged.chunk, bound once
+	widenFunc func(int)     // b.paged.widen, bound once
 	poolType  compute.DType // element type of NewKVPool's pools (SetKVPoolType)
 
 	moe moeWork // Route and ApplyExperts scratch
@@ -63,6 +64,7 @@ func New(threads int) *Backend {
 	b := &Backend{threads: threads, pool: NewPool(threads), poolType: compute.F32}
 	b.attnFunc = b.attn.chunk
 	b.pagedFunc = b.paged.chunk
+	b.widenFunc = b.paged.widen
 	b.ssmFunc = b.ssm.piece
 	b.convFunc = b.conv.piece
 	b.deltaFunc = b.delta.part

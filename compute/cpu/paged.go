@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/lem-engine/lem/compute"
@@ -17,11 +18,70 @@ type pagedJob struct {
 	bs, maxBlocks   int
 	// An f16 pool's keys and values (cks and cvs are nil then), and per
 	// chunk slot the rows of a block widened to f32.
-	hks, hvs       []byte
-	wide           [][]float32
+	hks, hvs []byte
+	wide     [][]float32
+	// The positions of the sequences with several rows in the call (a
+	// prompt chunk), widened once for all their rows: sequence s's
+	// position p at flatOff[s] + p·kc of flatK and flatV (flatOff −1 for
+	// the others), widened block by block as pieces say.
+	flatK, flatV   []float32
+	flatOff        []int
+	pieces         []widenPiece
 	L              int      // largest position of the call, plus one
 	spans          [][]span // per chunk slot
 	kvPer, kvUnits int      // kv heads per unit; units per row and pass
+}
+
+// widenPiece is block jb of sequence s, positions up to last.
+type widenPiece struct{ s, jb, last int }
+
+// prewiden widens, once for all their rows, the positions that the
+// sequences with several rows in the call read from an f16 pool.
+func (j *pagedJob) prewiden(b *Backend) {
+	nseq := len(j.table) / j.maxBlocks
+	kc := j.a.KVHeads * j.a.HeadDim
+	j.flatOff = slices.Grow(j.flatOff[:0], nseq)[:nseq]
+	rows, last := make([]int, nseq), make([]int, nseq)
+	for i := range j.n {
+		s := int(j.seq[i])
+		rows[s]++
+		last[s] = max(last[s], int(j.pos[i]))
+	}
+	total := 0
+	j.pieces = j.pieces[:0]
+	for s := range nseq {
+		j.flatOff[s] = -1
+		if rows[s] < 2 {
+			continue
+		}
+		j.flatOff[s] = total
+		total += (last[s] + 1) * kc
+		for jb := range last[s]/j.bs + 1 {
+			j.pieces = append(j.pieces, widenPiece{s, jb, last[s]})
+		}
+	}
+	if len(j.pieces) == 0 {
+		return
+	}
+	if len(j.flatK) < total {
+		j.flatK, j.flatV = make([]float32, total), make([]float32, total)
+	}
+	b.pool.Run(len(j.pieces), b.widenFunc)
+}
+
+// widen widens piece c of prewiden's (blocks a window has freed stay as
+// they are: no row reads them).
+func (j *pagedJob) widen(c int) {
+	pc := j.pieces[c]
+	blk := int(j.table[pc.s*j.maxBlocks+pc.jb])
+	if blk < 0 {
+		return
+	}
+	kc := j.a.KVHeads * j.a.HeadDim
+	p0, p1 := pc.jb*j.bs, min((pc.jb+1)*j.bs, pc.last+1)
+	r0, off := blk*j.bs, j.flatOff[pc.s]
+	ToF32(j.flatK[off+p0*kc:off+p1*kc], j.hks[2*r0*kc:2*(r0+p1-p0)*kc], compute.F16)
+	ToF32(j.flatV[off+p0*kc:off+p1*kc], j.hvs[2*r0*kc:2*(r0+p1-p0)*kc], compute.F16)
 }
 
 // pagedUnitsPerThread is how many units an AttendPaged call gives each
@@ -49,6 +109,7 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		},
 		table: pg.Table.Buf.([]int32), seq: pg.Seq.Buf.([]int32), pos: pos.Buf.([]int32),
 		bs: pg.BlockSize, maxBlocks: pg.MaxBlocks, spans: j.spans, wide: j.wide,
+		flatK: j.flatK, flatV: j.flatV, flatOff: j.flatOff, pieces: j.pieces,
 	}
 	if pool.K.DType == compute.F16 {
 		j.hks, j.hvs = pool.K.Buf.([]byte), pool.V.Buf.([]byte)
@@ -69,6 +130,9 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 			copy(j.cvs[slot*kc:(slot+1)*kc], j.v[i*kc:(i+1)*kc])
 		}
 		j.L = max(j.L, int(j.pos[i])+1)
+	}
+	if j.hks != nil {
+		j.prewiden(b)
 	}
 	group := a.Heads / a.KVHeads
 	j.width = 1
@@ -101,7 +165,8 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		}
 	}
 	b.pool.Run(j.chunks, b.pagedFunc)
-	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans, wide: j.wide}
+	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans, wide: j.wide,
+		flatK: j.flatK, flatV: j.flatV, flatOff: j.flatOff, pieces: j.pieces}
 }
 
 // checkPaged panics, on the calling goroutine, unless the operands of an
@@ -165,8 +230,12 @@ func (j *pagedJob) blockSpans(out []span, s, first, last int) []span {
 		n := min(last+1, (p/j.bs+1)*j.bs) - p
 		r := j.slot(s, p)
 		sp := span{p0: p, n: n, r: r}
-		if j.cks != nil {
+		switch {
+		case j.cks != nil:
 			sp.k, sp.v = j.cks[r*kc:(r+n)*kc], j.cvs[r*kc:(r+n)*kc]
+		case j.flatOff[s] >= 0:
+			o := j.flatOff[s] + p*kc
+			sp.k, sp.v = j.flatK[o:o+n*kc], j.flatV[o:o+n*kc]
 		}
 		out = append(out, sp)
 		p += n
@@ -230,12 +299,12 @@ func (j *pagedJob) chunk(c int) {
 	}
 }
 
-// rows returns the keys (or values) of span s: rows, or of an f16 pool
-// (half) kv heads kv0…kv1−1 of the span's rows widened into chunk slot c's
-// buffer, laid out as the pool's rows (exactly: f16 values widen to f32
-// without rounding).
+// rows returns the keys (or values) of span s: rows where the span has
+// them as f32, or else kv heads kv0…kv1−1 of the span's f16 rows (half)
+// widened into chunk slot c's buffer, laid out as the pool's rows
+// (exactly: f16 values widen to f32 without rounding).
 func (j *pagedJob) rows(c int, s span, rows []float32, half []byte, kv0, kv1 int) []float32 {
-	if half == nil {
+	if rows != nil {
 		return rows
 	}
 	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
@@ -256,7 +325,7 @@ func (j *pagedJob) prefetchSpan(sp []span, i int, values bool, kv0, kv1 int) {
 		return
 	}
 	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
-	if j.hks != nil {
+	if sp[i].k == nil {
 		half := j.hks
 		if values {
 			half = j.hvs
