@@ -42,7 +42,8 @@ func welfareChat(stream bool, msgs ...string) string {
 		}
 		ms = append(ms, map[string]string{"role": role, "content": m})
 	}
-	return mustJSON(map[string]any{"model": "chat", "messages": ms, "stream": stream, "max_tokens": 40,
+	// Greedy: the tests compare replies with and without the guard.
+	return mustJSON(map[string]any{"model": "chat", "messages": ms, "stream": stream, "max_tokens": 40, "temperature": 0,
 		"chat_template_kwargs": map[string]any{"enable_thinking": false}})
 }
 
