@@ -698,9 +698,33 @@ axpysdone:
 	HSUM(y, x, X5); \
 	VMOVSS x, p
 
+// GQRED reduces the dot accumulators a, b, c, d of four keys (one query
+// head) at once and stores the four sums at p: each sum pairs the same
+// lanes in the same order as GDOTRED (lane l with l+8, then l with l+4,
+// then 0 with 1 and 2 with 3, then the two), so that the scores are
+// bitwise those of one key at a time. K1 must hold 0x1111.
+#define GQRED(a, b, c, d, p) \
+	VSHUFF64X2 $0x44, b, a, Z21; \
+	VSHUFF64X2 $0xEE, b, a, Z22; \
+	VADDPS Z22, Z21, Z21; \
+	VSHUFF64X2 $0x44, d, c, Z22; \
+	VSHUFF64X2 $0xEE, d, c, Z23; \
+	VADDPS Z23, Z22, Z22; \
+	VSHUFF32X4 $0x88, Z22, Z21, Z23; \
+	VSHUFF32X4 $0xDD, Z22, Z21, Z24; \
+	VADDPS Z24, Z23, Z23; \
+	VPERMILPS $0xB1, Z23, Z24; \
+	VADDPS Z24, Z23, Z23; \
+	VPERMILPS $0x4E, Z23, Z24; \
+	VADDPS Z24, Z23, Z23; \
+	VCOMPRESSPS Z23, K1, p
+
 // func dotsG4AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
 //
-// out[g·ldo+i] = q[g·hd : (g+1)·hd] · k[i·stride : i·stride+hd], g < 4.
+// out[g·ldo+i] = q[g·hd : (g+1)·hd] · k[i·stride : i·stride+hd], g < 4:
+// four keys at a time (their rows at BX, R9, R14, R15; sixteen
+// accumulators, Z(4h+j) for head h and key j), reduced together by
+// GQRED; the last n mod 4 keys one at a time.
 TEXT ·dotsG4AVX512(SB), NOSPLIT, $0-56
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R13
@@ -714,6 +738,71 @@ TEXT ·dotsG4AVX512(SB), NOSPLIT, $0-56
 	LEAQ (SI)(DX*4), R10
 	LEAQ (R10)(DX*4), R11
 	LEAQ (R11)(DX*4), R12
+	MOVL $0x1111, AX
+	KMOVW AX, K1
+g4quad:
+	CMPQ CX, $4
+	JB g4tail
+	LEAQ (BX)(R8*1), R9
+	LEAQ (BX)(R8*2), R14
+	LEAQ (R9)(R8*2), R15
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ AX, AX
+g4qcol:
+	VMOVUPS (BX)(AX*4), Z16
+	VMOVUPS (R9)(AX*4), Z17
+	VMOVUPS (R14)(AX*4), Z18
+	VMOVUPS (R15)(AX*4), Z19
+	VMOVUPS (SI)(AX*4), Z20
+	VFMADD231PS Z20, Z16, Z0
+	VFMADD231PS Z20, Z17, Z1
+	VFMADD231PS Z20, Z18, Z2
+	VFMADD231PS Z20, Z19, Z3
+	VMOVUPS (R10)(AX*4), Z20
+	VFMADD231PS Z20, Z16, Z4
+	VFMADD231PS Z20, Z17, Z5
+	VFMADD231PS Z20, Z18, Z6
+	VFMADD231PS Z20, Z19, Z7
+	VMOVUPS (R11)(AX*4), Z20
+	VFMADD231PS Z20, Z16, Z8
+	VFMADD231PS Z20, Z17, Z9
+	VFMADD231PS Z20, Z18, Z10
+	VFMADD231PS Z20, Z19, Z11
+	VMOVUPS (R12)(AX*4), Z20
+	VFMADD231PS Z20, Z16, Z12
+	VFMADD231PS Z20, Z17, Z13
+	VFMADD231PS Z20, Z18, Z14
+	VFMADD231PS Z20, Z19, Z15
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JB g4qcol
+	GQRED(Z0, Z1, Z2, Z3, (DI))
+	GQRED(Z4, Z5, Z6, Z7, (DI)(R13*1))
+	GQRED(Z8, Z9, Z10, Z11, (DI)(R13*2))
+	LEAQ (DI)(R13*2), AX
+	GQRED(Z12, Z13, Z14, Z15, (AX)(R13*1))
+	ADDQ $16, DI
+	LEAQ (BX)(R8*4), BX
+	SUBQ $4, CX
+	JMP g4quad
+g4tail:
+	TESTQ CX, CX
+	JZ g4done
 	LEAQ (DI)(R13*1), R9
 g4row:
 	VPXORD Z0, Z0, Z0
@@ -739,10 +828,13 @@ g4col:
 	ADDQ R8, BX
 	DECQ CX
 	JNZ g4row
+g4done:
 	VZEROUPPER
 	RET
 
 // func dotsG2AVX512(out *float32, ldo int, q, k *float32, stride, n, hd int)
+//
+// Four keys at a time as dotsG4AVX512, then one at a time.
 TEXT ·dotsG2AVX512(SB), NOSPLIT, $0-56
 	MOVQ out+0(FP), DI
 	MOVQ ldo+8(FP), R13
@@ -754,6 +846,50 @@ TEXT ·dotsG2AVX512(SB), NOSPLIT, $0-56
 	MOVQ n+40(FP), CX
 	MOVQ hd+48(FP), DX
 	LEAQ (SI)(DX*4), R10
+	MOVL $0x1111, AX
+	KMOVW AX, K1
+g2quad:
+	CMPQ CX, $4
+	JB g2tail
+	LEAQ (BX)(R8*1), R9
+	LEAQ (BX)(R8*2), R14
+	LEAQ (R9)(R8*2), R15
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ AX, AX
+g2qcol:
+	VMOVUPS (BX)(AX*4), Z16
+	VMOVUPS (R9)(AX*4), Z17
+	VMOVUPS (R14)(AX*4), Z18
+	VMOVUPS (R15)(AX*4), Z19
+	VMOVUPS (SI)(AX*4), Z20
+	VFMADD231PS Z20, Z16, Z0
+	VFMADD231PS Z20, Z17, Z1
+	VFMADD231PS Z20, Z18, Z2
+	VFMADD231PS Z20, Z19, Z3
+	VMOVUPS (R10)(AX*4), Z20
+	VFMADD231PS Z20, Z16, Z4
+	VFMADD231PS Z20, Z17, Z5
+	VFMADD231PS Z20, Z18, Z6
+	VFMADD231PS Z20, Z19, Z7
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JB g2qcol
+	GQRED(Z0, Z1, Z2, Z3, (DI))
+	GQRED(Z4, Z5, Z6, Z7, (DI)(R13*1))
+	ADDQ $16, DI
+	LEAQ (BX)(R8*4), BX
+	SUBQ $4, CX
+	JMP g2quad
+g2tail:
+	TESTQ CX, CX
+	JZ g2done
 	LEAQ (DI)(R13*1), R9
 g2row:
 	VPXORD Z0, Z0, Z0
@@ -773,6 +909,7 @@ g2col:
 	ADDQ R8, BX
 	DECQ CX
 	JNZ g2row
+g2done:
 	VZEROUPPER
 	RET
 
@@ -1210,6 +1347,8 @@ b2done:
 //
 // dotsAVX2 for one head with Z registers: lanes 0–7 and 8–15 of Z0 are
 // its Y0 and Y1.
+//
+// Four keys at a time as dotsG4AVX512, then one at a time.
 TEXT ·dotsG1AVX512(SB), NOSPLIT, $0-56
 	MOVQ out+0(FP), DI
 	MOVQ q+16(FP), SI
@@ -1218,6 +1357,36 @@ TEXT ·dotsG1AVX512(SB), NOSPLIT, $0-56
 	SHLQ $2, R8
 	MOVQ n+40(FP), CX
 	MOVQ hd+48(FP), DX
+	MOVL $0x1111, AX
+	KMOVW AX, K1
+g1quad:
+	CMPQ CX, $4
+	JB g1tail
+	LEAQ (BX)(R8*1), R9
+	LEAQ (BX)(R8*2), R14
+	LEAQ (R9)(R8*2), R15
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ AX, AX
+g1qcol:
+	VMOVUPS (SI)(AX*4), Z20
+	VFMADD231PS (BX)(AX*4), Z20, Z0
+	VFMADD231PS (R9)(AX*4), Z20, Z1
+	VFMADD231PS (R14)(AX*4), Z20, Z2
+	VFMADD231PS (R15)(AX*4), Z20, Z3
+	ADDQ $16, AX
+	CMPQ AX, DX
+	JB g1qcol
+	GQRED(Z0, Z1, Z2, Z3, (DI))
+	ADDQ $16, DI
+	LEAQ (BX)(R8*4), BX
+	SUBQ $4, CX
+	JMP g1quad
+g1tail:
+	TESTQ CX, CX
+	JZ g1done
 g1row:
 	VPXORD Z0, Z0, Z0
 	XORQ AX, AX
@@ -1232,6 +1401,7 @@ g1col:
 	ADDQ R8, BX
 	DECQ CX
 	JNZ g1row
+g1done:
 	VZEROUPPER
 	RET
 
