@@ -90,6 +90,10 @@ func (j *pagedJob) widen(c int) {
 // of memory (the hardware prefetchers lose a stream where a block ends).
 var pagedUnitsPerThread = 4
 
+// pagedOneHead is the context from which a unit of a call of a few rows
+// takes one kv head.
+var pagedOneHead = 1024
+
 // AttendPaged implements compute.Pager: the new keys and values go into
 // the pool first, then every row attends over its sequence's blocks, in
 // runs that end where blocks end. Neither depends on the other rows of the
@@ -140,8 +144,14 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		j.width = min(group, attnGroup)
 	}
 	j.passes = (group + j.width - 1) / j.width
-	// As many kv heads per unit as leave every thread units enough.
+	// As many kv heads per unit as leave every thread units enough; one
+	// in decode steps over long contexts (few rows), where more, shorter
+	// units balance the threads better than longer runs of memory help
+	// (the next block's rows are prefetched).
 	j.kvPer = max(1, min(a.KVHeads, j.n*a.KVHeads*j.passes/(pagedUnitsPerThread*b.threads)))
+	if j.L >= pagedOneHead && j.n <= 32 {
+		j.kvPer = 1
+	}
 	j.kvUnits = (a.KVHeads + j.kvPer - 1) / j.kvPer
 	units, need := j.n*j.kvUnits*j.passes, j.kvPer*j.width*j.L
 	if len(j.scores) < attnChunks {
