@@ -54,6 +54,11 @@ type sequence struct {
 	order   uint64    // admission order, for preemption
 	done    int       // positions computed
 	kept    int       // positions whose full blocks keep has named
+	// cut is the first position whose token the caller replaced (a
+	// rejected draft) while a step ran rows of the sequence (after a
+	// preemption it may run them while the caller reads the rows it was
+	// handed): the step's rows from there are not the sequence's. -1: none.
+	cut int
 	tables  [][]int32 // per group: block of each block index, -1 for none
 	keys    []blockKey
 	slot    int // recurrent state slot, -1 for none
@@ -814,6 +819,7 @@ func (s *Scheduler) plan() []stepPart {
 		if !s.place(q, lo, hi, &parts, &budget) {
 			continue
 		}
+		q.cut = -1
 		p := stepPart{q: q, lo: lo, hi: hi, logits: !q.score && hi == len(q.tokens) && q.need}
 		if p.logits {
 			p.nlog = 1 + q.spec
@@ -920,6 +926,9 @@ func (s *Scheduler) step() {
 			continue
 		}
 		q.done = p.hi
+		if q.cut >= 0 {
+			q.done = min(q.done, q.cut)
+		}
 		s.keep(q, p.lo, p.hi)
 		if q.embed {
 			s.pool(q, p, hrow)
@@ -1149,7 +1158,7 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 // and its last accepted token, and checkpoints a recurrent state at the end
 // of a chunk [lo, hi).
 func (s *Scheduler) keep(q *sequence, lo, hi int) {
-	k := min(hi, len(q.tokens)-q.spec)
+	k := min(hi, len(q.tokens)-q.spec, q.done)
 	if k/s.bs > q.kept/s.bs {
 		q.keys = s.hash.chain(q.keys, q.tokens[:k], s.bs)
 	}
@@ -1234,6 +1243,9 @@ func (t *schedSteps) feed(ctx context.Context, id int32, left int) error {
 		q.tokens = q.tokens[:n]
 		q.spec = 0
 		q.done = min(q.done, n)
+		if q.cut < 0 || n < q.cut {
+			q.cut = n
+		}
 	}
 	t.accepted = false
 	t.drafter.settle(len(t.drafts), t.row, s.draft)
@@ -1271,7 +1283,7 @@ func (t *schedSteps) cached() int      { return t.q.cached }
 func (t *schedSteps) vocab() int       { return t.s.vocab }
 
 func newSequence(tokens []int32, score bool) *sequence {
-	return &sequence{tokens: tokens, prompt: len(tokens), score: score, need: !score, acked: true, slot: -1, ready: make(chan struct{}, 1)}
+	return &sequence{tokens: tokens, prompt: len(tokens), score: score, need: !score, acked: true, slot: -1, cut: -1, ready: make(chan struct{}, 1)}
 }
 
 func (s *Scheduler) generate(ctx context.Context, req Request, onToken func(Token) error) (*Result, error) {
