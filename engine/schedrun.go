@@ -51,17 +51,17 @@ type sequence struct {
 
 	// The scheduler's.
 	running bool
-	order   uint64    // admission order, for preemption
-	done    int       // positions computed
-	kept    int       // positions whose full blocks keep has named
+	order   uint64 // admission order, for preemption
+	done    int    // positions computed
+	kept    int    // positions whose full blocks keep has named
 	// cut is the first position whose token the caller replaced (a
 	// rejected draft) while a step ran rows of the sequence (after a
 	// preemption it may run them while the caller reads the rows it was
 	// handed): the step's rows from there are not the sequence's. -1: none.
-	cut int
-	tables  [][]int32 // per group: block of each block index, -1 for none
-	keys    []blockKey
-	slot    int // recurrent state slot, -1 for none
+	cut    int
+	tables [][]int32 // per group: block of each block index, -1 for none
+	keys   []blockKey
+	slot   int // recurrent state slot, -1 for none
 	// swap holds, per group, the bytes of the blocks of a preempted
 	// sequence's first swapDone positions (nil for blocks it lacked),
 	// swapBytes their total (see swap.go).
