@@ -1,5 +1,10 @@
 package compute
 
+import (
+	"fmt"
+	"strings"
+)
+
 // Device capabilities: what a caller may ask a backend (or a Graph) about
 // the machine it runs on, beyond the operations. Each is optional; a caller
 // asserts the interface, never a concrete backend.
@@ -122,6 +127,27 @@ type RowMover interface {
 	// LoadRows copies src, rows as SaveRows wrote them, into t from row
 	// lo on.
 	LoadRows(t *Tensor, lo int, src []byte)
+}
+
+// ParseKVPoolType returns the paged pool element type named name (case
+// aside): "f16" or "f32".
+func ParseKVPoolType(name string) (DType, error) {
+	switch strings.ToLower(name) {
+	case "f16":
+		return F16, nil
+	case "f32":
+		return F32, nil
+	}
+	return 0, fmt.Errorf("paged KV pools of %q: want f16 or f32", name)
+}
+
+// CheckKVPoolType fails unless paged pools may hold elements of type dt
+// (F16 or F32), for KVPooler.SetKVPoolType.
+func CheckKVPoolType(dt DType) error {
+	if dt != F16 && dt != F32 {
+		return fmt.Errorf("paged KV pools of %s: want f16 or f32", dt)
+	}
+	return nil
 }
 
 // RowStable is implemented by backends whose matrix products can compute

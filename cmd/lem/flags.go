@@ -189,14 +189,9 @@ func setKVType(b compute.Backend, name string) error {
 	if name == "" {
 		return nil
 	}
-	var dt compute.DType
-	switch strings.ToLower(name) {
-	case "f16":
-		dt = compute.F16
-	case "f32":
-		dt = compute.F32
-	default:
-		return fmt.Errorf("--kv-type %q: want f16 or f32", name)
+	dt, err := compute.ParseKVPoolType(name)
+	if err != nil {
+		return fmt.Errorf("--kv-type: %w", err)
 	}
 	kp, ok := b.(compute.KVPooler)
 	if !ok {

@@ -27,6 +27,7 @@ type pagedJob struct {
 	flatK, flatV   []float32
 	flatOff        []int
 	pieces         []widenPiece
+	seqRows        []int    // prewiden's rows and last position per sequence
 	L              int      // largest position of the call, plus one
 	spans          [][]span // per chunk slot
 	kvPer, kvUnits int      // kv heads per unit; units per row and pass
@@ -41,7 +42,9 @@ func (j *pagedJob) prewiden(b *Backend) {
 	nseq := len(j.table) / j.maxBlocks
 	kc := j.a.KVHeads * j.a.HeadDim
 	j.flatOff = slices.Grow(j.flatOff[:0], nseq)[:nseq]
-	rows, last := make([]int, nseq), make([]int, nseq)
+	j.seqRows = slices.Grow(j.seqRows[:0], 2*nseq)[:2*nseq]
+	clear(j.seqRows)
+	rows, last := j.seqRows[:nseq], j.seqRows[nseq:]
 	for i := range j.n {
 		s := int(j.seq[i])
 		rows[s]++
@@ -113,7 +116,7 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		},
 		table: pg.Table.Buf.([]int32), seq: pg.Seq.Buf.([]int32), pos: pos.Buf.([]int32),
 		bs: pg.BlockSize, maxBlocks: pg.MaxBlocks, spans: j.spans, wide: j.wide,
-		flatK: j.flatK, flatV: j.flatV, flatOff: j.flatOff, pieces: j.pieces,
+		flatK: j.flatK, flatV: j.flatV, flatOff: j.flatOff, pieces: j.pieces, seqRows: j.seqRows,
 	}
 	if pool.K.DType == compute.F16 {
 		j.hks, j.hvs = pool.K.Buf.([]byte), pool.V.Buf.([]byte)
@@ -176,7 +179,7 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	}
 	b.pool.Run(j.chunks, b.pagedFunc)
 	*j = pagedJob{attnJob: attnJob{scores: j.scores}, spans: j.spans, wide: j.wide,
-		flatK: j.flatK, flatV: j.flatV, flatOff: j.flatOff, pieces: j.pieces}
+		flatK: j.flatK, flatV: j.flatV, flatOff: j.flatOff, pieces: j.pieces, seqRows: j.seqRows}
 }
 
 // checkPaged panics, on the calling goroutine, unless the operands of an
@@ -394,8 +397,8 @@ func (b *Backend) KVPoolType() compute.DType { return b.poolType }
 // memory and the bytes decode attention reads; 11 significant bits) or
 // compute.F32.
 func (b *Backend) SetKVPoolType(dt compute.DType) error {
-	if dt != compute.F16 && dt != compute.F32 {
-		return fmt.Errorf("cpu: paged KV pools of %s: want f16 or f32", dt)
+	if err := compute.CheckKVPoolType(dt); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	b.poolType = dt
 	return nil

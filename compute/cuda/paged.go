@@ -59,8 +59,8 @@ func (b *Backend) KVPoolType() compute.DType { return b.poolType }
 
 // SetKVPoolType implements compute.KVPooler.
 func (b *Backend) SetKVPoolType(dt compute.DType) error {
-	if dt != compute.F16 && dt != compute.F32 {
-		return fmt.Errorf("cuda: paged KV pools of %s: want f16 or f32", dt)
+	if err := compute.CheckKVPoolType(dt); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	b.poolType = dt
 	return nil
@@ -75,13 +75,14 @@ func (b *Backend) NewKVPool(blocks, blockSize, kvDim int) *compute.KVCache {
 
 // parsePoolType reads LEM_CUDA_KV_POOL.
 func parsePoolType(s string) (compute.DType, error) {
-	switch s {
-	case "", "f16":
+	if s == "" {
 		return compute.F16, nil
-	case "f32":
-		return compute.F32, nil
 	}
-	return 0, fmt.Errorf("cuda: LEM_CUDA_KV_POOL=%q: want f16 or f32", s)
+	dt, err := compute.ParseKVPoolType(s)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: LEM_CUDA_KV_POOL: %w", err)
+	}
+	return dt, nil
 }
 
 // AttendPaged implements compute.Pager: kvstore_paged stores each row's
