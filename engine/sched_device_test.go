@@ -61,6 +61,21 @@ func testSchedOn(t *testing.T, name string, b compute.Backend) {
 	for i, n := range []int{5, 23, 9, 40, 2, 17} {
 		reqs = append(reqs, Request{Prompt: testPrompt(n, i, vocab), MaxTokens: 8 + 2*i, IgnoreModelStops: true, Logprobs: i%2 == 0})
 	}
+	want := sessionTokens(t, m, reqs)
+	s := newSched(t, m, SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 16, Chunk: 32})
+	nearSame(t, together(t, s, reqs), want)
+	net, _ := batched(m.Net)
+	graphs := padsSteps(b) && net.KVLayout().StateBytes == 0
+	t.Logf("%d steps padded (%d padding rows), %d replayed from graphs; recording failed: %v; %d values read", s.padded, s.padRows, s.replays, s.graphFailed, s.readFloats)
+	if graphs && (s.replays == 0 || s.graphFailed) {
+		t.Errorf("no decode step replayed from a graph (%d padded steps, recording failed: %v)", s.padded, s.graphFailed)
+	}
+}
+
+// sessionTokens returns each request's greedy tokens from a Session alone,
+// with the two most likely alternatives of each.
+func sessionTokens(t *testing.T, m *Model, reqs []Request) [][]Token {
+	t.Helper()
 	var want [][]Token
 	for _, r := range reqs {
 		r.Logprobs, r.TopLogprobs = true, 2
@@ -75,9 +90,14 @@ func testSchedOn(t *testing.T, name string, b compute.Backend) {
 		}
 		want = append(want, toks)
 	}
-	s := newSched(t, m, SchedulerOptions{Parallel: 6, Context: 128, BlockSize: 16, Chunk: 32})
-	got := together(t, s, reqs)
-	for i := range reqs {
+	return want
+}
+
+// nearSame checks that the scheduler's greedy ids are the session's up to
+// the first near tie of each request.
+func nearSame(t *testing.T, got []schedCase, want [][]Token) {
+	t.Helper()
+	for i := range want {
 		for j, w := range want[i] {
 			if j >= len(got[i].ids) {
 				t.Errorf("request %d: %d ids, want %d", i, len(got[i].ids), len(want[i]))
@@ -94,10 +114,36 @@ func testSchedOn(t *testing.T, name string, b compute.Backend) {
 			break
 		}
 	}
-	net, _ := batched(m.Net)
-	graphs := padsSteps(b) && net.KVLayout().StateBytes == 0
-	t.Logf("%d steps padded (%d padding rows), %d replayed from graphs; recording failed: %v; %d values read", s.padded, s.padRows, s.replays, s.graphFailed, s.readFloats)
-	if graphs && (s.replays == 0 || s.graphFailed) {
-		t.Errorf("no decode step replayed from a graph (%d padded steps, recording failed: %v)", s.padded, s.graphFailed)
+}
+
+// TestSchedPreemptionOnDevice is TestSchedPreemption on the device
+// LEM_TEST_DEVICE names, greedy: sequences that outgrow a tiny pool are
+// preempted, recomputed or copied to host memory and back (where the
+// backend moves rows), and give the session's ids up to a near tie.
+func TestSchedPreemptionOnDevice(t *testing.T) {
+	b := testDevice(t)
+	_, moves := b.(compute.RowMover)
+	for _, name := range []string{"llama", "gemma2", "gemma4_text-kvshared", "qwen3_next"} {
+		t.Run(name, func(t *testing.T) {
+			m, err := Open(fixtures.Dir(t, "archs", name), Options{Backend: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			vocab := m.Net.Config().VocabSize
+			var reqs []Request
+			for i := range 4 {
+				reqs = append(reqs, Request{Prompt: testPrompt(10+i, i, vocab), MaxTokens: 30, IgnoreModelStops: true, Logprobs: i%2 == 0})
+			}
+			want := sessionTokens(t, m, reqs)
+			opts := SchedulerOptions{Parallel: 4, Context: 128, BlockSize: 4, Chunk: 8, KVBytes: poolBytes(m, 4, 20, 4*5, 4)}
+			for _, swap := range []int64{-1, 0} {
+				if swap == 0 && !moves {
+					continue
+				}
+				opts.SwapBytes = swap
+				preemptRun(t, newSched(t, m, opts), reqs, func(got []schedCase) { nearSame(t, got, want) }, swap == 0)
+			}
+		})
 	}
 }

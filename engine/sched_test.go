@@ -335,7 +335,10 @@ func TestSchedPreemption(t *testing.T) {
 			var rows [2]int64 // recomputing, swapping
 			for mode, swap := range []int64{-1, 0} {
 				opts.SwapBytes = swap
-				rows[mode] = preemptRun(t, newSched(t, m, opts), reqs, want, swap == 0)
+				check := func(got []schedCase) {
+					sameCases(t, fmt.Sprintf("under a tiny pool (swapping %v)", swap == 0), got, want)
+				}
+				rows[mode] = preemptRun(t, newSched(t, m, opts), reqs, check, swap == 0)
 			}
 			if rows[1] >= rows[0] && !strings.HasPrefix(name, "qwen3_next") {
 				t.Errorf("swapping to host memory ran %d rows, recomputing %d", rows[1], rows[0])
@@ -345,10 +348,10 @@ func TestSchedPreemption(t *testing.T) {
 }
 
 // preemptRun runs the requests at once on s, whose pool is too small for
-// all of them, checks they give want and that sequences were preempted
-// (and with swapping, restored from host memory), and returns the rows
-// the scheduler ran.
-func preemptRun(t *testing.T, s *Scheduler, reqs []Request, want []schedCase, swapping bool) int64 {
+// all of them, checks their outputs with check and that sequences were
+// preempted (and with swapping, restored from host memory), and returns
+// the rows the scheduler ran.
+func preemptRun(t *testing.T, s *Scheduler, reqs []Request, check func([]schedCase), swapping bool) int64 {
 	t.Helper()
 	got := make([]schedCase, len(reqs))
 	errs := make([]error, len(reqs))
@@ -386,7 +389,7 @@ func preemptRun(t *testing.T, s *Scheduler, reqs []Request, want []schedCase, sw
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
-	sameCases(t, fmt.Sprintf("under a tiny pool (swapping %v)", swapping), got, want)
+	check(got)
 	st := waitIdle(t, s)
 	t.Logf("swapping %v: %+v, %d rows", swapping, st, s.rows)
 	if st.Preemptions == 0 {
