@@ -122,10 +122,17 @@ type KVPooler interface {
 // instead of being recomputed.
 type RowMover interface {
 	// SaveRows copies rows [lo, hi) of t, as stored, to dst, which holds
-	// exactly their bytes (rows × the bytes of a row of t's type).
+	// exactly their bytes (rows × the bytes of a row of t's type). The
+	// copy may still be under way when it returns: dst holds the rows
+	// once SavedRows returns, and neither dst nor the rows may change
+	// until then.
 	SaveRows(dst []byte, t *Tensor, lo, hi int)
+	// SavedRows waits for the copies SaveRows started; after a failure
+	// of the backend it returns its error, and what the copies wrote is
+	// not to be used.
+	SavedRows() error
 	// LoadRows copies src, rows as SaveRows wrote them, into t from row
-	// lo on.
+	// lo on (src may be reused when it returns).
 	LoadRows(t *Tensor, lo int, src []byte)
 }
 

@@ -44,6 +44,12 @@ func (s *Scheduler) swapOut(q *sequence) {
 			q.swap[g] = append(q.swap[g], buf)
 		}
 	}
+	if s.cache.BlocksSaved() != nil {
+		// The backend failed: the sequence recomputes (and its next
+		// step reports the error).
+		q.swap = nil
+		return
+	}
 	q.swapDone, q.swapBytes = q.done, need
 	s.swapUsed += need
 }

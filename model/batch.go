@@ -167,9 +167,13 @@ func rowBytesOf(t *compute.Tensor) int {
 }
 
 // SaveBlock copies block b of group g to dst, BlockBytes(g) bytes on the
-// host; LoadBlock copies them back into block b (or another block of the
-// group).
+// host, which hold it once BlocksSaved returns; LoadBlock copies them back
+// into block b (or another block of the group).
 func (c *Cache) SaveBlock(g int, b int32, dst []byte) { c.moveBlock(g, b, dst, false) }
+
+// BlocksSaved waits for the copies SaveBlock started and returns the
+// backend's error, if any (the copies are then not to be used).
+func (c *Cache) BlocksSaved() error { return c.b.(compute.RowMover).SavedRows() }
 
 // LoadBlock is SaveBlock's reverse.
 func (c *Cache) LoadBlock(g int, b int32, src []byte) { c.moveBlock(g, b, src, true) }

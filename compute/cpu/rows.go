@@ -34,6 +34,10 @@ func (b *Backend) SaveRows(dst []byte, t *compute.Tensor, lo, hi int) {
 	copy(dst, all[lo*rb:hi*rb])
 }
 
+// SavedRows implements compute.RowMover: SaveRows copies before it
+// returns.
+func (b *Backend) SavedRows() error { return nil }
+
 // LoadRows implements compute.RowMover.
 func (b *Backend) LoadRows(t *compute.Tensor, lo int, src []byte) {
 	all, rb := rowBytes(t)

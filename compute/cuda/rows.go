@@ -18,7 +18,7 @@ func rowBytes(t *compute.Tensor) int {
 }
 
 // SaveRows implements compute.RowMover: a device-to-host copy in stream
-// order, waited for. After a driver failure dst is zeroed; Err says why.
+// order, done by the time SavedRows returns.
 func (b *Backend) SaveRows(dst []byte, t *compute.Tensor, lo, hi int) {
 	rb := rowBytes(t)
 	if len(dst) != (hi-lo)*rb || lo < 0 || hi > t.Rows() {
@@ -33,9 +33,14 @@ func (b *Backend) SaveRows(dst []byte, t *compute.Tensor, lo, hi int) {
 	}
 	p := dptr(t) + uintptr(lo*rb)
 	b.enqueue(func(w *owner) error { return w.dtoh(dst, p) })
-	if b.submit(true) != nil {
-		clear(dst)
+}
+
+// SavedRows implements compute.RowMover.
+func (b *Backend) SavedRows() error {
+	if b.capturing {
+		return fmt.Errorf("cuda: SavedRows during graph capture")
 	}
+	return b.submit(true)
 }
 
 // LoadRows implements compute.RowMover: a host-to-device copy in stream

@@ -20,6 +20,9 @@ func TestRowMover(t *testing.T) {
 		h.g.upload(dptr(p.K), all)
 		saved := make([]byte, 4*rb)
 		h.g.SaveRows(saved, p.K, 4, 8)
+		if err := h.g.SavedRows(); err != nil {
+			t.Fatal(err)
+		}
 		if !bytes.Equal(saved, all[4*rb:8*rb]) {
 			t.Fatalf("%v: SaveRows gave other bytes than the rows hold", dt)
 		}
