@@ -23,8 +23,9 @@ import "github.com/lem-engine/lem/compute"
 // DefaultDraft is the draft tokens per step a Scheduler runs on backend b
 // unless told otherwise: 7 on the CPU, where the packed kernels read each
 // weight once for up to 8 rows; none on a device whose decode steps are
-// padded and replayed as graphs (a GPU), which a step with drafts would
-// leave.
+// padded and replayed as graphs (a GPU), where a step's rows cost more
+// with every row that a quantized product adds (drafts run there when
+// asked for, inside the padded steps' graphs).
 func DefaultDraft(b compute.Backend) int {
 	if padsSteps(b) {
 		return 0

@@ -75,6 +75,15 @@ func TestSchedDraftSame(t *testing.T) {
 				cachedKeysOf(t, s, want)
 			}
 			sameCases(t, "in a batch, with drafts", together(t, s, reqs), want)
+			if !s.recurrent {
+				// Decode steps padded to buckets (a GPU's recorded
+				// graphs) carry drafts too.
+				ps := newSchedPad(t, m, opts, true)
+				sameCases(t, "padded, with drafts", together(t, ps, reqs), want)
+				if ps.padDrafts == 0 {
+					t.Errorf("no padded step ran drafts (%d padded steps, %d drafts run)", ps.padded, ps.Stats().DraftTokens)
+				}
+			}
 			// A step too small for every draft drops some.
 			small := opts
 			small.BatchTokens = 4

@@ -124,6 +124,7 @@ type Scheduler struct {
 	graphMem    int64 // the cache's memory when the graphs were recorded
 	padded      int64 // steps run padded to a bucket
 	padRows     int64 // padding rows run
+	padDrafts   int64 // padded steps that ran drafts
 	replays     int64 // of them replayed from a graph
 
 	mu                                      sync.Mutex

@@ -147,3 +147,36 @@ func TestSchedPreemptionOnDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestSchedDraftsOnDevice runs greedy sequences with prompt-lookup drafts
+// on the device LEM_TEST_DEVICE names: their ids are the session's up to
+// a near tie, drafts were run and accepted, and on a backend that records
+// graphs the steps that carried drafts were padded steps too.
+func TestSchedDraftsOnDevice(t *testing.T) {
+	b := testDevice(t)
+	for _, name := range []string{"llama", "gemma2", "qwen3_moe", "gemma4_text-kvshared"} {
+		t.Run(name, func(t *testing.T) {
+			m, err := Open(fixtures.Dir(t, "archs", name), Options{Backend: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			vocab := m.Net.Config().VocabSize
+			var reqs []Request
+			for i := range 4 {
+				reqs = append(reqs, Request{Prompt: testPrompt(7, 10+i, vocab), MaxTokens: 60, IgnoreModelStops: true, Logprobs: i == 1})
+			}
+			want := sessionTokens(t, m, reqs)
+			s := newSched(t, m, SchedulerOptions{Parallel: 4, Context: 128, BlockSize: 16, Chunk: 32, Draft: 7})
+			nearSame(t, together(t, s, reqs), want)
+			st := waitIdle(t, s)
+			t.Logf("%+v; %d padded steps, %d with drafts, %d replayed", st, s.padded, s.padDrafts, s.replays)
+			if st.DraftTokens == 0 || st.DraftAccepted == 0 {
+				t.Errorf("drafts run %d, accepted %d: the test checks too little", st.DraftTokens, st.DraftAccepted)
+			}
+			if padsSteps(b) && s.padDrafts == 0 {
+				t.Errorf("no padded step ran drafts (%d padded steps)", s.padded)
+			}
+		})
+	}
+}

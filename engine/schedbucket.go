@@ -7,12 +7,15 @@ import (
 	"github.com/lem-engine/lem/model"
 )
 
-// Padded decode steps. A step in which every sequence runs one token (no
-// prompt chunk) is padded to a bucket of rows, a power of two up to
-// maxBucket, with rows of dummy sequences at position 0 whose keys and
-// values go to a block reserved for them (Scheduler.scratch, one per
-// group beyond the pool that the memory budget sizes). Rows are
-// independent, so padding changes no sequence's numbers. Each bucket keeps
+// Padded decode steps. A step in which every sequence runs one token, or
+// one token and its drafts (no prompt chunk), is padded to a bucket of
+// rows, a power of two up to maxBucket, with rows of dummy sequences at
+// position 0 whose keys and values go to a block reserved for them
+// (Scheduler.scratch, one per group beyond the pool that the memory
+// budget sizes). Every row of a bucket asks for its logits, as a draft's
+// rows do, and finds its sequence's block table through the row→sequence
+// map, so a sequence's rows need not be one row. Rows are independent, so
+// padding changes no sequence's numbers. Each bucket keeps
 // its input tensors (ids, positions, the row→sequence maps and block
 // tables at the full table width, the logits), so that on a backend that
 // records graphs (compute.GraphCapturer) the bucket's step is recorded on
@@ -51,18 +54,21 @@ func bucketRows(n int) int {
 }
 
 // bucketFor returns the bucket of a step over the parts, or nil when the
-// step is not padded: padding is off, or a part runs more than one row or
-// scores a prompt.
+// step is not padded: padding is off, or a part runs a prompt chunk,
+// scores a prompt or embeds.
 func (s *Scheduler) bucketFor(parts []stepPart) *bucket {
 	if !s.pad {
 		return nil
 	}
+	rows := 0
 	for _, p := range parts {
-		if p.hi-p.lo != 1 || p.all > 0 || p.q.embed {
+		n := p.hi - p.lo
+		if n != 1 && !(p.logits && p.nlog == n) || p.all > 0 || p.q.embed {
 			return nil
 		}
+		rows += n
 	}
-	n := bucketRows(len(parts))
+	n := bucketRows(rows)
 	if n > maxBucket {
 		return nil
 	}
@@ -94,22 +100,30 @@ func (s *Scheduler) bucketFor(parts []stepPart) *bucket {
 }
 
 // fillBucket uploads a padded step's inputs to the bucket's tensors: part
-// i is row i, sequence i; the rows after the parts' are each a dummy
-// sequence of one token at position 0 in the scratch block. It returns
-// the batch and each part's row of its logits.
+// i is sequence i, its rows in order; the rows after the parts' are each
+// a dummy sequence of one token at position 0 in the scratch block. It
+// returns the batch and each part's first row of its logits.
 func (s *Scheduler) fillBucket(bk *bucket, parts []stepPart) (*model.Batch, []int) {
 	ids, pos, seq, rows := s.idsHost[:0], s.posHost[:0], s.seqHost[:0], s.rowsOf[:0]
+	drafts := false
 	for i, p := range parts {
-		ids = append(ids, p.q.tokens[p.lo])
-		pos = append(pos, int32(p.lo))
-		seq = append(seq, int32(i))
-		rows = append(rows, i)
+		drafts = drafts || p.hi-p.lo > 1
+		rows = append(rows, len(ids))
+		ids = append(ids, p.q.tokens[p.lo:p.hi]...)
+		for r := p.lo; r < p.hi; r++ {
+			pos = append(pos, int32(r))
+			seq = append(seq, int32(i))
+		}
 	}
-	s.padRows += int64(bk.rows - len(parts))
-	for i := len(parts); i < bk.rows; i++ {
+	if drafts {
+		s.padDrafts++
+	}
+	pads := bk.rows - len(ids)
+	s.padRows += int64(pads)
+	for i := range pads {
 		ids = append(ids, 0)
 		pos = append(pos, 0)
-		seq = append(seq, int32(i))
+		seq = append(seq, int32(len(parts)+i))
 	}
 	s.idsHost, s.posHost, s.seqHost, s.rowsOf = ids, pos, seq, rows
 	bt := &bk.bt
@@ -122,7 +136,7 @@ func (s *Scheduler) fillBucket(bk *bucket, parts []stepPart) (*model.Batch, []in
 			tab = s.appendTable(tab, p.q.tables[g])
 		}
 		pad[0] = s.scratch[g]
-		for range bk.rows - len(parts) {
+		for range pads {
 			tab = s.appendTable(tab, pad)
 		}
 		s.tableHost = tab
