@@ -66,6 +66,7 @@ type Backend struct {
 	attendChunk    int32         // fewest keys per split of attend_dec (attend.go)
 	gemvRows       int           // most rows of a float product on the gemv kernels rather than the tensor cores (batch.go)
 	pagedPart      int64         // most bytes of partial results of one paged attention launch (paged.go)
+	pagedSpan      int           // positions per split of the paged attention kernels (paged.go)
 	pagedGeneric   bool          // paged attention always on the general kernel (benchmarks, tests)
 	poolType       compute.DType // element type of NewKVPool's pools (paged.go)
 	argmaxOneBlock bool          // TopK(…, 1) never splits a row (decode.go)
@@ -169,6 +170,9 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	if err == nil {
 		b.poolType, err = parsePoolType(os.Getenv("LEM_CUDA_KV_POOL"))
+	}
+	if err == nil {
+		b.pagedSpan, err = parsePagedSpan(os.Getenv("LEM_CUDA_PAGED_SPAN"))
 	}
 	if err == nil {
 		err = b.openDecode()

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/lem-engine/lem/compute"
 )
@@ -39,10 +40,26 @@ func (k *pagedKernels) add(t map[string]*uintptr) {
 }
 
 // pagedSpan is how many positions one split of a paged attention kernel
-// takes: split s of a row covers its positions [s·pagedSpan,
-// (s+1)·pagedSpan), a rule that does not depend on the other rows of the
-// call. kernels/attention.cu's PG_SPAN must agree.
+// takes by default (Backend.pagedSpan): split s of a row covers its
+// positions [s·span, (s+1)·span), a rule that does not depend on the
+// other rows of the call. kernels/attention.cu's PG_SPAN is the longest
+// span the kernels take.
 const pagedSpan = 256
+
+// parsePagedSpan reads LEM_CUDA_PAGED_SPAN, the positions per split of the
+// paged attention kernels: 32, 64, 128 or 256 (the default). Shorter
+// splits give a few rows more blocks to run on; every row still gets the
+// same bits whatever its batch, as long as the span stays.
+func parsePagedSpan(s string) (int, error) {
+	switch s {
+	case "":
+		return pagedSpan, nil
+	case "32", "64", "128", "256":
+		n, _ := strconv.Atoi(s)
+		return n, nil
+	}
+	return 0, fmt.Errorf("cuda: LEM_CUDA_PAGED_SPAN=%q: want 32, 64, 128 or 256", s)
+}
 
 // pagedPartMax bounds the partial results of one launch of a paged
 // attention kernel in bytes; a call whose rows need more (long prefill
@@ -218,9 +235,10 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			gqa = i
 		}
 	}
-	splits := max(2, (pg.MaxBlocks*pg.BlockSize+pagedSpan-1)/pagedSpan)
+	span := b.pagedSpan
+	splits := max(2, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
 	if gqa >= 0 {
-		splits = max(1, (pg.MaxBlocks*pg.BlockSize+pagedSpan-1)/pagedSpan)
+		splits = max(1, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
 	}
 	perRow := int64(a.Heads) * int64(splits) * int64(hd+2) * 4
 	step := int(max(1, min(int64(r1-r0), b.pagedPart/perRow)))
@@ -237,7 +255,7 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			o := b.record(op{fn: b.k.paged.gqa[pt][gqa][gm], name: "attend_pgqa",
 				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
-				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(pagedSpan)
+				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(span)
 		} else {
 			var e int
 			switch {
@@ -255,7 +273,7 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			o.ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).
 				ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
 				i(a.Heads).i(a.KVHeads).i(hd).f(a.Scale).f(a.SoftCap).i(a.Window).
-				ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(pagedSpan)
+				ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(span)
 		}
 		b.launch(b.k.attendCombine, "attend_combine", m*a.Heads, threads(hd, 256)).
 			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt)

@@ -598,3 +598,17 @@ func BenchmarkAttendPagedPrefill(b *testing.B) {
 		}
 	}
 }
+
+// TestParsePagedSpan checks LEM_CUDA_PAGED_SPAN's values.
+func TestParsePagedSpan(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"", pagedSpan, true}, {"64", 64, true}, {"256", 256, true}, {"512", 0, false}, {"100", 0, false}, {"x", 0, false}} {
+		got, err := parsePagedSpan(c.in)
+		if got != c.want || (err == nil) != c.ok {
+			t.Errorf("parsePagedSpan(%q) = %d, %v", c.in, got, err)
+		}
+	}
+}
