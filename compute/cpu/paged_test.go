@@ -69,12 +69,20 @@ func newPagedFixture(rng *rand.Rand, b *Backend, a *compute.Attention, bs int, s
 		f.v = append(f.v, randVec(rng, total*f.kc))
 		// The cached positions, into their blocks.
 		for p := first; p < s.cached; p++ {
-			r := int(f.table[si*f.max+p/bs])*bs + p%bs
-			copy(f32(f.pool.K)[r*f.kc:(r+1)*f.kc], f.k[si][p*f.kc:(p+1)*f.kc])
-			copy(f32(f.pool.V)[r*f.kc:(r+1)*f.kc], f.v[si][p*f.kc:(p+1)*f.kc])
+			for h := range a.KVHeads {
+				at, src := f.at(si, p, h), p*f.kc+h*a.HeadDim
+				copy(f32(f.pool.K)[at:at+a.HeadDim], f.k[si][src:src+a.HeadDim])
+				copy(f32(f.pool.V)[at:at+a.HeadDim], f.v[si][src:src+a.HeadDim])
+			}
 		}
 	}
 	return f
+}
+
+// at returns the offset in the pool of kv head h of sequence si's
+// position p.
+func (f *pagedFixture) at(si, p, h int) int {
+	return pagedAt(f.a, f.bs, int(f.table[si*f.max+p/f.bs]), p%f.bs, h)
 }
 
 // pagedRow names a row of a call: sequence s at position p.
@@ -193,10 +201,10 @@ func TestAttendPaged(t *testing.T) {
 								t.Fatalf("sequence %d position %d [%d] = %g, contiguous %g", si, r.p, e, g, w)
 							}
 						}
-						slot := int(f.table[si*f.max+r.p/bs])*bs + r.p%bs
 						for e := range f.kc {
-							if f32(f.pool.K)[slot*f.kc+e] != f.k[si][r.p*f.kc+e] || f32(f.pool.V)[slot*f.kc+e] != f.v[si][r.p*f.kc+e] {
-								t.Fatalf("sequence %d position %d: key or value [%d] not in its slot %d", si, r.p, e, slot)
+							at := f.at(si, r.p, e/c.hd) + e%c.hd
+							if f32(f.pool.K)[at] != f.k[si][r.p*f.kc+e] || f32(f.pool.V)[at] != f.v[si][r.p*f.kc+e] {
+								t.Fatalf("sequence %d position %d: key or value [%d] not at %d of the pool", si, r.p, e, at)
 							}
 						}
 					}
