@@ -94,7 +94,7 @@ func (j *pagedJob) widen(c int) {
 // takes kvPer kv heads of a row, block by block, and reads the heads of a
 // block as one run of memory (the hardware prefetchers lose a stream
 // where a run ends).
-var pagedUnitsPerThread = 4
+var pagedUnitsPerThread = 2
 
 // AttendPaged implements compute.Pager: the new keys and values go into
 // the pool first, then every row attends over its sequence's blocks, in

@@ -418,8 +418,9 @@ func TestAttendPagedMisuse(t *testing.T) {
 // sequences (one row each) at llama-3.2-1b's geometry (32 query heads
 // over 8 kv heads of 64), two threads: AttendPaged in one call over
 // blocks of 16, 32 and 64 positions laid in random order over the pool,
-// with units of one kv head ("onehead") or of several, read block by
-// block, against Attend called once per sequence over contiguous caches.
+// with units of one kv head ("onehead") or of as many as AttendPaged
+// chooses, read block by block, against Attend called once per sequence
+// over contiguous caches.
 func BenchmarkAttendPagedDecode(b *testing.B) {
 	const seqs = 8
 	for _, ctx := range []int{512, 2048, 8192} {
@@ -446,15 +447,18 @@ func BenchmarkAttendPagedDecode(b *testing.B) {
 			}
 		})
 		for _, u := range []struct {
-			bs, perThread int
-		}{{16, 1 << 30}, {16, 4}, {32, 1 << 30}, {32, 4}, {64, 1 << 30}, {64, 4}} {
+			bs      int
+			onehead bool
+		}{{16, true}, {16, false}, {32, true}, {32, false}, {64, true}, {64, false}} {
 			bs, name := u.bs, ""
-			if u.perThread > 1<<20 {
+			if u.onehead {
 				name = "/onehead" // a unit per kv head
 			}
 			b.Run(fmt.Sprintf("ctx=%d/paged/bs=%d%s", ctx, bs, name), func(b *testing.B) {
 				defer func(n int) { pagedUnitsPerThread = n }(pagedUnitsPerThread)
-				pagedUnitsPerThread = u.perThread
+				if u.onehead {
+					pagedUnitsPerThread = 1 << 30
+				}
 				per := (ctx + bs) / bs
 				pool := be.NewKVCache(seqs*per*bs, kc, false)
 				be.Upload(pool.K, randVec(rng, seqs*per*bs*kc))
