@@ -482,7 +482,7 @@ func (j *attnJob) keyRow(p int) (kr, vr []float32) {
 type span struct {
 	p0, n int
 	k, v  []float32
-	r     int // paged pools: the pool row of position p0
+	r     int // paged pools: the block of the span
 }
 
 // spans returns the runs of positions first..last: the cached ones (split

@@ -11,19 +11,22 @@ import (
 )
 
 // pagedJob is one AttendPaged call, split over the pool by units of (row,
-// kv head, width of its query heads) as attnJob's.
+// kv head, width of its query heads) as attnJob's. A pool's block holds
+// its rows head by head (pagedAt): the keys of one kv head over a block
+// are one run of memory, which a unit reads as one stream.
 type pagedJob struct {
 	attnJob
 	table, seq, pos []int32
 	bs, maxBlocks   int
 	// An f16 pool's keys and values (cks and cvs are nil then), and per
-	// chunk slot the rows of a block widened to f32.
+	// chunk slot the rows of a block widened to f32, laid out as a block.
 	hks, hvs []byte
 	wide     [][]float32
-	// The positions of the sequences with several rows in the call (a
-	// prompt chunk), widened once for all their rows: sequence s's
-	// position p at flatOff[s] + p·kc of flatK and flatV (flatOff −1 for
-	// the others), widened block by block as pieces say.
+	// The blocks of the sequences with several rows in the call (a prompt
+	// chunk), widened once for all their rows: sequence s's block jb (of
+	// its table) at flatOff[s] + jb·bs·kc of flatK and flatV, laid out as
+	// in the pool (flatOff −1 for the others), widened block by block as
+	// pieces say.
 	flatK, flatV   []float32
 	flatOff        []int
 	pieces         []widenPiece
@@ -33,10 +36,10 @@ type pagedJob struct {
 	kvPer, kvUnits int      // kv heads per unit; units per row and pass
 }
 
-// widenPiece is block jb of sequence s, positions up to last.
-type widenPiece struct{ s, jb, last int }
+// widenPiece is block jb of sequence s.
+type widenPiece struct{ s, jb int }
 
-// prewiden widens, once for all their rows, the positions that the
+// prewiden widens, once for all their rows, the blocks that the
 // sequences with several rows in the call read from an f16 pool.
 func (j *pagedJob) prewiden(b *Backend) {
 	nseq := len(j.table) / j.maxBlocks
@@ -58,9 +61,9 @@ func (j *pagedJob) prewiden(b *Backend) {
 			continue
 		}
 		j.flatOff[s] = total
-		total += (last[s] + 1) * kc
+		total += (last[s]/j.bs + 1) * j.bs * kc
 		for jb := range last[s]/j.bs + 1 {
-			j.pieces = append(j.pieces, widenPiece{s, jb, last[s]})
+			j.pieces = append(j.pieces, widenPiece{s, jb})
 		}
 	}
 	if len(j.pieces) == 0 {
@@ -72,35 +75,33 @@ func (j *pagedJob) prewiden(b *Backend) {
 	b.pool.Run(len(j.pieces), b.widenFunc)
 }
 
-// widen widens piece c of prewiden's (blocks a window has freed stay as
-// they are: no row reads them).
+// widen widens piece c of prewiden's, the whole block (blocks a window
+// has freed stay as they are: no row reads them).
 func (j *pagedJob) widen(c int) {
 	pc := j.pieces[c]
 	blk := int(j.table[pc.s*j.maxBlocks+pc.jb])
 	if blk < 0 {
 		return
 	}
-	kc := j.a.KVHeads * j.a.HeadDim
-	p0, p1 := pc.jb*j.bs, min((pc.jb+1)*j.bs, pc.last+1)
-	r0, off := blk*j.bs, j.flatOff[pc.s]
-	ToF32(j.flatK[off+p0*kc:off+p1*kc], j.hks[2*r0*kc:2*(r0+p1-p0)*kc], compute.F16)
-	ToF32(j.flatV[off+p0*kc:off+p1*kc], j.hvs[2*r0*kc:2*(r0+p1-p0)*kc], compute.F16)
+	n := j.bs * j.a.KVHeads * j.a.HeadDim
+	at, off := pagedAt(j.a, j.bs, blk, 0, 0), j.flatOff[pc.s]+pc.jb*n
+	ToF32(j.flatK[off:off+n], j.hks[2*at:2*(at+n)], compute.F16)
+	ToF32(j.flatV[off:off+n], j.hvs[2*at:2*(at+n)], compute.F16)
 }
 
-// pagedUnitsPerThread is how many units an AttendPaged call gives each
-// thread at least, where it has rows enough: a unit takes kvPer kv heads
-// of a row, block by block, so that it reads each block's rows as one run
-// of memory (the hardware prefetchers lose a stream where a block ends).
-var pagedUnitsPerThread = 4
-
-// pagedOneHead is the context from which a unit of a call of a few rows
-// takes one kv head.
-var pagedOneHead = 1024
+// pagedUnitsPerThread is how many units of the work of an AttendPaged
+// call its threads get each at least, where it has rows enough: a unit
+// takes kvPer kv heads of a row, block by block, and reads the heads of a
+// block as one run of memory (the hardware prefetchers lose a stream
+// where a run ends).
+var pagedUnitsPerThread = 2
 
 // AttendPaged implements compute.Pager: the new keys and values go into
 // the pool first, then every row attends over its sequence's blocks, in
 // runs that end where blocks end. Neither depends on the other rows of the
-// call.
+// call. Block b of the pool is rows b·bs…(b+1)·bs−1 of pool.K and pool.V
+// (as compute.RowMover copies them), holding its positions head by head:
+// kv head h of the block's row r at element pagedAt(a, bs, b, r, h).
 func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
 	b.note("AttendPaged", dst, q, k)
 	checkPaged(dst, q, k, v, pool, pg, pos, a)
@@ -126,17 +127,21 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	if a.Sinks != nil {
 		j.sinks = f32(b.asF32(a.Sinks))
 	}
-	kc := a.KVHeads * a.HeadDim
+	hd, kc := a.HeadDim, a.KVHeads*a.HeadDim
 	for i := range j.n {
-		slot := j.slot(int(j.seq[i]), int(j.pos[i]))
-		if j.hks != nil {
-			narrowF16(j.hks[2*slot*kc:2*(slot+1)*kc], j.k[i*kc:(i+1)*kc])
-			narrowF16(j.hvs[2*slot*kc:2*(slot+1)*kc], j.v[i*kc:(i+1)*kc])
-		} else {
-			copy(j.cks[slot*kc:(slot+1)*kc], j.k[i*kc:(i+1)*kc])
-			copy(j.cvs[slot*kc:(slot+1)*kc], j.v[i*kc:(i+1)*kc])
+		p := int(j.pos[i])
+		blk := j.block(int(j.seq[i]), p)
+		for h := range a.KVHeads {
+			at, src := pagedAt(a, j.bs, blk, p%j.bs, h), i*kc+h*hd
+			if j.hks != nil {
+				narrowF16(j.hks[2*at:2*(at+hd)], j.k[src:src+hd])
+				narrowF16(j.hvs[2*at:2*(at+hd)], j.v[src:src+hd])
+			} else {
+				copy(j.cks[at:at+hd], j.k[src:src+hd])
+				copy(j.cvs[at:at+hd], j.v[src:src+hd])
+			}
 		}
-		j.L = max(j.L, int(j.pos[i])+1)
+		j.L = max(j.L, p+1)
 	}
 	if j.hks != nil {
 		j.prewiden(b)
@@ -147,14 +152,20 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 		j.width = min(group, attnGroup)
 	}
 	j.passes = (group + j.width - 1) / j.width
-	// As many kv heads per unit as leave every thread units enough; one
-	// in decode steps over long contexts (few rows), where more, shorter
-	// units balance the threads better than longer runs of memory help
-	// (the next block's rows are prefetched).
-	j.kvPer = max(1, min(a.KVHeads, j.n*a.KVHeads*j.passes/(pagedUnitsPerThread*b.threads)))
-	if j.L >= pagedOneHead && j.n <= 32 {
-		j.kvPer = 1
+	// As many kv heads per unit as keep the units of the row that reads
+	// the most positions within a pagedUnitsPerThread·threads-th of the
+	// call's work, so that the threads share it evenly (rows of one
+	// length: units enough for every thread), and no more.
+	work, longest := 0, 1
+	for i := range j.n {
+		n := int(j.pos[i]) + 1
+		if a.Window > 0 {
+			n = min(n, a.Window)
+		}
+		work += n
+		longest = max(longest, n)
 	}
+	j.kvPer = max(1, min(a.KVHeads, j.passes*a.KVHeads*work/(pagedUnitsPerThread*b.threads*longest)))
 	j.kvUnits = (a.KVHeads + j.kvPer - 1) / j.kvPer
 	units, need := j.n*j.kvUnits*j.passes, j.kvPer*j.width*j.L
 	if len(j.scores) < attnChunks {
@@ -228,27 +239,38 @@ func checkPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute
 	}
 }
 
-// slot returns the pool row of sequence s's position p (checkPaged has
-// checked its block).
-func (j *pagedJob) slot(s, p int) int {
-	return int(j.table[s*j.maxBlocks+p/j.bs])*j.bs + p%j.bs
+// pagedAt returns the offset, in elements of a paged pool's keys (or
+// values), of kv head h of row r of block blk, for blocks of bs rows: a
+// block holds its rows head by head, each head's bs rows one run of
+// memory.
+func pagedAt(a *compute.Attention, bs, blk, r, h int) int {
+	return ((blk*a.KVHeads+h)*bs + r) * a.HeadDim
+}
+
+// block returns the pool block of sequence s's position p (checkPaged has
+// checked it).
+func (j *pagedJob) block(s, p int) int {
+	return int(j.table[s*j.maxBlocks+p/j.bs])
 }
 
 // blockSpans returns the runs of sequence s's positions first..last, one
-// per block.
+// per block: the span's block (r), and its keys and values as f32 where
+// the pool or flatK and flatV have them, the whole block laid out as in
+// the pool.
 func (j *pagedJob) blockSpans(out []span, s, first, last int) []span {
-	kc := j.a.KVHeads * j.a.HeadDim
+	size := j.bs * j.a.KVHeads * j.a.HeadDim
 	out = out[:0]
 	for p := first; p <= last; {
 		n := min(last+1, (p/j.bs+1)*j.bs) - p
-		r := j.slot(s, p)
-		sp := span{p0: p, n: n, r: r}
+		blk := j.block(s, p)
+		sp := span{p0: p, n: n, r: blk}
 		switch {
 		case j.cks != nil:
-			sp.k, sp.v = j.cks[r*kc:(r+n)*kc], j.cvs[r*kc:(r+n)*kc]
+			o := pagedAt(j.a, j.bs, blk, 0, 0)
+			sp.k, sp.v = j.cks[o:o+size], j.cvs[o:o+size]
 		case j.flatOff[s] >= 0:
-			o := j.flatOff[s] + p*kc
-			sp.k, sp.v = j.flatK[o:o+n*kc], j.flatV[o:o+n*kc]
+			o := j.flatOff[s] + p/j.bs*size
+			sp.k, sp.v = j.flatK[o:o+size], j.flatV[o:o+size]
 		}
 		out = append(out, sp)
 		p += n
@@ -265,8 +287,7 @@ func (j *pagedJob) chunk(c int) {
 	group := a.Heads / a.KVHeads
 	total := j.n * j.kvUnits * j.passes
 	lo, hi := c*total/j.chunks, (c+1)*total/j.chunks
-	hd := a.HeadDim
-	qc, kc := a.Heads*hd, a.KVHeads*hd
+	hd, qc := a.HeadDim, a.Heads*a.HeadDim
 	L := j.L
 	for t := lo; t < hi; t++ {
 		i, u := t/(j.kvUnits*j.passes), t%(j.kvUnits*j.passes)
@@ -289,7 +310,7 @@ func (j *pagedJob) chunk(c int) {
 			for kv := kv0; kv < kv1; kv++ {
 				h0 := kv*group + pass*j.width
 				q := j.q[i*qc+h0*hd : i*qc+(h0+g)*hd]
-				dotsGroup(sc[(kv-kv0)*j.width*L+s.p0:], L, q, g, keys[kv*hd:], kc, s.n)
+				dotsGroup(sc[(kv-kv0)*j.width*L+s.p0:], L, q, g, keys[pagedAt(a, j.bs, 0, s.p0%j.bs, kv):], hd, s.n)
 			}
 		}
 		for kv := kv0; kv < kv1; kv++ {
@@ -306,25 +327,26 @@ func (j *pagedJob) chunk(c int) {
 			for kv := kv0; kv < kv1; kv++ {
 				h0 := kv*group + pass*j.width
 				o := j.out[i*qc+h0*hd : i*qc+(h0+g)*hd]
-				axpysGroup(o, sc[(kv-kv0)*j.width*L+s.p0:], L, g, values[kv*hd:], kc, s.n)
+				axpysGroup(o, sc[(kv-kv0)*j.width*L+s.p0:], L, g, values[pagedAt(a, j.bs, 0, s.p0%j.bs, kv):], hd, s.n)
 			}
 		}
 	}
 }
 
-// rows returns the keys (or values) of span s: rows where the span has
-// them as f32, or else kv heads kv0…kv1−1 of the span's f16 rows (half)
-// widened into chunk slot c's buffer, laid out as the pool's rows
+// rows returns the keys (or values) of span s: its block where the span
+// has it as f32, or else kv heads kv0…kv1−1 of the span's f16 rows (half)
+// widened into chunk slot c's buffer, laid out as the pool's block
 // (exactly: f16 values widen to f32 without rounding).
 func (j *pagedJob) rows(c int, s span, rows []float32, half []byte, kv0, kv1 int) []float32 {
 	if rows != nil {
 		return rows
 	}
-	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
-	w := j.wide[c][:s.n*kc]
-	for r := range s.n {
-		at := (s.r+r)*kc + kv0*hd
-		ToF32(w[r*kc+kv0*hd:r*kc+kv1*hd], half[2*at:2*(at+(kv1-kv0)*hd)], compute.F16)
+	n := s.n * j.a.HeadDim
+	w := j.wide[c]
+	for kv := kv0; kv < kv1; kv++ {
+		o := pagedAt(j.a, j.bs, 0, s.p0%j.bs, kv)
+		at := pagedAt(j.a, j.bs, s.r, 0, 0) + o
+		ToF32(w[o:o+n], half[2*at:2*(at+n)], compute.F16)
 	}
 	return w
 }
@@ -332,26 +354,28 @@ func (j *pagedJob) rows(c int, s span, rows []float32, half []byte, kv0, kv1 int
 // prefetchSpan prefetches kv heads kv0…kv1−1 of the keys (or values) of
 // the rows of span sp[i], if there is one, while the span before it is
 // computed: the blocks lie anywhere in the pool, and the hardware
-// prefetchers lose the stream where a block ends.
+// prefetchers lose the stream where a block ends. Each head's rows are a
+// run of memory, bs·hd elements from the next head's.
 func (j *pagedJob) prefetchSpan(sp []span, i int, values bool, kv0, kv1 int) {
 	if !pagedPrefetch || i >= len(sp) {
 		return
 	}
-	hd, kc := j.a.HeadDim, j.a.KVHeads*j.a.HeadDim
-	if sp[i].k == nil {
+	s, hd := sp[i], j.a.HeadDim
+	o := pagedAt(j.a, j.bs, 0, s.p0%j.bs, kv0)
+	if s.k == nil {
 		half := j.hks
 		if values {
 			half = j.hvs
 		}
-		at := sp[i].r*kc + kv0*hd
-		prefetchRows((*float32)(unsafe.Pointer(&half[2*at])), 2*kc, sp[i].n, 2*(kv1-kv0)*hd, pagedPrefetchStep)
+		at := pagedAt(j.a, j.bs, s.r, 0, 0) + o
+		prefetchRows((*float32)(unsafe.Pointer(&half[2*at])), 2*j.bs*hd, kv1-kv0, 2*s.n*hd, pagedPrefetchStep)
 		return
 	}
-	rows := sp[i].k
+	rows := s.k
 	if values {
-		rows = sp[i].v
+		rows = s.v
 	}
-	prefetchRows(&rows[kv0*hd], 4*kc, sp[i].n, 4*(kv1-kv0)*hd, pagedPrefetchStep)
+	prefetchRows(&rows[o], 4*j.bs*hd, kv1-kv0, 4*s.n*hd, pagedPrefetchStep)
 }
 
 // pagedPrefetch turns prefetchSpan on; it prefetches a line every

@@ -69,12 +69,20 @@ func newPagedFixture(rng *rand.Rand, b *Backend, a *compute.Attention, bs int, s
 		f.v = append(f.v, randVec(rng, total*f.kc))
 		// The cached positions, into their blocks.
 		for p := first; p < s.cached; p++ {
-			r := int(f.table[si*f.max+p/bs])*bs + p%bs
-			copy(f32(f.pool.K)[r*f.kc:(r+1)*f.kc], f.k[si][p*f.kc:(p+1)*f.kc])
-			copy(f32(f.pool.V)[r*f.kc:(r+1)*f.kc], f.v[si][p*f.kc:(p+1)*f.kc])
+			for h := range a.KVHeads {
+				at, src := f.at(si, p, h), p*f.kc+h*a.HeadDim
+				copy(f32(f.pool.K)[at:at+a.HeadDim], f.k[si][src:src+a.HeadDim])
+				copy(f32(f.pool.V)[at:at+a.HeadDim], f.v[si][src:src+a.HeadDim])
+			}
 		}
 	}
 	return f
+}
+
+// at returns the offset in the pool of kv head h of sequence si's
+// position p.
+func (f *pagedFixture) at(si, p, h int) int {
+	return pagedAt(f.a, f.bs, int(f.table[si*f.max+p/f.bs]), p%f.bs, h)
 }
 
 // pagedRow names a row of a call: sequence s at position p.
@@ -193,10 +201,10 @@ func TestAttendPaged(t *testing.T) {
 								t.Fatalf("sequence %d position %d [%d] = %g, contiguous %g", si, r.p, e, g, w)
 							}
 						}
-						slot := int(f.table[si*f.max+r.p/bs])*bs + r.p%bs
 						for e := range f.kc {
-							if f32(f.pool.K)[slot*f.kc+e] != f.k[si][r.p*f.kc+e] || f32(f.pool.V)[slot*f.kc+e] != f.v[si][r.p*f.kc+e] {
-								t.Fatalf("sequence %d position %d: key or value [%d] not in its slot %d", si, r.p, e, slot)
+							at := f.at(si, r.p, e/c.hd) + e%c.hd
+							if f32(f.pool.K)[at] != f.k[si][r.p*f.kc+e] || f32(f.pool.V)[at] != f.v[si][r.p*f.kc+e] {
+								t.Fatalf("sequence %d position %d: key or value [%d] not at %d of the pool", si, r.p, e, at)
 							}
 						}
 					}
@@ -410,8 +418,9 @@ func TestAttendPagedMisuse(t *testing.T) {
 // sequences (one row each) at llama-3.2-1b's geometry (32 query heads
 // over 8 kv heads of 64), two threads: AttendPaged in one call over
 // blocks of 16, 32 and 64 positions laid in random order over the pool,
-// with units of one kv head ("onehead") or of several, read block by
-// block, against Attend called once per sequence over contiguous caches.
+// with units of one kv head ("onehead") or of as many as AttendPaged
+// chooses, read block by block, against Attend called once per sequence
+// over contiguous caches.
 func BenchmarkAttendPagedDecode(b *testing.B) {
 	const seqs = 8
 	for _, ctx := range []int{512, 2048, 8192} {
@@ -438,15 +447,18 @@ func BenchmarkAttendPagedDecode(b *testing.B) {
 			}
 		})
 		for _, u := range []struct {
-			bs, perThread int
-		}{{16, 1 << 30}, {16, 4}, {32, 1 << 30}, {32, 4}, {64, 1 << 30}, {64, 4}} {
+			bs      int
+			onehead bool
+		}{{16, true}, {16, false}, {32, true}, {32, false}, {64, true}, {64, false}} {
 			bs, name := u.bs, ""
-			if u.perThread > 1<<20 {
+			if u.onehead {
 				name = "/onehead" // a unit per kv head
 			}
 			b.Run(fmt.Sprintf("ctx=%d/paged/bs=%d%s", ctx, bs, name), func(b *testing.B) {
 				defer func(n int) { pagedUnitsPerThread = n }(pagedUnitsPerThread)
-				pagedUnitsPerThread = u.perThread
+				if u.onehead {
+					pagedUnitsPerThread = 1 << 30
+				}
 				per := (ctx + bs) / bs
 				pool := be.NewKVCache(seqs*per*bs, kc, false)
 				be.Upload(pool.K, randVec(rng, seqs*per*bs*kc))
