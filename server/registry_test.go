@@ -355,8 +355,12 @@ func TestAdminPinSurvivesKeepAliveZero(t *testing.T) {
 
 func TestAdminReloadDuringStream(t *testing.T) {
 	a := copyChatModel(t, filepath.Join(t.TempDir(), "a"))
-	ts, _ := newRegistryServer(t, Config{}, RegistryConfig{Models: []ModelSpec{{Name: "a", Path: a}, {Name: "b", Path: a}}})
-	body, _ := json.Marshal(map[string]any{"model": "a", "stream": true, "max_tokens": 48, "temperature": 0, "ignore_eos": true,
+	// A stream of a thousand tokens (a cache with room for them), no
+	// drafts (which run the model's loops many tokens a step): it
+	// outlasts the reload many times over.
+	long := ModelOptions{Context: 2048, KVBytes: 64 << 20, Draft: -1}
+	ts, _ := newRegistryServer(t, Config{}, RegistryConfig{Models: []ModelSpec{{Name: "a", Path: a, Options: long}, {Name: "b", Path: a}}})
+	body, _ := json.Marshal(map[string]any{"model": "a", "stream": true, "max_tokens": 1000, "temperature": 0, "ignore_eos": true,
 		"messages": []map[string]string{{"role": "user", "content": "Tell a story"}}})
 	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
