@@ -51,11 +51,7 @@ func TestSchedOnDevice(t *testing.T) {
 }
 
 func testSchedOn(t *testing.T, name string, b compute.Backend) {
-	m, err := Open(fixtures.Dir(t, "archs", name), Options{Backend: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openOn(t, b, name)
 	vocab := m.Net.Config().VocabSize
 	var reqs []Request
 	for i, n := range []int{5, 23, 9, 40, 2, 17} {
@@ -125,11 +121,7 @@ func TestSchedPreemptionOnDevice(t *testing.T) {
 	_, moves := b.(compute.RowMover)
 	for _, name := range []string{"llama", "gemma2", "gemma4_text-kvshared", "qwen3_next"} {
 		t.Run(name, func(t *testing.T) {
-			m, err := Open(fixtures.Dir(t, "archs", name), Options{Backend: b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := openOn(t, b, name)
 			vocab := m.Net.Config().VocabSize
 			var reqs []Request
 			for i := range 4 {
@@ -156,11 +148,7 @@ func TestSchedDraftsOnDevice(t *testing.T) {
 	b := testDevice(t)
 	for _, name := range []string{"llama", "gemma2", "qwen3_moe", "gemma4_text-kvshared"} {
 		t.Run(name, func(t *testing.T) {
-			m, err := Open(fixtures.Dir(t, "archs", name), Options{Backend: b})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m := openOn(t, b, name)
 			vocab := m.Net.Config().VocabSize
 			var reqs []Request
 			for i := range 4 {
@@ -179,4 +167,16 @@ func TestSchedDraftsOnDevice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openOn opens the architecture fixture name on backend b, closed when
+// the test ends.
+func openOn(t *testing.T, b compute.Backend, name string) *Model {
+	t.Helper()
+	m, err := Open(fixtures.Dir(t, "archs", name), Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
