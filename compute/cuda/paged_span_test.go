@@ -153,7 +153,7 @@ func spansCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase, dt compu
 		}
 		h.g.Free(paged)
 	}
-	comparePools(t, h, cpool, gpool)
+	comparePools(t, h, cpool, gpool, tc.bs, a)
 }
 
 // TestAttendPagedSpansRowsIndependent checks that a prompt chunk's rows

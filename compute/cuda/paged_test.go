@@ -53,12 +53,22 @@ func readPool(g *Backend, t *compute.Tensor) []float32 {
 }
 
 // comparePools checks that the GPU pool holds the CPU pool's values
-// exactly (the CPU was given the values the GPU pool rounds to).
-func comparePools(t *testing.T, h *harness, cpool, gpool *compute.KVCache) {
+// exactly (the CPU was given the values the GPU pool rounds to). The CPU
+// lays each block of bs positions out head by head (block, kv head, row,
+// dim); the GPU position by position (block, row, kv head, dim).
+func comparePools(t *testing.T, h *harness, cpool, gpool *compute.KVCache, bs int, a *compute.Attention) {
 	t.Helper()
+	hd, kvh := a.HeadDim, a.KVHeads
+	kc := kvh * hd
 	for _, kv := range [][2]*compute.Tensor{{cpool.K, gpool.K}, {cpool.V, gpool.V}} {
-		want := make([]float32, kv[0].Len())
-		h.c.Read(want, kv[0])
+		cpu := make([]float32, kv[0].Len())
+		h.c.Read(cpu, kv[0])
+		want := make([]float32, len(cpu))
+		for i := range want {
+			row, c := i/kc, i%kc
+			blk, r, kh, d := row/bs, row%bs, c/hd, c%hd
+			want[i] = cpu[((blk*kvh+kh)*bs+r)*hd+d]
+		}
 		got := readPool(h.g, kv[1])
 		for i := range want {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -265,7 +275,7 @@ func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase, dt compu
 			}
 		}
 	}
-	comparePools(t, h, cpool, gpool)
+	comparePools(t, h, cpool, gpool, tc.bs, a)
 }
 
 // roundCPU rounds the CPU side of p to f16 values (what an f16 pool keeps).
@@ -445,7 +455,7 @@ func pagedGraph(t *testing.T, dt compute.DType) {
 		h.c.AttendPaged(dst.c, q.c, k.c, v.c, cpool, pgs[0], pos.c, a)
 		h.compare(fmt.Sprintf("replay %d", rep), dst, 2e-5)
 	}
-	comparePools(t, h, cpool, gpool)
+	comparePools(t, h, cpool, gpool, bs, a)
 }
 
 // h200Bandwidth is the H200's HBM3e bandwidth in bytes per second, the
