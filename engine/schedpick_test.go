@@ -211,7 +211,13 @@ func TestSchedFreeMemory(t *testing.T) {
 		}
 	}
 	b.err = errors.New("no device")
-	if got, host := defaultKVBytes(b), memAvailable(); host > 0 && got != host/4 {
-		t.Errorf("failing FreeMemory: default cache %d bytes, want a quarter of the host's %d", got, host)
+	// The host's available memory moves while other processes run: read
+	// it on both sides and allow what it did in between.
+	before := memAvailable()
+	got := defaultKVBytes(b)
+	after := memAvailable()
+	lo, hi := min(before, after)/4, max(before, after)/4
+	if before > 0 && (got < lo-1<<20 || got > hi+1<<20) {
+		t.Errorf("failing FreeMemory: default cache %d bytes, want a quarter of the host's %d..%d", got, min(before, after), max(before, after))
 	}
 }
