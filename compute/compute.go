@@ -409,6 +409,11 @@ type TokenFeeder interface {
 	// Feed sets ids[0] (I32) to the column that a TopK with k = 1 wrote to
 	// picked[1] and adds one to pos[0] (I32), in stream order.
 	Feed(ids, pos, picked *Tensor)
+	// FeedRows sets ids[r] (I32) to the column that a TopK with k = 1
+	// wrote to picked[2r+1], for each row r < n, in stream order: the
+	// inputs of a batched step whose rows each take the token the step
+	// before picked for the same row.
+	FeedRows(ids, picked *Tensor, n int)
 	// ReadAsync starts copying src's first len(dst) values to the host in
 	// stream order; wait blocks until they are in dst and returns the
 	// backend's error, if any. dst must not be touched until then.

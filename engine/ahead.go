@@ -34,11 +34,14 @@ type ahead struct {
 }
 
 // runsAhead reports whether Generate may queue steps ahead when the backend
-// picks pick candidates per step (pickK).
+// picks pick candidates per step (pickK): on a backend that feeds tokens
+// and records graphs (the CPU runs each call before it returns, so it has
+// nothing to queue).
 func (s *Session) runsAhead(pick int) bool {
 	_, feeds := s.b.(compute.TokenFeeder)
+	_, graphs := s.b.(compute.GraphCapturer)
 	_, recurrent := s.st.(model.Recurrent)
-	return pick == 1 && feeds && !recurrent
+	return pick == 1 && feeds && graphs && !recurrent
 }
 
 // appendGreedy runs the decode step that consumes id, as appendTop(id, 1)

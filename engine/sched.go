@@ -127,6 +127,14 @@ type Scheduler struct {
 	padDrafts   int64 // padded steps that ran drafts
 	replays     int64 // of them replayed from a graph
 
+	// Greedy steps queued ahead (see schedahead.go): the step in flight,
+	// its picks' host buffers (two, alternating) and the steps queued.
+	ahead      bool
+	flight     *flight
+	aheadHost  [2][]float32
+	aheadSlot  int
+	aheadSteps int64
+
 	mu                                      sync.Mutex
 	closed                                  bool
 	waiting                                 []*sequence

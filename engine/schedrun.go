@@ -70,9 +70,19 @@ type sequence struct {
 	swapBytes int64
 	cached    int // prompt tokens reused at first admission
 	started   bool
+	// Steps queued ahead (see schedahead.go): flying counts the steps in
+	// flight that run a row of the sequence; fed is 1 when its last token
+	// is one the device picked and fed ahead that the caller has not yet
+	// handed in (-1 until the step that picked it lands); later is the
+	// pick of the row run from that token, landed before the caller
+	// handed it in.
+	flying int
+	fed    int
+	later  *candidate
 
 	// Handshake with the caller.
 	need   bool        // the caller waits for the logits of the last token
+	left   int         // the tokens that may follow the one the caller handed in last
 	acked  bool        // scoring: the caller took the rows last handed over
 	scored int         // scoring: rows handed over
 	gone   bool        // the caller left
@@ -116,6 +126,7 @@ func newScheduler(m *Model, net model.Batched, opts SchedulerOptions, pad bool) 
 		return nil, err
 	}
 	s.pad = pad && !s.recurrent
+	s.ahead = s.runsAhead()
 	spec := model.CacheSpec{BlockSize: s.bs, States: s.states}
 	for _, g := range s.groups {
 		n := g.pool.size()
@@ -422,6 +433,10 @@ func (s *Scheduler) loop() {
 	for {
 		s.mu.Lock()
 		if s.closed {
+			if f := s.flight; f != nil && f.wait != nil {
+				f.wait()
+			}
+			s.flight = nil
 			for _, q := range slices.Concat(s.running, s.waiting) {
 				q.err = ErrSchedulerClosed
 				q.signal()
@@ -473,8 +488,23 @@ func (q *sequence) runnable() bool {
 // about to hand in their next token (none once holdoff has passed since).
 func (s *Scheduler) survey() (ready bool, wait time.Duration) {
 	now := time.Now()
+	if f := s.flight; f != nil {
+		// A step in flight: the next waits a while for the callers to
+		// hand in the tokens fed ahead (see schedahead.go).
+		hold := time.Duration(0)
+		for _, p := range f.parts {
+			if q := p.q; q.fed > 0 && !q.gone && q.err == nil {
+				hold = max(hold, holdoff-now.Sub(q.delivered))
+			}
+		}
+		if hold <= 0 {
+			return true, 0
+		}
+		wait = hold
+	}
 	for _, q := range s.running {
 		switch {
+		case q.flying > 0:
 		case q.runnable():
 			ready = true
 		case !q.gone && q.err == nil && (q.score && !q.acked || !q.score && !q.need && q.done == len(q.tokens)):
@@ -703,15 +733,8 @@ func (s *Scheduler) newest() *sequence {
 // preempted (or failed: alone, it does not fit the pool).
 func (s *Scheduler) place(q *sequence, lo, hi int, parts *[]stepPart, budget *int) bool {
 	for g, gr := range s.groups {
+		s.dropWindow(q, g, lo)
 		t := q.tables[g]
-		if gr.window > 0 {
-			for i := range t {
-				if t[i] >= 0 && (i+1)*s.bs <= lo-gr.window+1 {
-					gr.pool.release(t[i])
-					t[i] = -1
-				}
-			}
-		}
 		for i := lo / s.bs; i <= (hi-1)/s.bs; i++ {
 			for len(t) <= i {
 				t = append(t, -1)
@@ -744,6 +767,21 @@ func (s *Scheduler) place(q *sequence, lo, hi int, parts *[]stepPart, budget *in
 		q.tables[g] = t
 	}
 	return true
+}
+
+// dropWindow releases q's blocks of group g that a sliding window has
+// left before position lo.
+func (s *Scheduler) dropWindow(q *sequence, g, lo int) {
+	w := s.groups[g].window
+	if w <= 0 {
+		return
+	}
+	for i, b := range q.tables[g] {
+		if b >= 0 && (i+1)*s.bs <= lo-w+1 {
+			s.groups[g].pool.release(b)
+			q.tables[g][i] = -1
+		}
+	}
 }
 
 // plan chooses the rows of the next step: first every decoding sequence's
@@ -871,6 +909,11 @@ const (
 // step runs one forward pass over the planned rows and hands the logits
 // (or the backend's candidates) over.
 func (s *Scheduler) step() {
+	if f := s.flight; f != nil {
+		s.flight = nil
+		s.advance(f)
+		return
+	}
 	s.mu.Lock()
 	parts := s.plan()
 	if len(parts) == 0 {
@@ -898,6 +941,10 @@ func (s *Scheduler) step() {
 		err = s.runBucket(bk, bt)
 	} else {
 		err = s.forward(bt)
+	}
+	if s.flies(parts, bk) {
+		s.fly(parts, bt, err)
+		return
 	}
 	if err == nil && bt.Logits != nil {
 		err = s.readLogits(parts, rows, bt.Logits)
@@ -1088,12 +1135,7 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 	s.kmax = kmax
 	if kmax > 0 {
 		n := picked * 2 * kmax
-		if s.cands == nil || s.cands.Len() < n {
-			if s.cands != nil {
-				s.b.Free(s.cands)
-			}
-			s.cands = s.b.Alloc(compute.F32, max(n, 2*s.parallel*kmax))
-		}
+		s.growCands(max(n, 2*s.parallel*kmax))
 		x := logits
 		if picked < logits.Rows() {
 			x = s.b.View(logits, 0, picked)
@@ -1154,11 +1196,21 @@ func (s *Scheduler) readLogits(parts []stepPart, rows []int, logits *compute.Ten
 	return s.backendErr()
 }
 
+// growCands makes s.cands hold at least n values.
+func (s *Scheduler) growCands(n int) {
+	if s.cands == nil || s.cands.Len() < n {
+		if s.cands != nil {
+			s.b.Free(s.cands)
+		}
+		s.cands = s.b.Alloc(compute.F32, n)
+	}
+}
+
 // keep names the blocks q filled for the prefix cache, up to position hi
 // and its last accepted token, and checkpoints a recurrent state at the end
 // of a chunk [lo, hi).
 func (s *Scheduler) keep(q *sequence, lo, hi int) {
-	k := min(hi, len(q.tokens)-q.spec, q.done)
+	k := min(hi, q.held(), q.done)
 	if k/s.bs > q.kept/s.bs {
 		q.keys = s.hash.chain(q.keys, q.tokens[:k], s.bs)
 	}
@@ -1229,6 +1281,10 @@ func (t *schedSteps) feed(ctx context.Context, id int32, left int) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if q.fed > 0 && s.confirm(q, id, left) {
+		return nil
+	}
+	q.left = left
 	if t.row < len(t.drafts) {
 		if id == t.drafts[t.row] {
 			t.row++
@@ -1275,12 +1331,17 @@ func (t *schedSteps) result(ctx context.Context) ([]float32, []candidate, error)
 	return q.host[r*v : (r+1)*v], nil, nil
 }
 
-func (t *schedSteps) held() int        { return len(t.q.tokens) - t.q.spec }
+func (t *schedSteps) held() int        { return t.q.held() }
 func (t *schedSteps) capacity() int    { return t.s.seqCap }
-func (t *schedSteps) history() []int32 { return t.q.tokens[:len(t.q.tokens)-t.q.spec] }
-func (t *schedSteps) pick() int        { return t.q.pick }
-func (t *schedSteps) cached() int      { return t.q.cached }
-func (t *schedSteps) vocab() int       { return t.s.vocab }
+func (t *schedSteps) history() []int32 { return t.q.tokens[:t.q.held()] }
+
+// held returns the sequence's tokens that its caller handed in (the
+// prompt, then the generated tokens): not its drafts, nor a token fed
+// ahead.
+func (q *sequence) held() int     { return len(q.tokens) - q.spec - q.fed }
+func (t *schedSteps) pick() int   { return t.q.pick }
+func (t *schedSteps) cached() int { return t.q.cached }
+func (t *schedSteps) vocab() int  { return t.s.vocab }
 
 func newSequence(tokens []int32, score bool) *sequence {
 	return &sequence{tokens: tokens, prompt: len(tokens), score: score, need: !score, acked: true, slot: -1, cut: -1, ready: make(chan struct{}, 1)}

@@ -73,3 +73,30 @@ func insertTop(top []topCand, blk []float32, lo, k int) []topCand {
 	}
 	return top
 }
+
+var _ compute.TokenFeeder = (*Backend)(nil)
+
+// Feed implements compute.TokenFeeder. The CPU runs every call before it
+// returns, so the picked token is already there.
+func (b *Backend) Feed(ids, pos, picked *compute.Tensor) {
+	b.FeedRows(ids, picked, 1)
+	pos.Buf.([]int32)[0]++
+}
+
+// FeedRows implements compute.TokenFeeder.
+func (b *Backend) FeedRows(ids, picked *compute.Tensor, n int) {
+	if ids.DType != compute.I32 || picked.DType != compute.F32 || n < 0 || ids.Len() < n || picked.Len() < 2*n {
+		panic(fmt.Sprintf("cpu: FeedRows of %d rows into %v %v from %v %v", n, ids.DType, ids.Shape, picked.DType, picked.Shape))
+	}
+	dst, src := ids.Buf.([]int32), f32(picked)
+	for r := range n {
+		dst[r] = int32(src[2*r+1])
+	}
+}
+
+// ReadAsync implements compute.TokenFeeder: the copy is done when it
+// returns.
+func (b *Backend) ReadAsync(dst []float32, src *compute.Tensor) (wait func() error) {
+	b.Read(dst, src)
+	return func() error { return nil }
+}

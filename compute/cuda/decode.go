@@ -15,7 +15,7 @@ type decodeKernels struct {
 	attend           [5]uintptr // (elements per lane, query heads per kv head): (2,4) (4,4) (8,4) (2,8) (4,8)
 	argmax, topk     uintptr
 	argmaxSplit      uintptr
-	feed             uintptr
+	feed, feedRows   uintptr
 }
 
 func (k *decodeKernels) add(t map[string]*uintptr) {
@@ -35,6 +35,7 @@ func (k *decodeKernels) add(t map[string]*uintptr) {
 	t["argmax_split"] = &k.argmaxSplit
 	t["topk_rows"] = &k.topk
 	t["feed_token"] = &k.feed
+	t["feed_rows"] = &k.feedRows
 }
 
 var _ compute.TokenPicker = (*Backend)(nil)

@@ -19,6 +19,18 @@ func (b *Backend) Feed(ids, pos, picked *compute.Tensor) {
 	b.launch(b.k.dec.feed, "feed_token", 1, 1).ptr(dptr(ids)).ptr(dptr(pos)).ptr(dptr(picked))
 }
 
+// FeedRows implements compute.TokenFeeder.
+func (b *Backend) FeedRows(ids, picked *compute.Tensor, n int) {
+	if ids.DType != compute.I32 || picked.DType != compute.F32 || n < 0 || ids.Len() < n || picked.Len() < 2*n {
+		panic(fmt.Sprintf("cuda: FeedRows of %d rows into %v %v from %v %v", n, ids.DType, ids.Shape, picked.DType, picked.Shape))
+	}
+	if n == 0 {
+		return
+	}
+	t := threads(n, 256)
+	b.launch(b.k.dec.feedRows, "feed_rows", (n+t-1)/t, t).ptr(dptr(ids)).ptr(dptr(picked)).i(n)
+}
+
 // Small reads that ReadAsync leaves in flight land in pinned host slots,
 // each with an event that tells when its copy is done.
 const (

@@ -397,6 +397,13 @@ extern "C" __global__ void feed_token(int* ids, int* pos, const float* picked) {
     pos[0] += 1;
 }
 
+// feed_rows sets ids[r] to the column argmax_rows wrote to picked[2r+1],
+// for each of n rows: a batched step's inputs from the step before it.
+extern "C" __global__ void feed_rows(int* ids, const float* picked, int n) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < n) ids[r] = (int)picked[2 * r + 1];
+}
+
 // ---- attention of one token
 
 // RopePrep rotates the new query (qheads heads) and key (kheads heads; 0:
