@@ -369,6 +369,38 @@ func TestFeed(t *testing.T) {
 	}
 }
 
+// TestFeedRows checks that FeedRows hands each row's pick to the same row
+// of the next step's ids on the device, leaving the rows past n alone.
+func TestFeedRows(t *testing.T) {
+	g := openGPU(t)
+	const rows, n, cols = 300, 257, 1000
+	logits := g.Alloc(compute.F32, rows, cols)
+	v := make([]float32, rows*cols)
+	for r := range rows {
+		v[r*cols+(r*7919)%cols] = 1
+	}
+	g.Upload(logits, v)
+	picked, ids := g.Alloc(compute.F32, rows, 2), g.Alloc(compute.I32, rows)
+	old := make([]int32, rows)
+	for r := range old {
+		old[r] = -1 - int32(r)
+	}
+	g.UploadInts(ids, old)
+	g.TopK(picked, logits, 1)
+	g.FeedRows(ids, picked, n)
+	got := make([]float32, rows)
+	g.Read(got, ids)
+	for r, x := range got {
+		want := old[r]
+		if r < n {
+			want = int32((r * 7919) % cols)
+		}
+		if id := int32(math.Float32bits(x)); id != want {
+			t.Fatalf("ids[%d] = %d, want %d", r, id, want)
+		}
+	}
+}
+
 // BenchmarkTopK times the pick of a decode step over a vocabulary of
 // 128256 logits: k = 1 (greedy) and k = 40 (Ollama's default top_k), 20
 // picks recorded in a graph so that launch costs stay out; ns/op is per
