@@ -62,9 +62,12 @@ func testSchedOn(t *testing.T, name string, b compute.Backend) {
 	nearSame(t, together(t, s, reqs), want)
 	net, _ := batched(m.Net)
 	graphs := padsSteps(b) && net.KVLayout().StateBytes == 0
-	t.Logf("%d steps padded (%d padding rows), %d replayed from graphs; recording failed: %v; %d values read", s.padded, s.padRows, s.replays, s.graphFailed, s.readFloats)
+	t.Logf("%d steps padded (%d padding rows), %d replayed from graphs, %d queued ahead; recording failed: %v; %d values read", s.padded, s.padRows, s.replays, s.aheadSteps, s.graphFailed, s.readFloats)
 	if graphs && (s.replays == 0 || s.graphFailed) {
 		t.Errorf("no decode step replayed from a graph (%d padded steps, recording failed: %v)", s.padded, s.graphFailed)
+	}
+	if s.ahead && s.aheadSteps == 0 {
+		t.Errorf("no greedy step queued ahead (%d padded steps)", s.padded)
 	}
 }
 
