@@ -71,8 +71,10 @@ func (s *Scheduler) fly(parts []stepPart, bt *model.Batch, err error) {
 	}
 	s.flight = f
 	n := len(parts)
+	s.mu.Lock()
 	s.rows += int64(n)
 	s.steps++
+	s.mu.Unlock()
 	if err != nil {
 		return
 	}
