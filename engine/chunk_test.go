@@ -30,3 +30,21 @@ func TestChunkFor(t *testing.T) {
 		}
 	}
 }
+
+func TestSchedChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		b         compute.Backend
+		recurrent bool
+		want      int
+	}{
+		{"cpu", cpu.New(1), false, cpuChunk},
+		{"cpu, recurrent", cpu.New(1), true, DefaultChunk},
+		{"backend's chunk", chunky{cpu.New(1), 1024}, false, 1024},
+		{"backend's chunk, recurrent", chunky{cpu.New(1), 1024}, true, 1024},
+	} {
+		if got := schedChunk(tc.b, tc.recurrent); got != tc.want {
+			t.Errorf("%s: schedChunk = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -171,12 +171,12 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 	if s.context == 0 {
 		s.context = s.m.DefaultLength()
 	}
+	s.recurrent = s.layout.StateBytes > 0
 	s.chunk = opts.Chunk
 	if s.chunk == 0 {
-		s.chunk = chunkFor(s.b)
+		s.chunk = schedChunk(s.b, s.recurrent)
 	}
 	s.chunk = (s.chunk + s.bs - 1) / s.bs * s.bs
-	s.recurrent = s.layout.StateBytes > 0
 	if !s.recurrent {
 		// A recurrent state cannot drop the positions of a rejected
 		// draft.
@@ -287,6 +287,25 @@ func (s *Scheduler) size(opts SchedulerOptions) error {
 		s.batchTokens = s.chunk*prefillChunks(s.b) + s.parallel
 	}
 	return nil
+}
+
+// cpuChunk is the prompt chunk of a scheduler's sequences on a backend
+// that names none (the CPU). A chunk runs as long as many decode steps
+// there, and the decoding sequences wait for it: at 128 positions they
+// wait half what a session's chunk (DefaultChunk) would make them, while
+// prompts run at the rate of longer chunks and the served tokens/s stay
+// (BENCHMARKS.md).
+const cpuChunk = 128
+
+// schedChunk returns the prompt chunk of a scheduler's sequences on b:
+// the backend's (compute.PrefillChunker) if it names one, else cpuChunk,
+// or DefaultChunk for models with recurrent layers, whose state
+// checkpoints and chunked scans fall at chunk boundaries.
+func schedChunk(b compute.Backend, recurrent bool) int {
+	if c, ok := b.(compute.PrefillChunker); ok && c.PrefillChunk() > 0 || recurrent {
+		return chunkFor(b)
+	}
+	return cpuChunk
 }
 
 // prefillChunks is how many prompt chunks a step takes by default: one on
