@@ -191,20 +191,7 @@ func (s *Scheduler) land(f *flight) {
 	for i, p := range f.parts {
 		q := p.q
 		q.flying--
-		if q.gone || q.err != nil {
-			continue
-		}
-		if err != nil {
-			q.err = err
-			q.signal()
-			continue
-		}
-		q.done = p.hi
-		if q.cut >= 0 {
-			q.done = min(q.done, q.cut)
-		}
-		s.keep(q, p.lo, p.hi)
-		if q.done < p.hi {
+		if q.gone || q.err != nil || !s.ran(p, err) || q.done < p.hi {
 			continue
 		}
 		c := candidate{id: int32(f.host[2*i+1]), logit: f.host[2*i]}

@@ -986,16 +986,9 @@ func (s *Scheduler) step() {
 	hrow := 0 // the part's first row of bt.Hidden
 	for i, p := range parts {
 		q := p.q
-		if err != nil {
-			q.err = err
-			q.signal()
+		if !s.ran(p, err) {
 			continue
 		}
-		q.done = p.hi
-		if q.cut >= 0 {
-			q.done = min(q.done, q.cut)
-		}
-		s.keep(q, p.lo, p.hi)
 		if q.embed {
 			s.pool(q, p, hrow)
 			hrow += p.hidden
@@ -1033,6 +1026,25 @@ func (s *Scheduler) step() {
 		q.delivered = time.Now()
 		q.signal()
 	}
+}
+
+// ran records that a step ran part p, or failed with err (reporting
+// false): the sequence's positions are computed up to the part's end, or
+// up to a token its caller replaced meanwhile (sequence.cut), and its full
+// blocks named for the prefix cache.
+func (s *Scheduler) ran(p stepPart, err error) bool {
+	q := p.q
+	if err != nil {
+		q.err = err
+		q.signal()
+		return false
+	}
+	q.done = p.hi
+	if q.cut >= 0 {
+		q.done = min(q.done, q.cut)
+	}
+	s.keep(q, p.lo, p.hi)
+	return true
 }
 
 // pool folds the hidden states part p handed over (from row r of the
