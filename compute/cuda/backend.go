@@ -68,6 +68,7 @@ type Backend struct {
 	pagedPart      int64         // most bytes of partial results of one paged attention launch (paged.go)
 	pagedSpan      int           // positions per split of the paged attention kernels (paged.go)
 	pagedGeneric   bool          // paged attention always on the general kernel (benchmarks, tests)
+	pagedTC        int           // calls of at least this many rows attend f16 pools on the tensor cores; 0: never (paged.go)
 	poolType       compute.DType // element type of NewKVPool's pools (paged.go)
 	argmaxOneBlock bool          // TopK(…, 1) never splits a row (decode.go)
 	pdl            bool          // launch the decode kernels with programmatic dependent launch (pdl.go)
@@ -173,6 +174,12 @@ func Open(ordinal int) (*Backend, error) {
 	}
 	if err == nil {
 		b.pagedSpan, err = parsePagedSpan(os.Getenv("LEM_CUDA_PAGED_SPAN"))
+	}
+	if err == nil {
+		b.pagedTC, err = parsePagedTC(os.Getenv("LEM_CUDA_PAGED_TC"))
+	}
+	if err == nil {
+		err = b.openPagedTC()
 	}
 	if err == nil {
 		err = b.openDecode()

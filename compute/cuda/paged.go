@@ -16,6 +16,66 @@ type pagedKernels struct {
 	gqa    [2][3][2]uintptr // grouped kernel: head dim 64, 128, 256; up to 4, 8 query heads per block
 	store  [2]uintptr
 	half   [2]uintptr // kv_half_paged: a sequence's keys and values gathered for flash_attend
+	tc     [2]uintptr // attend_ptc (f16 pools, tensor cores): head dim 64, 128
+}
+
+// pagedTCDims are the head dims of attend_ptc.
+var pagedTCDims = [2]int{64, 128}
+
+// pagedTCRows is the fewest rows of a call that attend_ptc takes by
+// default: below it the grouped kernel's exact f32 arithmetic costs little.
+const pagedTCRows = 32
+
+// parsePagedTC reads LEM_CUDA_PAGED_TC: unset, calls of pagedTCRows rows
+// or more attend f16 pools on the tensor cores; 0 never; a number n, calls
+// of n rows or more.
+func parsePagedTC(s string) (int, error) {
+	if s == "" {
+		return pagedTCRows, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("cuda: LEM_CUDA_PAGED_TC=%q: want a number of rows, 0 for never", s)
+	}
+	return n, nil
+}
+
+// ptcShared is attend_ptc's dynamic shared memory for head dim hd: a tile
+// of 16 query rows, and per warp two stages of a key and a value tile of
+// 16 positions, all f16 (kernels/mma_paged.cu).
+func ptcShared(hd int) int { return 16*hd*2 + ptcWarps*2*2*16*hd*2 }
+
+// ptcWarps is attend_ptc's warps per block (PT_WARPS).
+const ptcWarps = 4
+
+// openPagedTC lets attend_ptc use its shared memory (owner thread).
+func (b *Backend) openPagedTC() error {
+	return b.do(func(w *owner) error {
+		for i, hd := range pagedTCDims {
+			n := ptcShared(hd)
+			if err := w.check(fmt.Sprintf("cuFuncSetAttribute(attend_ptc%d, %d bytes)", hd, n),
+				call(w.d.cuFuncSetAttribute, b.k.paged.tc[i], funcAttrMaxDynamicShared, uintptr(n))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// tcKernel returns attend_ptc's index in pagedTCDims for a call of n rows
+// over pool, or -1 where the call takes the SIMT kernels: f32 pools, other
+// head dims, fewer rows than b.pagedTC, the general kernel asked for, or
+// exact attention (LEM_CUDA_ATTENTION=exact).
+func (b *Backend) tcKernel(pool *compute.KVCache, a *compute.Attention, n int) int {
+	if b.pagedTC == 0 || n < b.pagedTC || pool.K.DType != compute.F16 || b.pagedGeneric || b.flash.mode == attnExact {
+		return -1
+	}
+	for i, d := range pagedTCDims {
+		if d == a.HeadDim {
+			return i
+		}
+	}
+	return -1
 }
 
 // pagedGQADims are the head dims of the grouped kernel attend_pgqa.
@@ -25,6 +85,9 @@ func (k *pagedKernels) add(t map[string]*uintptr) {
 	for i, e := range []string{"2", "4", "8", "16"} {
 		t["attend_paged"+e] = &k.attend[0][i]
 		t["attend_paged_f16_"+e] = &k.attend[1][i]
+	}
+	for i, hd := range pagedTCDims {
+		t["attend_ptc"+strconv.Itoa(hd)] = &k.tc[i]
 	}
 	for d, dt := range []string{"f32", "f16"} {
 		for h, hd := range []string{"64", "128", "256"} {
@@ -113,7 +176,11 @@ func parsePoolType(s string) (compute.DType, error) {
 //
 // Head dims 64, 128 and 256 take attend_pgqa, which reads each key and
 // value once for up to 8 query heads of its kv head (GQA); other head dims
-// take attend_paged, one block per (row, query head). Every row is
+// take attend_paged, one block per (row, query head). Calls of pagedTCRows
+// rows or more over f16 pools of head dims 64 and 128 take attend_ptc
+// instead (kernels/mma_paged.cu: the same parts, computed on the tensor
+// cores from f16 queries and weights), unless LEM_CUDA_PAGED_TC or exact
+// attention says otherwise. Every row is
 // computed the same whatever the other rows of the call: its splits start
 // at absolute positions, empty splits add nothing, and calls whose parts
 // would pass Backend.pagedPart bytes run in launches of fewer rows.
@@ -235,9 +302,10 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			gqa = i
 		}
 	}
+	tc := b.tcKernel(pool, a, q.Rows())
 	span := b.pagedSpan
 	splits := max(2, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
-	if gqa >= 0 {
+	if gqa >= 0 || tc >= 0 {
 		splits = max(1, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
 	}
 	perRow := int64(a.Heads) * int64(splits) * int64(hd+2) * 4
@@ -246,7 +314,15 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 	for ; r0 < r1; r0 += step {
 		m := min(step, r1-r0)
 		qr, sr, pr := dptr(q)+uintptr(r0*qc*4), seq+uintptr(r0*4), ps+uintptr(r0*4)
-		if gqa >= 0 {
+		switch {
+		case tc >= 0:
+			hc := (a.Heads/a.KVHeads + 15) / 16
+			o := b.record(op{fn: b.k.paged.tc[tc], name: "attend_ptc",
+				grid: [3]uint32{uint32(m * a.KVHeads * hc), uint32(splits), 1}, block: [3]uint32{32 * ptcWarps, 1, 1},
+				shared: uint32(ptcShared(hd))})
+			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
+				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(span)
+		case gqa >= 0:
 			g, gm := a.Heads/a.KVHeads, 0
 			if g > 4 {
 				gm = 1
@@ -256,7 +332,7 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
 				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(span)
-		} else {
+		default:
 			var e int
 			switch {
 			case hd <= 64:

@@ -180,7 +180,7 @@ func TestAttendPaged(t *testing.T) {
 		{"many rows", 4, 2, 64, 0, 0, false, 32, [][]int{{900, 800, 700}, {1, 1, 1}}},
 	} {
 		for _, dt := range poolTypes {
-			for _, mode := range []string{"", "/one row per launch", "/general kernel"} {
+			for _, mode := range []string{"", "/one row per launch", "/general kernel", "/tensor cores"} {
 				t.Run(tc.name+"/"+dt.String()+mode, func(t *testing.T) {
 					h.t = t
 					switch mode {
@@ -191,6 +191,11 @@ func TestAttendPaged(t *testing.T) {
 					case "/general kernel":
 						defer func(on bool) { h.g.pagedGeneric = on }(h.g.pagedGeneric)
 						h.g.pagedGeneric = true
+					case "/tensor cores":
+						// Every call, whatever its rows (f16 pools of head
+						// dims 64 and 128; the others take the SIMT kernels).
+						defer func(n int) { h.g.pagedTC = n }(h.g.pagedTC)
+						h.g.pagedTC = 1
 					}
 					pagedCompare(t, h, r, tc, dt)
 				})
@@ -253,7 +258,19 @@ func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase, dt compu
 		}
 		a.Sinks = sinks.g
 		h.g.AttendPaged(dst.g, q.g, k.g, v.g, gpool, pg(1), pos.g, a)
-		h.compare(fmt.Sprintf("step %d (%d rows)", step, n), dst, 2e-5)
+		tol := 2e-5
+		if h.g.tcKernel(gpool, a, n) >= 0 {
+			// attend_ptc rounds the queries to f16, which moves a score
+			// as rounding the keys does (δ below), and the softmax
+			// weights it multiplies the values by, each by at most 2⁻¹¹
+			// of itself: |Δ| ≤ (e^{2δ}−1 + 2·2⁻¹¹)·max|v|, max|v| < 1.
+			delta := math.Ldexp(1, -11) * float64(a.Scale) * float64(tc.hd) * 2 * 2
+			if tc.softCap > 0 {
+				delta = min(delta, 2*float64(tc.softCap))
+			}
+			tol = math.Exp(2*delta) - 1 + math.Ldexp(1, -10)
+		}
+		h.compare(fmt.Sprintf("step %d (%d rows)", step, n), dst, tol)
 		if dt == compute.F16 {
 			// |q| < 2, |k| < 2, |v| < 1 (h.act's scales).
 			delta := math.Ldexp(1, -11) * float64(a.Scale) * float64(tc.hd) * 2 * 2
@@ -261,6 +278,9 @@ func pagedCompare(t *testing.T, h *harness, r *rand.Rand, tc pagedCase, dt compu
 				delta = min(delta, 2*float64(tc.softCap)) // a capped score moves less
 			}
 			bound := (math.Exp(2*delta) - 1 + math.Ldexp(1, -11)) * 1
+			if tol > 2e-5 {
+				bound += tol // the queries and weights rounded too
+			}
 			got := make([]float32, n*tc.heads*tc.hd)
 			want := make([]float32, len(got))
 			h.g.Read(got, dst.g)
@@ -462,17 +482,32 @@ func pagedGraph(t *testing.T, dt compute.DType) {
 // bound a decode-attention kernel is judged against.
 const h200Bandwidth = 4.8e12
 
+// pinPaged makes b's paged attention take the general kernel (generic) or
+// not, and the tensor cores for calls of any size (tc) or never; the
+// returned func restores the settings.
+func (b *Backend) pinPaged(generic, tc bool) func() {
+	old, oldTC := b.pagedGeneric, b.pagedTC
+	b.pagedGeneric, b.pagedTC = generic, 0
+	if tc {
+		b.pagedTC = 1
+	}
+	return func() { b.pagedGeneric, b.pagedTC = old, oldTC }
+}
+
 // pagedVariants are the kernels BenchmarkAttendPaged compares in one run:
 // the general kernel over f32 pools (the kernel before the grouped one),
-// and the grouped kernel over f32 and f16 pools.
+// the grouped kernel over f32 and f16 pools, and attend_ptc over f16
+// pools.
 var pagedVariants = []struct {
 	name    string
 	generic bool
 	dt      compute.DType
+	tc      bool // attend_ptc (f16 pools)
 }{
-	{"general-f32", true, compute.F32},
-	{"gqa-f32", false, compute.F32},
-	{"gqa-f16", false, compute.F16},
+	{"general-f32", true, compute.F32, false},
+	{"gqa-f32", false, compute.F32, false},
+	{"gqa-f16", false, compute.F16, false},
+	{"tc-f16", false, compute.F16, true},
 }
 
 // BenchmarkAttendPaged measures batched decode attention over a paged
@@ -489,8 +524,7 @@ func BenchmarkAttendPaged(b *testing.B) {
 		for _, seqs := range []int{8, 64, 256} {
 			for _, vr := range pagedVariants {
 				b.Run(fmt.Sprintf("ctx%d/seqs%d/%s", ctx, seqs, vr.name), func(b *testing.B) {
-					defer func(on bool) { g.pagedGeneric = on }(g.pagedGeneric)
-					g.pagedGeneric = vr.generic
+					defer g.pinPaged(vr.generic, vr.tc)()
 					r := rand.New(rand.NewPCG(uint64(ctx), uint64(seqs)))
 					maxBlocks := ctx/bs + 1
 					blocks := seqs * maxBlocks
@@ -532,7 +566,8 @@ var pagedPrefillFlash = struct {
 	name    string
 	generic bool
 	dt      compute.DType
-}{"spans-f16-flash", false, compute.F16}
+	tc      bool
+}{"spans-f16-flash", false, compute.F16, false}
 
 // BenchmarkAttendPagedPrefill measures prefill chunks over paged pools on
 // llama-3.1-8b's geometry: 8 sequences × 512 rows in one call, each chunk
@@ -552,8 +587,7 @@ func BenchmarkAttendPagedPrefill(b *testing.B) {
 		dst := g.Alloc(compute.F32, n, heads*hd)
 		for _, vr := range append(pagedVariants[:len(pagedVariants):len(pagedVariants)], pagedPrefillFlash) {
 			b.Run(fmt.Sprintf("start%d/%s", start, vr.name), func(b *testing.B) {
-				defer func(on bool) { g.pagedGeneric = on }(g.pagedGeneric)
-				g.pagedGeneric = vr.generic
+				defer g.pinPaged(vr.generic, vr.tc)()
 				r := rand.New(rand.NewPCG(uint64(start), 1))
 				maxBlocks := (start + chunk) / bs
 				blocks := seqs * maxBlocks
@@ -619,6 +653,20 @@ func TestParsePagedSpan(t *testing.T) {
 		got, err := parsePagedSpan(c.in)
 		if got != c.want || (err == nil) != c.ok {
 			t.Errorf("parsePagedSpan(%q) = %d, %v", c.in, got, err)
+		}
+	}
+}
+
+// TestParsePagedTC checks LEM_CUDA_PAGED_TC's values.
+func TestParsePagedTC(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"", pagedTCRows, true}, {"0", 0, true}, {"1", 1, true}, {"64", 64, true}, {"-1", 0, false}, {"x", 0, false}} {
+		got, err := parsePagedTC(c.in)
+		if got != c.want || (err == nil) != c.ok {
+			t.Errorf("parsePagedTC(%q) = %d, %v", c.in, got, err)
 		}
 	}
 }
