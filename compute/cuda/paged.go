@@ -39,21 +39,34 @@ func (k *pagedKernels) add(t map[string]*uintptr) {
 	t["kv_half_paged_f16"] = &k.half[1]
 }
 
-// pagedSpan is how many positions one split of a paged attention kernel
-// takes by default (Backend.pagedSpan): split s of a row covers its
-// positions [s·span, (s+1)·span), a rule that does not depend on the
-// other rows of the call. kernels/attention.cu's PG_SPAN is the longest
-// span the kernels take.
+// pagedSpan is the most positions one split of a paged attention kernel
+// takes: split s of a row covers its positions [s·span, (s+1)·span).
+// kernels/attention.cu's PG_SPAN is the same.
 const pagedSpan = 256
 
-// parsePagedSpan reads LEM_CUDA_PAGED_SPAN, the positions per split of the
-// paged attention kernels: 32, 64, 128 or 256 (the default). Shorter
-// splits give a few rows more blocks to run on; every row still gets the
-// same bits whatever its batch, as long as the span stays.
+// spanFor returns the span of a paged attention launch whose every split
+// runs ctas blocks (rows × heads or kv-head groups): the power of two in
+// 32…pagedSpan nearest above ctas, so that a call of few rows still
+// spreads over many blocks (one row of an 8B model: 8 blocks a split, 18
+// splits at 545 positions), while a call of many rows keeps its splits,
+// and the partial results attend_combine reads, few. A row's bits depend
+// on the span alone, not on what the other rows are.
+func spanFor(ctas int) int {
+	s := 32
+	for s < pagedSpan && s < ctas {
+		s *= 2
+	}
+	return s
+}
+
+// parsePagedSpan reads LEM_CUDA_PAGED_SPAN, which fixes the positions per
+// split of the paged attention kernels: 32, 64, 128 or 256; unset (0),
+// spanFor chooses per launch. A fixed span gives every row the same bits
+// whatever its batch.
 func parsePagedSpan(s string) (int, error) {
 	switch s {
 	case "":
-		return pagedSpan, nil
+		return 0, nil
 	case "32", "64", "128", "256":
 		n, _ := strconv.Atoi(s)
 		return n, nil
@@ -104,7 +117,7 @@ func parsePoolType(s string) (compute.DType, error) {
 
 // AttendPaged implements compute.Pager: kvstore_paged stores each row's
 // new key and value in its slot of the pool (f32 or f16), then a paged
-// attention kernel computes, per (row, split of pagedSpan positions), the
+// attention kernel computes, per (row, split of span positions), the
 // part of the row's attention over its sequence's keys in the split,
 // through the block table, and attend_combine merges the parts in split
 // order. The table, the row→sequence map and the positions are read on
@@ -113,10 +126,12 @@ func parsePoolType(s string) (compute.DType, error) {
 //
 // Head dims 64, 128 and 256 take attend_pgqa, which reads each key and
 // value once for up to 8 query heads of its kv head (GQA); other head dims
-// take attend_paged, one block per (row, query head). Every row is
-// computed the same whatever the other rows of the call: its splits start
-// at absolute positions, empty splits add nothing, and calls whose parts
-// would pass Backend.pagedPart bytes run in launches of fewer rows.
+// take attend_paged, one block per (row, query head). The span follows
+// the call's row count (spanFor) unless LEM_CUDA_PAGED_SPAN fixes it; for
+// a given span, every row is computed the same whatever the other rows of
+// the call: its splits start at absolute positions, empty splits add
+// nothing, and calls whose parts would pass Backend.pagedPart bytes run in
+// launches of fewer rows.
 //
 // When pg.Spans says where the sequences' rows lie, a prompt chunk of
 // flashMinRows rows or more whose head dim flash_attend has is attended on
@@ -235,7 +250,25 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			gqa = i
 		}
 	}
+	// The grouped kernel takes up to 4 query heads of a kv head per block
+	// (gm 0), or 8 (gm 1) when the kv head has more than 4; hch blocks
+	// per (row, kv head).
+	gm, hch := 0, 0
+	if gqa >= 0 {
+		g := a.Heads / a.KVHeads
+		if g > 4 {
+			gm = 1
+		}
+		hch = (g + 4*(gm+1) - 1) / (4 * (gm + 1))
+	}
 	span := b.pagedSpan
+	if span == 0 {
+		ctas := (r1 - r0) * a.Heads
+		if gqa >= 0 {
+			ctas = (r1 - r0) * a.KVHeads * hch
+		}
+		span = spanFor(ctas)
+	}
 	splits := max(2, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
 	if gqa >= 0 {
 		splits = max(1, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
@@ -247,11 +280,6 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 		m := min(step, r1-r0)
 		qr, sr, pr := dptr(q)+uintptr(r0*qc*4), seq+uintptr(r0*4), ps+uintptr(r0*4)
 		if gqa >= 0 {
-			g, gm := a.Heads/a.KVHeads, 0
-			if g > 4 {
-				gm = 1
-			}
-			hch := (g + 4*(gm+1) - 1) / (4 * (gm + 1))
 			o := b.record(op{fn: b.k.paged.gqa[pt][gqa][gm], name: "attend_pgqa",
 				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
@@ -276,7 +304,8 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 				ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(span)
 		}
 		b.launch(b.k.attendCombine, "attend_combine", m*a.Heads, threads(hd, 256)).
-			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt)
+			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt).
+			ptr(pr).i(span).i(pg.MaxBlocks*pg.BlockSize - 1)
 	}
 }
 
