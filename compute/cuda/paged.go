@@ -228,6 +228,36 @@ func (b *Backend) pagedFlash(dst, q *compute.Tensor, pool *compute.KVCache, pg *
 	return chunks
 }
 
+// pagedKernel returns how a paged attention call of n rows runs: the
+// grouped kernel's index in pagedGQADims (-1: attend_paged), its query
+// heads per block (gm 0: up to 4 of a kv head; gm 1: up to 8, when the kv
+// head has more than 4), its blocks per (row, kv head), and the span of
+// its splits. The span follows the call's rows, not a launch's, so that
+// the launches of the runs between flash chunks take the span a call
+// without flash would.
+func (b *Backend) pagedKernel(a *compute.Attention, n int) (gqa, gm, hch, span int) {
+	gqa = -1
+	for i, d := range pagedGQADims {
+		if d == a.HeadDim && !b.pagedGeneric {
+			gqa = i
+		}
+	}
+	ctas := n * a.Heads
+	if gqa >= 0 {
+		g := a.Heads / a.KVHeads
+		if g > 4 {
+			gm = 1
+		}
+		hch = (g + 4*(gm+1) - 1) / (4 * (gm + 1))
+		ctas = n * a.KVHeads * hch
+	}
+	span = b.pagedSpan
+	if span == 0 {
+		span = spanFor(ctas)
+	}
+	return gqa, gm, hch, span
+}
+
 // attendPagedRows attends rows [r0, r1) of an AttendPaged call with the
 // paged kernels (their keys and values already stored).
 func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention, r0, r1 int) {
@@ -244,31 +274,7 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 		sdt = int(a.Sinks.DType)
 	}
 	hd, qc := a.HeadDim, a.Heads*a.HeadDim
-	gqa := -1
-	for i, d := range pagedGQADims {
-		if d == hd && !b.pagedGeneric {
-			gqa = i
-		}
-	}
-	// The grouped kernel takes up to 4 query heads of a kv head per block
-	// (gm 0), or 8 (gm 1) when the kv head has more than 4; hch blocks
-	// per (row, kv head).
-	gm, hch := 0, 0
-	if gqa >= 0 {
-		g := a.Heads / a.KVHeads
-		if g > 4 {
-			gm = 1
-		}
-		hch = (g + 4*(gm+1) - 1) / (4 * (gm + 1))
-	}
-	span := b.pagedSpan
-	if span == 0 {
-		ctas := (r1 - r0) * a.Heads
-		if gqa >= 0 {
-			ctas = (r1 - r0) * a.KVHeads * hch
-		}
-		span = spanFor(ctas)
-	}
+	gqa, gm, hch, span := b.pagedKernel(a, q.Rows())
 	splits := max(2, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
 	if gqa >= 0 {
 		splits = max(1, (pg.MaxBlocks*pg.BlockSize+span-1)/span)

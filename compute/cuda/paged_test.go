@@ -489,7 +489,7 @@ func BenchmarkAttendPaged(b *testing.B) {
 	kc := kvHeads * hd
 	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.088}
 	for _, ctx := range []int{512, 2048} {
-		for _, seqs := range []int{8, 64, 256} {
+		for _, seqs := range []int{1, 8, 64, 256} {
 			for _, vr := range pagedVariants {
 				b.Run(fmt.Sprintf("ctx%d/seqs%d/%s", ctx, seqs, vr.name), func(b *testing.B) {
 					defer func(on bool) { g.pagedGeneric = on }(g.pagedGeneric)
