@@ -250,7 +250,7 @@ func (b *Backend) Attend(dst, q, k, v *compute.Tensor, cache *compute.KVCache, p
 		f(a.Scale).f(a.SoftCap).i(a.Window).ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits)
 	if splits > 1 {
 		b.launch(b.k.attendCombine, "attend_combine", n*a.Heads, threads(a.HeadDim, 256)).
-			ptr(dptr(dst)).ptr(part).i(a.Heads).i(a.HeadDim).i(splits).ptr(dptr(a.Sinks)).i(sdt)
+			ptr(dptr(dst)).ptr(part).i(a.Heads).i(a.HeadDim).i(splits).ptr(dptr(a.Sinks)).i(sdt).ptr(0).i(1).i(0)
 	}
 	kc := a.KVHeads * a.HeadDim
 	b.launch(b.k.kvstore, "kvstore", n, threads(kc, 256)).

@@ -102,21 +102,34 @@ func (k *pagedKernels) add(t map[string]*uintptr) {
 	t["kv_half_paged_f16"] = &k.half[1]
 }
 
-// pagedSpan is how many positions one split of a paged attention kernel
-// takes by default (Backend.pagedSpan): split s of a row covers its
-// positions [s·span, (s+1)·span), a rule that does not depend on the
-// other rows of the call. kernels/attention.cu's PG_SPAN is the longest
-// span the kernels take.
+// pagedSpan is the most positions one split of a paged attention kernel
+// takes: split s of a row covers its positions [s·span, (s+1)·span).
+// kernels/attention.cu's PG_SPAN is the same.
 const pagedSpan = 256
 
-// parsePagedSpan reads LEM_CUDA_PAGED_SPAN, the positions per split of the
-// paged attention kernels: 32, 64, 128 or 256 (the default). Shorter
-// splits give a few rows more blocks to run on; every row still gets the
-// same bits whatever its batch, as long as the span stays.
+// spanFor returns the span of a paged attention launch whose every split
+// runs ctas blocks (rows × heads or kv-head groups): the power of two in
+// 32…pagedSpan nearest above ctas, so that a call of few rows still
+// spreads over many blocks (one row of an 8B model: 8 blocks a split, 18
+// splits at 545 positions), while a call of many rows keeps its splits,
+// and the partial results attend_combine reads, few. A row's bits depend
+// on the span alone, not on what the other rows are.
+func spanFor(ctas int) int {
+	s := 32
+	for s < pagedSpan && s < ctas {
+		s *= 2
+	}
+	return s
+}
+
+// parsePagedSpan reads LEM_CUDA_PAGED_SPAN, which fixes the positions per
+// split of the paged attention kernels: 32, 64, 128 or 256; unset (0),
+// spanFor chooses per launch. A fixed span gives every row the same bits
+// whatever its batch.
 func parsePagedSpan(s string) (int, error) {
 	switch s {
 	case "":
-		return pagedSpan, nil
+		return 0, nil
 	case "32", "64", "128", "256":
 		n, _ := strconv.Atoi(s)
 		return n, nil
@@ -167,7 +180,7 @@ func parsePoolType(s string) (compute.DType, error) {
 
 // AttendPaged implements compute.Pager: kvstore_paged stores each row's
 // new key and value in its slot of the pool (f32 or f16), then a paged
-// attention kernel computes, per (row, split of pagedSpan positions), the
+// attention kernel computes, per (row, split of span positions), the
 // part of the row's attention over its sequence's keys in the split,
 // through the block table, and attend_combine merges the parts in split
 // order. The table, the row→sequence map and the positions are read on
@@ -180,10 +193,12 @@ func parsePoolType(s string) (compute.DType, error) {
 // rows or more over f16 pools of head dims 64 and 128 take attend_ptc
 // instead (kernels/mma_paged.cu: the same parts, computed on the tensor
 // cores from f16 queries and weights), unless LEM_CUDA_PAGED_TC or exact
-// attention says otherwise. Every row is
-// computed the same whatever the other rows of the call: its splits start
-// at absolute positions, empty splits add nothing, and calls whose parts
-// would pass Backend.pagedPart bytes run in launches of fewer rows.
+// attention says otherwise. The span follows the call's row count
+// (spanFor) unless LEM_CUDA_PAGED_SPAN fixes it; for a given span and
+// kernel, every row is computed the same whatever the other rows of the
+// call: its splits start at absolute positions, empty splits add nothing,
+// and calls whose parts would pass Backend.pagedPart bytes run in launches
+// of fewer rows.
 //
 // When pg.Spans says where the sequences' rows lie, a prompt chunk of
 // flashMinRows rows or more whose head dim flash_attend has is attended on
@@ -280,6 +295,36 @@ func (b *Backend) pagedFlash(dst, q *compute.Tensor, pool *compute.KVCache, pg *
 	return chunks
 }
 
+// pagedKernel returns how a paged attention call of n rows runs: the
+// grouped kernel's index in pagedGQADims (-1: attend_paged), its query
+// heads per block (gm 0: up to 4 of a kv head; gm 1: up to 8, when the kv
+// head has more than 4), its blocks per (row, kv head), and the span of
+// its splits. The span follows the call's rows, not a launch's, so that
+// the launches of the runs between flash chunks take the span a call
+// without flash would.
+func (b *Backend) pagedKernel(a *compute.Attention, n int) (gqa, gm, hch, span int) {
+	gqa = -1
+	for i, d := range pagedGQADims {
+		if d == a.HeadDim && !b.pagedGeneric {
+			gqa = i
+		}
+	}
+	ctas := n * a.Heads
+	if gqa >= 0 {
+		g := a.Heads / a.KVHeads
+		if g > 4 {
+			gm = 1
+		}
+		hch = (g + 4*(gm+1) - 1) / (4 * (gm + 1))
+		ctas = n * a.KVHeads * hch
+	}
+	span = b.pagedSpan
+	if span == 0 {
+		span = spanFor(ctas)
+	}
+	return gqa, gm, hch, span
+}
+
 // attendPagedRows attends rows [r0, r1) of an AttendPaged call with the
 // paged kernels (their keys and values already stored).
 func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention, r0, r1 int) {
@@ -296,14 +341,8 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 		sdt = int(a.Sinks.DType)
 	}
 	hd, qc := a.HeadDim, a.Heads*a.HeadDim
-	gqa := -1
-	for i, d := range pagedGQADims {
-		if d == hd && !b.pagedGeneric {
-			gqa = i
-		}
-	}
+	gqa, gm, hch, span := b.pagedKernel(a, q.Rows())
 	tc := b.tcKernel(pool, a, q.Rows())
-	span := b.pagedSpan
 	splits := max(2, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
 	if gqa >= 0 || tc >= 0 {
 		splits = max(1, (pg.MaxBlocks*pg.BlockSize+span-1)/span)
@@ -323,11 +362,6 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
 				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(span)
 		case gqa >= 0:
-			g, gm := a.Heads/a.KVHeads, 0
-			if g > 4 {
-				gm = 1
-			}
-			hch := (g + 4*(gm+1) - 1) / (4 * (gm + 1))
 			o := b.record(op{fn: b.k.paged.gqa[pt][gqa][gm], name: "attend_pgqa",
 				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
@@ -352,7 +386,8 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 				ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(span)
 		}
 		b.launch(b.k.attendCombine, "attend_combine", m*a.Heads, threads(hd, 256)).
-			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt)
+			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt).
+			ptr(pr).i(span).i(pg.MaxBlocks*pg.BlockSize - 1)
 	}
 }
 

@@ -377,6 +377,9 @@ func rowsIndependent(t *testing.T, dt compute.DType) {
 		}
 		return nil
 	}
+	// Rows are independent of their batch for a given span: fix it.
+	defer func(s int) { g.pagedSpan = s }(g.pagedSpan)
+	g.pagedSpan = pagedSpan
 	alone := attend([]int32{3})
 	for _, part := range []int64{pagedPartMax, 3 * heads * 4 * (hd + 2) * 4} {
 		g.pagedPart = part
@@ -521,7 +524,7 @@ func BenchmarkAttendPaged(b *testing.B) {
 	kc := kvHeads * hd
 	a := &compute.Attention{Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: 0.088}
 	for _, ctx := range []int{512, 2048} {
-		for _, seqs := range []int{8, 64, 256} {
+		for _, seqs := range []int{1, 8, 64, 256} {
 			for _, vr := range pagedVariants {
 				b.Run(fmt.Sprintf("ctx%d/seqs%d/%s", ctx, seqs, vr.name), func(b *testing.B) {
 					defer g.pinPaged(vr.generic, vr.tc)()
@@ -643,13 +646,22 @@ func BenchmarkAttendPagedPrefill(b *testing.B) {
 	}
 }
 
+// TestSpanFor checks the span chosen by the blocks of a split.
+func TestSpanFor(t *testing.T) {
+	for _, c := range [][2]int{{1, 32}, {8, 32}, {32, 32}, {33, 64}, {64, 64}, {100, 128}, {256, 256}, {2048, 256}} {
+		if got := spanFor(c[0]); got != c[1] {
+			t.Errorf("spanFor(%d) = %d, want %d", c[0], got, c[1])
+		}
+	}
+}
+
 // TestParsePagedSpan checks LEM_CUDA_PAGED_SPAN's values.
 func TestParsePagedSpan(t *testing.T) {
 	for _, c := range []struct {
 		in   string
 		want int
 		ok   bool
-	}{{"", pagedSpan, true}, {"64", 64, true}, {"256", 256, true}, {"512", 0, false}, {"100", 0, false}, {"x", 0, false}} {
+	}{{"", 0, true}, {"64", 64, true}, {"256", 256, true}, {"512", 0, false}, {"100", 0, false}, {"x", 0, false}} {
 		got, err := parsePagedSpan(c.in)
 		if got != c.want || (err == nil) != c.ok {
 			t.Errorf("parsePagedSpan(%q) = %d, %v", c.in, got, err)

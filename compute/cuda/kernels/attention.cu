@@ -184,10 +184,14 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all8(ATTEND_
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all16(ATTEND_ALL_ARGS) { attend_all_t<16>(ATTEND_ALL_CALL); }
 
 // attend_combine merges the splits partial results of each (query, head)
-// block of attend into out, with the sink when there is one.
-extern "C" __global__ void attend_combine(float* out, const float* part, int heads, int hd, int splits, const void* sinks, int sdt) {
+// block of attend into out, with the sink when there is one. Paged calls
+// pass the rows' positions (pos, clamped to maxpos) and the span, and the
+// splits after a row's position, all empty, are skipped.
+extern "C" __global__ void attend_combine(float* out, const float* part, int heads, int hd, int splits, const void* sinks, int sdt,
+                                          const int* pos, int span, int maxpos) {
     int h = blockIdx.x % heads;
     const float* pt = part + (i64)blockIdx.x * splits * (hd + 2);
+    if (pos) splits = min(splits, min(pos[blockIdx.x / heads], maxpos) / span + 1);
     float mx = NEG_INF;
     for (int s = 0; s < splits; s++) mx = fmaxf(mx, pt[s * (hd + 2)]);
     float sink = 0.0f;
