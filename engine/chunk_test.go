@@ -3,13 +3,11 @@ package engine
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/compute/cpu"
-	"github.com/lem-engine/lem/synth"
 )
 
 // chunky is a CPU backend that asks for another prefill chunk.
@@ -60,18 +58,7 @@ func TestSchedChunk(t *testing.T) {
 // directory or GGUF file), 2 threads. It reports prompt tokens/s: what
 // shorter chunks, which make decoding streams wait less, cost a prompt.
 func BenchmarkSchedChunk(b *testing.B) {
-	path := os.Getenv("LEM_BENCH_CHUNK_MODEL")
-	if path == "" {
-		path = b.TempDir()
-		if _, err := synth.Write(path, synth.Options{Like: "small", Seed: 5}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	m, err := Open(path, Options{Backend: cpu.New(2)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
+	m := benchModel(b, "LEM_BENCH_CHUNK_MODEL")
 	const plen = 512
 	vocab := m.Net.Config().VocabSize
 	for _, chunk := range []int{64, 128, 256} {

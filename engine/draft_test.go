@@ -168,18 +168,7 @@ func (f *follow) Done() bool   { return f.at == len(f.want) }
 // draft fails), or tokens that repeat nothing
 // ("fresh"). It reports decode tokens/s and tokens per step.
 func BenchmarkSchedDraft(b *testing.B) {
-	path := os.Getenv("LEM_BENCH_DRAFT_MODEL")
-	if path == "" {
-		path = b.TempDir()
-		if _, err := synth.Write(path, synth.Options{Like: "small", Seed: 5}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	m, err := Open(path, Options{Backend: cpu.New(2)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
+	m := benchModel(b, "LEM_BENCH_DRAFT_MODEL")
 	vocab := m.Net.Config().VocabSize
 	const plen, gen = 256, 128
 	outputs := map[string]func(prompt []int32, seed int) []int32{
@@ -226,6 +215,24 @@ func BenchmarkSchedDraft(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchModel opens, on the CPU with 2 threads, the model at $env (a model
+// directory or GGUF file), or lem synth's small geometry when it is unset.
+func benchModel(b *testing.B, env string) *Model {
+	path := os.Getenv(env)
+	if path == "" {
+		path = b.TempDir()
+		if _, err := synth.Write(path, synth.Options{Like: "small", Seed: 5}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := Open(path, Options{Backend: cpu.New(2)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	return m
 }
 
 // editEvery returns a copy of src with every nth token changed.

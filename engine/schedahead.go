@@ -78,7 +78,9 @@ func (s *Scheduler) fly(parts []stepPart, bt *model.Batch, err error) {
 	if err != nil {
 		return
 	}
-	s.growCands(2 * n)
+	// Sized for every sequence, as readLogits sizes it: a flight's picks
+	// are never moved while the step after it reads them.
+	s.growCands(2 * s.parallel)
 	x := bt.Logits
 	if n < x.Rows() {
 		x = s.b.View(x, 0, n)

@@ -73,9 +73,9 @@ type sequence struct {
 	// Steps queued ahead (see schedahead.go): flying counts the steps in
 	// flight that run a row of the sequence; fed is 1 when its last token
 	// is one the device picked and fed ahead that the caller has not yet
-	// handed in (-1 until the step that picked it lands); later is the
-	// pick of the row run from that token, landed before the caller
-	// handed it in.
+	// handed in (the token's id is -1 until the step that picked it
+	// lands); later is the pick of the row run from that token, landed
+	// before the caller handed it in.
 	flying int
 	fed    int
 	later  *candidate
