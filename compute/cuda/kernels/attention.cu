@@ -186,30 +186,36 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all16(ATTEND
 // attend_combine merges the splits partial results of each (query, head)
 // block of attend into out, with the sink when there is one. Paged calls
 // pass the rows' positions (pos, clamped to maxpos) and the span, and the
-// splits after a row's position, all empty, are skipped.
+// splits after a row's position, all empty, are skipped. Every warp reduces
+// the splits' maxima and sums itself, a split per lane, so that a row of
+// many splits waits on one round of loads, not one per split.
 extern "C" __global__ void attend_combine(float* out, const float* part, int heads, int hd, int splits, const void* sinks, int sdt,
                                           const int* pos, int span, int maxpos) {
-    int h = blockIdx.x % heads;
-    const float* pt = part + (i64)blockIdx.x * splits * (hd + 2);
+    int h = blockIdx.x % heads, lane = threadIdx.x & 31, st = hd + 2;
+    const float* pt = part + (i64)blockIdx.x * splits * st;
     if (pos) splits = min(splits, min(pos[blockIdx.x / heads], maxpos) / span + 1);
     float mx = NEG_INF;
-    for (int s = 0; s < splits; s++) mx = fmaxf(mx, pt[s * (hd + 2)]);
+    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, pt[s * st]);
+    mx = warp_max(mx);
     float sink = 0.0f;
     if (sinks) {
         sink = ldf(sinks, sdt, h);
         mx = fmaxf(mx, sink);
     }
-    float sum = sinks ? expf(sink - mx) : 0.0f;
-    for (int s = 0; s < splits; s++) {
-        float m = pt[s * (hd + 2)];
-        if (m != NEG_INF) sum += pt[s * (hd + 2) + 1] * expf(m - mx);
+    float sum = 0.0f;
+    for (int s = lane; s < splits; s += 32) {
+        float m = pt[s * st];
+        if (m != NEG_INF) sum += pt[s * st + 1] * expf(m - mx);
     }
+    sum = warp_sum(sum);
+    if (sinks) sum += expf(sink - mx);
     float* o = out + (i64)blockIdx.x * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
+#pragma unroll 4
         for (int s = 0; s < splits; s++) {
-            float m = pt[s * (hd + 2)];
-            if (m != NEG_INF) a += pt[s * (hd + 2) + 2 + d] * expf(m - mx);
+            float m = pt[s * st];
+            if (m != NEG_INF) a += pt[s * st + 2 + d] * expf(m - mx);
         }
         o[d] = a / sum;
     }
