@@ -80,14 +80,30 @@ __device__ void attend_ptc_t(const float* q, const u16* ck, const u16* cv, const
     unsigned char* ws = psm + 16 * HD * 2 + w * 2 * 2 * TILE; // the warp's stages: K0 V0 K1 V1
     const u16* kb = ck + (i64)kh * HD;
     const u16* vb = cv + (i64)kh * HD;
+    // When blocks hold whole tiles and the split starts on a tile, a
+    // tile's keys lie in one block: one table entry and one division a
+    // tile, not one a key.
+    bool whole = bs % PT_KEYS == 0 && lo % PT_KEYS == 0;
     auto load = [&](int stage, int tile) {
         int j0 = lo + tile * PT_KEYS;
         u32 kd = smem_addr(ws + stage * 2 * TILE), vd = kd + TILE;
+        int tblk = whole ? sm_tb[j0 / bs - b0] : 0;
+        i64 tbase = ((i64)tblk * bs + (whole ? j0 % bs : 0)) * kc;
         for (int e = lane; e < PT_KEYS * CH; e += 32) {
             int r = e / CH, c = e % CH;
             int j = j0 + r;
-            int blk = j <= hi ? sm_tb[j / bs - b0] : -1;
-            i64 off = blk >= 0 ? ((i64)blk * bs + j % bs) * kc + c * 8 : 0;
+            i64 off = 0;
+            int blk = -1;
+            if (j <= hi) {
+                if (whole) {
+                    blk = tblk;
+                    off = tbase + (i64)r * kc;
+                } else {
+                    blk = sm_tb[j / bs - b0];
+                    off = ((i64)blk * bs + j % bs) * kc;
+                }
+            }
+            off = blk >= 0 ? off + c * 8 : 0;
             cp_async16(kd + fa_swz<HD>(r, c), kb + off, blk >= 0 ? 16 : 0);
             cp_async16(vd + fa_swz<HD>(r, c), vb + off, blk >= 0 ? 16 : 0);
         }
@@ -115,24 +131,36 @@ __device__ void attend_ptc_t(const float* q, const u16* ck, const u16* cv, const
         __syncwarp();
         u32 ka = smem_addr(ws + st * 2 * TILE), va = ka + TILE;
 
-        // S = Q·Kᵀ: 16 query rows by 16 keys (two 8-key halves).
-        float s[2][4];
+        // S = Q·Kᵀ: 16 query rows by 16 keys (two 8-key halves), the even
+        // and odd steps of the head dim in separate accumulators, so that
+        // four chains of mma, not two, wait on each other.
+        float s[2][4], s2[2][4];
 #pragma unroll
         for (int n = 0; n < 2; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = 0.0f;
+            for (int e = 0; e < 4; e++) s[n][e] = s2[n][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
             u32 b[4];
             ldmatrix_x4(b, ka + fa_swz<HD>((lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
             u32 b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-            mma16816<DT_F16>(s[0], qf[kk], b0);
-            mma16816<DT_F16>(s[1], qf[kk], b1);
+            if (kk & 1) {
+                mma16816<DT_F16>(s2[0], qf[kk], b0);
+                mma16816<DT_F16>(s2[1], qf[kk], b1);
+            } else {
+                mma16816<DT_F16>(s[0], qf[kk], b0);
+                mma16816<DT_F16>(s[1], qf[kk], b1);
+            }
         }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] += s2[n][e];
 
         // Scale, cap, mask the keys past hi (the tile's tail) or without
         // a block, online softmax over rows g and g + 8.
         int j0 = lo + t * PT_KEYS;
+        bool tok = whole && sm_tb[j0 / bs - b0] >= 0;
         float mx[2] = {mrow[0], mrow[1]};
 #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -141,7 +169,7 @@ __device__ void attend_ptc_t(const float* q, const u16* ck, const u16* cv, const
                 float x = s[n][e] * scale;
                 if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
                 int j = j0 + n * 8 + (lane & 3) * 2 + (e & 1);
-                x = j <= hi && sm_tb[j / bs - b0] >= 0 ? x : NEG_INF;
+                x = j <= hi && (whole ? tok : sm_tb[j / bs - b0] >= 0) ? x : NEG_INF;
                 s[n][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
