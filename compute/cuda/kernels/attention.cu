@@ -395,6 +395,29 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_4(
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_8(PAGED_ARGS) { attend_paged_t<8, DT_F16>(PAGED_CALL); }
 extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_16(PAGED_ARGS) { attend_paged_t<16, DT_F16>(PAGED_CALL); }
 
+// paged_split finds the keys [lo, hi] of row i in split blockIdx.y (the
+// row's position clamped to its table, the window's first key). With none,
+// it writes an empty part for the block's ng query heads (pt: the first
+// one's) and returns false; otherwise the block's threads stage the
+// split's block-table entries in sm_tb, from the sequence's block b0.
+__device__ __forceinline__ bool paged_split(int i, int ng, const int* table, const int* seq, const int* pos, int bs,
+                                            int maxb, int window, int span, int splits, int hd, float* pt, int* sm_tb,
+                                            int& lo, int& hi, int& b0) {
+    int p = min(pos[i], maxb * bs - 1);
+    int first = window > 0 ? max(0, p - window + 1) : 0;
+    lo = max(first, (int)blockIdx.y * span);
+    hi = min(p, ((int)blockIdx.y + 1) * span - 1);
+    if (lo > hi) {
+        if ((int)threadIdx.x < ng) pt[(i64)threadIdx.x * splits * (hd + 2)] = NEG_INF;
+        return false;
+    }
+    const int* tb = table + (i64)seq[i] * maxb;
+    b0 = lo / bs;
+    int nb = hi / bs - b0 + 1;
+    for (int x = threadIdx.x; x < nb; x += blockDim.x) sm_tb[x] = tb[b0 + x];
+    return true;
+}
+
 // attend_pgqa_t is the grouped kernel for head dims 64, 128 and 256: a
 // block per (row, kv head, group of up to GM of its query heads) and split
 // blockIdx.y reads each key and value of the split once for all those
@@ -427,19 +450,9 @@ __device__ void attend_pgqa_t(const float* q, const void* ck, const void* cv, co
     int h0 = kh * G + hc * GM, ng = min(GM, G - hc * GM);
     int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     int sg = lane / L, sl = lane - sg * L;
-    int p = min(pos[i], maxb * bs - 1);
-    int first = window > 0 ? max(0, p - window + 1) : 0;
-    int lo = max(first, (int)blockIdx.y * span);
-    int hi = min(p, ((int)blockIdx.y + 1) * span - 1);
     float* pt = part + ((i64)i * heads + h0) * splits * (HD + 2) + (i64)blockIdx.y * (HD + 2);
-    if (lo > hi) {
-        // Nothing of this row in the split: an empty part.
-        if (tid < ng) pt[(i64)tid * splits * (HD + 2)] = NEG_INF;
-        return;
-    }
-    const int* tb = table + (i64)seq[i] * maxb;
-    int b0 = lo / bs, nb = hi / bs - b0 + 1;
-    for (int x = tid; x < nb; x += PG_WARPS * 32) sm_tb[x] = tb[b0 + x];
+    int lo, hi, b0;
+    if (!paged_split(i, ng, table, seq, pos, bs, maxb, window, span, splits, HD, pt, sm_tb, lo, hi, b0)) return;
 
     int qc = heads * HD, kc = kvheads * HD;
     float qr[GM][8], acc[GM][8], m[GM], l[GM];

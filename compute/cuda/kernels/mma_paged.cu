@@ -45,18 +45,9 @@ __device__ void attend_ptc_t(const float* q, const u16* ck, const u16* cv, const
     int kh = rem / hch, hc = rem - kh * hch;
     int h0 = kh * G + hc * 16, ng = min(16, G - hc * 16);
     int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    int p = min(pos[i], maxb * bs - 1);
-    int first = window > 0 ? max(0, p - window + 1) : 0;
-    int lo = max(first, (int)blockIdx.y * span);
-    int hi = min(p, ((int)blockIdx.y + 1) * span - 1);
     float* pt = part + ((i64)i * heads + h0) * splits * (HD + 2) + (i64)blockIdx.y * (HD + 2);
-    if (lo > hi) {
-        if (tid < ng) pt[(i64)tid * splits * (HD + 2)] = NEG_INF;
-        return;
-    }
-    const int* tb = table + (i64)seq[i] * maxb;
-    int b0 = lo / bs, nb = hi / bs - b0 + 1;
-    for (int x = tid; x < nb; x += PT_WARPS * 32) sm_tb[x] = tb[b0 + x];
+    int lo, hi, b0;
+    if (!paged_split(i, ng, table, seq, pos, bs, maxb, window, span, splits, HD, pt, sm_tb, lo, hi, b0)) return;
     int qc = heads * HD, kc = kvheads * HD;
     // Stage the query rows as f16; rows past ng are zero.
     for (int e = tid; e < 16 * CH; e += PT_WARPS * 32) {
