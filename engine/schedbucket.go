@@ -17,11 +17,15 @@ import (
 // map, so a sequence's rows need not be one row. Rows are independent, so
 // padding changes no sequence's numbers. Each bucket keeps
 // its input tensors (ids, positions, the row→sequence maps and block
-// tables at the full table width, the logits), so that on a backend that
-// records graphs (compute.GraphCapturer) the bucket's step is recorded on
-// its second use and replayed after, the new inputs uploaded to the same
-// tensors before each replay: a decode step of any batch costs a few
-// uploads and one launch. Models with recurrent layers are not padded:
+// tables, the logits), so that on a backend that records graphs
+// (compute.GraphCapturer) the bucket's step is recorded on its second use
+// and replayed after, the new inputs uploaded to the same tensors before
+// each replay: a decode step of any batch costs a few uploads and one
+// launch. A step's block tables are as wide as its longest sequence needs
+// (tableWidth), not the context: paged attention launches its work for
+// every position a table can hold, which at a context of 128K positions
+// would be thousands of empty splits a row. A bucket keeps a graph for
+// each width it has run. Models with recurrent layers are not padded:
 // their replayed steps would need the host's bookkeeping of each slot.
 
 // maxBucket is the most rows of a padded step; steps of more sequences
@@ -35,13 +39,43 @@ func padsSteps(b compute.Backend) bool {
 	return ok
 }
 
-// bucket is the fixed inputs of padded steps of one row count, and its
-// recorded step.
+// bucket is the fixed inputs of padded steps of one row count, and their
+// recorded steps by table width.
 type bucket struct {
-	rows  int
-	bt    model.Batch
-	uses  int // steps run since the bucket's graph was last dropped
+	rows   int
+	bt     model.Batch        // Pages[g].Table: a view of tables[g] at the step's width
+	tables []*compute.Tensor  // per group: room for rows tables of the context's width
+	width  int                // the table width of the step filled last
+	graphs map[int]*stepGraph // by table width
+}
+
+// stepGraph is a bucket's recorded step at one table width.
+type stepGraph struct {
+	uses  int // steps run since the graph was last dropped
 	graph compute.Graph
+}
+
+// minTableBlocks is the narrowest block table of a step.
+const minTableBlocks = 16
+
+// tableWidth returns the block-table width of a step over the parts: the
+// most blocks any of their sequences' tables needs, rounded up to a
+// quarter of the power of two below it (at least minTableBlocks), so that
+// a sequence that grows changes its steps' width, and so their graphs, a
+// few times an octave; at most the context's width.
+func (s *Scheduler) tableWidth(parts []stepPart) int {
+	need := 1
+	for _, p := range parts {
+		need = max(need, (p.hi+s.bs-1)/s.bs)
+		for _, t := range p.q.tables {
+			need = max(need, len(t))
+		}
+	}
+	step := minTableBlocks
+	for step*8 <= need {
+		step <<= 1
+	}
+	return min(s.maxBlocks, (need+step-1)/step*step)
 }
 
 // bucketRows returns the rows of the bucket that n rows pad to.
@@ -75,16 +109,14 @@ func (s *Scheduler) bucketFor(parts []stepPart) *bucket {
 	if bk := s.buckets[n]; bk != nil {
 		return bk
 	}
-	bk := &bucket{rows: n}
+	bk := &bucket{rows: n, graphs: map[int]*stepGraph{}}
 	bt := &bk.bt
 	bt.IDs = s.b.Alloc(compute.I32, n)
 	bt.Pos = s.b.Alloc(compute.I32, n)
 	for range s.groups {
-		bt.Pages = append(bt.Pages, compute.Pages{
-			BlockSize: s.bs, MaxBlocks: s.maxBlocks,
-			Table: s.b.Alloc(compute.I32, n*s.maxBlocks),
-			Seq:   s.b.Alloc(compute.I32, n),
-		})
+		// Tables are views of n·width entries: a column of one.
+		bk.tables = append(bk.tables, s.b.Alloc(compute.I32, n*s.maxBlocks, 1))
+		bt.Pages = append(bt.Pages, compute.Pages{BlockSize: s.bs, Seq: s.b.Alloc(compute.I32, n)})
 	}
 	for range n {
 		// Every row asks for its logits: the pass then writes them all
@@ -130,18 +162,23 @@ func (s *Scheduler) fillBucket(bk *bucket, parts []stepPart) (*model.Batch, []in
 	s.b.UploadInts(bt.IDs, ids)
 	s.b.UploadInts(bt.Pos, pos)
 	pad := []int32{0}
+	w := s.tableWidth(parts)
+	bk.width = w
 	for g := range s.groups {
 		tab := s.tableHost[:0]
 		for _, p := range parts {
-			tab = s.appendTable(tab, p.q.tables[g])
+			tab = appendTable(tab, p.q.tables[g], w)
 		}
 		pad[0] = s.scratch[g]
 		for range pads {
-			tab = s.appendTable(tab, pad)
+			tab = appendTable(tab, pad, w)
 		}
 		s.tableHost = tab
-		s.b.UploadInts(bt.Pages[g].Table, tab)
-		s.b.UploadInts(bt.Pages[g].Seq, seq)
+		pg := &bt.Pages[g]
+		pg.MaxBlocks = w
+		pg.Table = s.b.View(bk.tables[g], 0, bk.rows*w)
+		s.b.UploadInts(pg.Table, tab)
+		s.b.UploadInts(pg.Seq, seq)
 	}
 	return bt, rows
 }
@@ -161,22 +198,27 @@ func (s *Scheduler) runBucket(bk *bucket, bt *model.Batch) error {
 		s.dropGraphs()
 		s.graphMem = m
 	}
-	bk.uses++
+	sg := bk.graphs[bk.width]
+	if sg == nil {
+		sg = &stepGraph{}
+		bk.graphs[bk.width] = sg
+	}
+	sg.uses++
 	switch {
-	case bk.graph != nil:
-	case bk.uses >= 2:
+	case sg.graph != nil:
+	case sg.uses >= 2:
 		g, err := s.capture(gc, bt)
 		if err != nil {
 			s.graphFailed = true
 			return s.forward(bt)
 		}
-		bk.graph = g
+		sg.graph = g
 		s.graphMem = s.cache.Memory()
 	default:
 		// The first use sizes the buffers the graph will use.
 		return s.forward(bt)
 	}
-	bk.graph.Launch()
+	sg.graph.Launch()
 	s.replays++
 	return s.backendErr()
 }
@@ -196,11 +238,12 @@ func (s *Scheduler) capture(gc compute.GraphCapturer, bt *model.Batch) (g comput
 // direct step.
 func (s *Scheduler) dropGraphs() {
 	for _, bk := range s.buckets {
-		if bk.graph != nil {
-			bk.graph.Close()
-			bk.graph = nil
+		for _, sg := range bk.graphs {
+			if sg.graph != nil {
+				sg.graph.Close()
+			}
 		}
-		bk.uses = 0
+		clear(bk.graphs)
 	}
 }
 
@@ -212,8 +255,8 @@ func (s *Scheduler) dropBuckets() {
 		for _, t := range []*compute.Tensor{bt.IDs, bt.Pos, bt.Logits} {
 			s.b.Free(t)
 		}
-		for _, pg := range bt.Pages {
-			s.b.Free(pg.Table)
+		for g, pg := range bt.Pages {
+			s.b.Free(bk.tables[g])
 			s.b.Free(pg.Seq)
 		}
 	}

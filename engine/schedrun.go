@@ -1118,16 +1118,20 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 			Hidden: p.hidden > 0 && p.q.pool == PoolLast, AllHidden: p.hidden > 0 && p.q.pool != PoolLast})
 	}
 	s.seqHost, s.spans = seqRows, spans
+	w := s.tableWidth(parts)
 	for g := range s.groups {
-		pg := compute.Pages{BlockSize: s.bs, MaxBlocks: s.maxBlocks, Spans: spans}
+		pg := compute.Pages{BlockSize: s.bs, MaxBlocks: w, Spans: spans}
 		pg.Seq = s.input(useSeq+2*g, n, compute.I32, 0)
 		s.b.UploadInts(pg.Seq, seqRows)
 		tab := s.tableHost[:0]
 		for _, p := range parts {
-			tab = s.appendTable(tab, p.q.tables[g])
+			tab = appendTable(tab, p.q.tables[g], w)
 		}
 		s.tableHost = tab
-		pg.Table = s.input(useTable+2*g, len(parts)*s.maxBlocks, compute.I32, 0)
+		// A view of a table tensor with room for every sequence's table
+		// at the context's width (a column of one).
+		room := max(s.parallel, len(parts)) * s.maxBlocks
+		pg.Table = s.b.View(s.input(useTable+2*g, room, compute.I32, 1), 0, len(tab))
 		s.b.UploadInts(pg.Table, tab)
 		bt.Pages = append(bt.Pages, pg)
 	}
@@ -1141,10 +1145,10 @@ func (s *Scheduler) fill(parts []stepPart, n int) (*model.Batch, []int) {
 }
 
 // appendTable appends a sequence's block table, padded with -1 to the
-// table's width, to tab.
-func (s *Scheduler) appendTable(tab, t []int32) []int32 {
+// width w, to tab.
+func appendTable(tab, t []int32, w int) []int32 {
 	tab = append(tab, t...)
-	for range s.maxBlocks - len(t) {
+	for range w - len(t) {
 		tab = append(tab, -1)
 	}
 	return tab

@@ -10,6 +10,7 @@
 #            llama-3.1-8b --dtype bf16` when missing)
 #   LOADS    concurrent streams of the serve runs (default "1 64 256")
 #   DEVICE   lem's --device (default cuda); KV its --kv-memory (default 48GiB)
+#   CTX      lem serve's --ctx (default 2048; 0: the model's trained length)
 #   ENVS     lem settings to compare, space-separated, each a comma-separated
 #            list of VAR=value (default "-": as built), e.g.
 #            "- LEM_SCHED_AHEAD=0,LEM_CUDA_PAGED_SPAN=256"
@@ -22,6 +23,7 @@ LOADS=${LOADS:-1 64 256}
 ENVS=${ENVS:--}
 DEVICE=${DEVICE:-cuda}
 KV=${KV:-48GiB}
+CTX=${CTX:-2048}
 PORT=36911
 [ -d "$MODEL" ] || "$LEM" synth --like llama-3.1-8b --dtype bf16 -o "$MODEL" | tail -1
 
@@ -43,7 +45,7 @@ for e in $ENVS; do
 	(
 		[ "$e" = - ] || export ${e//,/ }
 		exec "$LEM" serve "$MODEL" --device "$DEVICE" --model-alias m --addr "127.0.0.1:$PORT" \
-			--parallel 256 --ctx 2048 --kv-memory "$KV" --max-queue 1024 >/dev/null 2>&1
+			--parallel 256 --ctx "$CTX" --kv-memory "$KV" --max-queue 1024 >/dev/null 2>&1
 	) &
 	pid=$!
 	for _ in $(seq 600); do

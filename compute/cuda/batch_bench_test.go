@@ -13,7 +13,10 @@ import (
 // paged memory, as the scheduler runs them: a decode step of B sequences
 // (each one row at position ctx) replayed as a graph, and a step of four
 // 512-row prompt chunks (flash over the gathered pool) run directly; and
-// logs where each step's device time goes, kernel by kernel.
+// logs where each step's device time goes, kernel by kernel. The cases
+// named …w8192 pass block tables 8192 blocks wide (a context of 131,072
+// positions), as a scheduler would whose tables span the context rather
+// than the step's longest sequence.
 func BenchmarkBatchStep(b *testing.B) {
 	g := openGPU(b)
 	m, _, err := synthLlama(g, llama8BConfig)
@@ -27,15 +30,19 @@ func BenchmarkBatchStep(b *testing.B) {
 		name       string
 		seqs, rows int // sequences, rows each
 		start      int // position of each sequence's first row
+		width      int // table width in blocks (0: the blocks a sequence holds)
 	}{
-		{"decode1", 1, 1, ctx},
-		{"decode64", 64, 1, ctx},
-		{"decode256", 256, 1, ctx},
-		{"prefill4x512", 4, 512, 0},
+		{"decode1", 1, 1, ctx, 0},
+		{"decode64", 64, 1, ctx, 0},
+		{"decode256", 256, 1, ctx, 0},
+		{"decode1w8192", 1, 1, ctx, 8192},
+		{"decode256w8192", 256, 1, ctx, 8192},
+		{"prefill4x512", 4, 512, 0, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			maxb := (c.start + c.rows + bs - 1) / bs
-			cache, err := bm.NewCache(model.CacheSpec{BlockSize: bs, Blocks: []int{c.seqs * maxb}})
+			held := (c.start + c.rows + bs - 1) / bs
+			maxb := max(held, c.width)
+			cache, err := bm.NewCache(model.CacheSpec{BlockSize: bs, Blocks: []int{c.seqs * held}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -43,7 +50,10 @@ func BenchmarkBatchStep(b *testing.B) {
 			ids, pos, seq := make([]int32, n), make([]int32, n), make([]int32, n)
 			table := make([]int32, c.seqs*maxb)
 			for i := range table {
-				table[i] = int32(i)
+				table[i] = -1
+				if j := i % maxb; j < held {
+					table[i] = int32(i/maxb*held + j)
+				}
 			}
 			bt := &model.Batch{IDs: g.Alloc(compute.I32, n), Pos: g.Alloc(compute.I32, n),
 				Logits: g.Alloc(compute.F32, c.seqs, vocab)}
