@@ -261,6 +261,15 @@ func (b *Backend) launch(fn uintptr, name string, grid, block int) *op {
 	return b.record(op{fn: fn, name: name, grid: [3]uint32{uint32(grid), 1, 1}, block: [3]uint32{uint32(block), 1, 1}})
 }
 
+// launchEarly records a kernel launch of grid×block threads that may be
+// scheduled before the kernel before it ends (programmatic dependent
+// launch, pdl.go): fn must pdl_wait before it touches memory.
+func (b *Backend) launchEarly(fn uintptr, name string, grid, block int) *op {
+	o := b.launch(fn, name, grid, block)
+	o.pdl = b.pdl
+	return o
+}
+
 // SetInterrupt implements compute.Interruptible: the kernel launches and
 // cuBLAS products recorded from now on carry stop, and the owner skips
 // those it reaches once stop is set, so that a chunk's work that is not yet

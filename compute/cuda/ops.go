@@ -195,7 +195,7 @@ func (b *Backend) RoPE(x, pos *compute.Tensor, heads int, r *compute.Rope) {
 		return
 	}
 	f := b.invFreq(r)
-	b.launch(b.k.rope, "rope", rows, threads(heads*half, 256)).
+	b.launchEarly(b.k.rope, "rope", rows, threads(heads*half, 256)).
 		ptr(dptr(x)).ptr(dptr(pos)).ptr(dptr(f)).i(heads).i(cols).i(r.Dims).f(r.Scale).i(inter)
 }
 

@@ -222,7 +222,7 @@ func (b *Backend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCach
 	}
 	kc := a.KVHeads * a.HeadDim
 	tb, seq, ps := dptr(pg.Table), dptr(pg.Seq), dptr(pos)
-	b.launch(b.k.paged.store[pt], "kvstore_paged", n, threads(kc, 256)).
+	b.launchEarly(b.k.paged.store[pt], "kvstore_paged", n, threads(kc, 256)).
 		ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(dptr(k)).ptr(dptr(v)).
 		ptr(tb).ptr(seq).ptr(ps).i(pg.BlockSize).i(pg.MaxBlocks).i(kc)
 	r0 := 0
@@ -358,12 +358,12 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 			hc := (a.Heads/a.KVHeads + 15) / 16
 			o := b.record(op{fn: b.k.paged.tc[tc], name: "attend_ptc",
 				grid: [3]uint32{uint32(m * a.KVHeads * hc), uint32(splits), 1}, block: [3]uint32{32 * ptcWarps, 1, 1},
-				shared: uint32(ptcShared(hd))})
+				shared: uint32(ptcShared(hd)), pdl: b.pdl})
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
 				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(span)
 		case gqa >= 0:
 			o := b.record(op{fn: b.k.paged.gqa[pt][gqa][gm], name: "attend_pgqa",
-				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
+				grid: [3]uint32{uint32(m * a.KVHeads * hch), uint32(splits), 1}, block: [3]uint32{128, 1, 1}, pdl: b.pdl})
 			o.ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
 				i(a.Heads).i(a.KVHeads).f(a.Scale).f(a.SoftCap).i(a.Window).ptr(part).i(splits).i(span)
 		default:
@@ -379,13 +379,13 @@ func (b *Backend) attendPagedRows(dst, q *compute.Tensor, pool *compute.KVCache,
 				e = 3
 			}
 			o := b.record(op{fn: b.k.paged.attend[pt][e], name: "attend_paged",
-				grid: [3]uint32{uint32(m * a.Heads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}})
+				grid: [3]uint32{uint32(m * a.Heads), uint32(splits), 1}, block: [3]uint32{128, 1, 1}, pdl: b.pdl})
 			o.ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(qr).ptr(dptr(pool.K)).ptr(dptr(pool.V)).
 				ptr(tb).ptr(sr).ptr(pr).i(pg.BlockSize).i(pg.MaxBlocks).
 				i(a.Heads).i(a.KVHeads).i(hd).f(a.Scale).f(a.SoftCap).i(a.Window).
 				ptr(dptr(a.Sinks)).i(sdt).ptr(part).i(splits).i(span)
 		}
-		b.launch(b.k.attendCombine, "attend_combine", m*a.Heads, threads(hd, 256)).
+		b.launchEarly(b.k.attendCombine, "attend_combine", m*a.Heads, threads(hd, 256)).
 			ptr(dptr(dst) + uintptr(r0*qc*4)).ptr(part).i(a.Heads).i(hd).i(splits).ptr(dptr(a.Sinks)).i(sdt).
 			ptr(pr).i(span).i(pg.MaxBlocks*pg.BlockSize - 1)
 	}

@@ -10,6 +10,22 @@ typedef long long i64;
 #define DT_F16 1
 #define DT_BF16 2
 
+// Programmatic dependent launch (pdl.go): a kernel launched with it waits
+// for the kernel before it in pdl_wait, before touching anything that one
+// may write, and lets the next start early with pdl_launch. Both are no-ops
+// for a plain launch and before sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((u32)h) << 16); }
 
 __device__ __forceinline__ float h2f(u16 h) {

@@ -3,22 +3,6 @@
 // one token (rotary embedding and cache store in one launch, then attention
 // split over the keys that merges its own parts), and token picking.
 
-// Programmatic dependent launch (pdl.go): a kernel launched with it waits
-// for the kernel before it in pdl_wait, before touching anything that one
-// may write, and lets the next start early with pdl_launch. Both are no-ops
-// for a plain launch and before sm_90.
-__device__ __forceinline__ void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_launch() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // ---- fused matrix-vector product
 
 // FGemv describes one launch of fgemv: up to three matrices sharing the input
