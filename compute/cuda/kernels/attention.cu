@@ -475,6 +475,9 @@ __device__ void attend_pgqa_t(const float* q, const void* ck, const void* cv, co
         }
     }
     __syncthreads();
+    // Blocks of a power-of-two size (the pools' default 16) find a key's
+    // block with a shift rather than a division a key.
+    int sh = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     const char* kb = (const char*)ck + ((i64)kh * HD + sl * 8) * ES;
     const char* vb = (const char*)cv + ((i64)kh * HD + sl * 8) * ES;
     for (int base = lo + w * U * KP; base <= hi; base += PG_WARPS * U * KP) {
@@ -483,12 +486,13 @@ __device__ void attend_pgqa_t(const float* q, const void* ck, const void* cv, co
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int j = base + u * KP + sg;
-            int blk = j <= hi ? sm_tb[j / bs - b0] : -1;
+            int jb = sh >= 0 ? j >> sh : j / bs;
+            int blk = j <= hi ? sm_tb[jb - b0] : -1;
             ok[u] = blk >= 0;
 #pragma unroll
             for (int c = 0; c < NC; c++) kr[u][c] = vr[u][c] = U4{0, 0, 0, 0};
             if (ok[u]) {
-                i64 off = ((i64)blk * bs + j % bs) * kc * ES;
+                i64 off = ((i64)blk * bs + (j - jb * bs)) * kc * ES;
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
                     kr[u][c] = ld_stream(kb + off + 16 * c);
