@@ -191,8 +191,8 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_all16(ATTEND
 // many splits waits on one round of loads, not one per split.
 extern "C" __global__ void attend_combine(float* out, const float* part, int heads, int hd, int splits, const void* sinks, int sdt,
                                           const int* pos, int span, int maxpos) {
-    pdl_wait();
     pdl_launch();
+    pdl_wait();
     int h = blockIdx.x % heads, lane = threadIdx.x & 31, st = hd + 2;
     const float* pt = part + (i64)blockIdx.x * splits * st;
     if (pos) splits = min(splits, min(pos[blockIdx.x / heads], maxpos) / span + 1);
@@ -263,8 +263,8 @@ __device__ __forceinline__ float kv_ld(const void* p, i64 e) {
 template <int DT>
 __device__ void kvstore_paged_t(void* ck, void* cv, const float* k, const float* v, const int* table,
                                 const int* seq, const int* pos, int bs, int maxb, int kc) {
-    pdl_wait();
     pdl_launch();
+    pdl_wait();
     int i = blockIdx.x, p = pos[i];
     if (p < 0 || p / bs >= maxb) return;
     int blk = table[(i64)seq[i] * maxb + p / bs];
@@ -341,8 +341,8 @@ __device__ void attend_paged_t(float* out, const float* q, const void* ck, const
                                int splits, int span) {
     __shared__ float sm_m[ATT_WARPS], sm_l[ATT_WARPS];
     __shared__ float sm_acc[ATT_WARPS][32 * E];
-    pdl_wait();
     pdl_launch();
+    pdl_wait();
     int i = blockIdx.x / heads, h = blockIdx.x - i * heads;
     int p = min(pos[i], maxb * bs - 1);
     const int* tb = table + (i64)seq[i] * maxb;
@@ -409,8 +409,8 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attend_paged_f16_16
 __device__ __forceinline__ bool paged_split(int i, int ng, const int* table, const int* seq, const int* pos, int bs,
                                             int maxb, int window, int span, int splits, int hd, float* pt, int* sm_tb,
                                             int& lo, int& hi, int& b0) {
-    pdl_wait();
     pdl_launch();
+    pdl_wait();
     int p = min(pos[i], maxb * bs - 1);
     int first = window > 0 ? max(0, p - window + 1) : 0;
     lo = max(first, (int)blockIdx.y * span);

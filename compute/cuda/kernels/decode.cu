@@ -409,8 +409,8 @@ struct RopePrep {
 };
 
 extern "C" __global__ void rope_prep(const RopePrep a) {
-    pdl_wait();
     pdl_launch();
+    pdl_wait();
     int p = a.pos[0];
     int half = a.dims / 2;
     int slot = a.ring ? p % a.cap : p;

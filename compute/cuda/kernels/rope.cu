@@ -4,8 +4,8 @@
 // blockIdx.x of x (cols wide) by pos[row]·invf[j]; inter selects adjacent
 // pairs instead of the half split. cos and sin are multiplied by scale.
 extern "C" __global__ void rope(float* x, const int* pos, const float* invf, int heads, int cols, int dims, float scale, int inter) {
-    pdl_wait();
     pdl_launch();
+    pdl_wait();
     int half = dims / 2, hd = cols / heads;
     float p = (float)pos[blockIdx.x];
     float* row = x + (i64)blockIdx.x * cols;
