@@ -14,7 +14,11 @@ import (
 // loading their weights — overlaps the earlier kernel's tail and the launch
 // latency, which between a hundred short kernels is much of a decode step.
 // Only kernels that wait before any dependent access are launched this way
-// (see pdl_wait in kernels/decode.cu); LEM_CUDA_PDL=0 turns it off.
+// (see pdl_wait in kernels/common.cuh). The short kernels of a paged
+// decode step's attention (rope_prep, kvstore_paged, the paged attention
+// kernel, attend_combine) signal before they wait, so each is resident
+// before the one it waits for ends, and the next product starts loading
+// its weights meanwhile. LEM_CUDA_PDL=0 turns it off.
 
 // launchAttrProgrammaticSerialization is
 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.

@@ -12,7 +12,9 @@ typedef long long i64;
 
 // Programmatic dependent launch (pdl.go): a kernel launched with it waits
 // for the kernel before it in pdl_wait, before touching anything that one
-// may write, and lets the next start early with pdl_launch. Both are no-ops
+// may write, and lets the next start early with pdl_launch, which a kernel
+// may call before its own pdl_wait: the next kernel's pdl_wait still waits
+// for this one to end, and this one for the one before. Both are no-ops
 // for a plain launch and before sm_90.
 __device__ __forceinline__ void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
