@@ -43,7 +43,7 @@ func TestTableWidth(t *testing.T) {
 // a context as narrow as they, and no step's table was as wide as the
 // context.
 func TestSchedTableWidths(t *testing.T) {
-	for _, name := range []string{"llama", "gemma2"} {
+	for _, name := range schedFixtures {
 		t.Run(name, func(t *testing.T) {
 			m := openFixture(t, name)
 			vocab := m.Net.Config().VocabSize
@@ -59,8 +59,8 @@ func TestSchedTableWidths(t *testing.T) {
 				s := newSchedPad(t, m, wide, pad)
 				sameCases(t, "wide context", together(t, s, reqs), want)
 				waitIdle(t, s)
-				if !pad {
-					continue
+				if !s.pad {
+					continue // not asked, or a recurrent model
 				}
 				if len(s.buckets) == 0 {
 					t.Fatal("no padded steps")
