@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lem-engine/lem/compute"
 	"github.com/lem-engine/lem/compute/cpu"
@@ -13,9 +14,11 @@ import (
 
 // spanBackend is the CPU backend that checks, in every AttendPaged call,
 // the host spans of compute.Pages against the rows' sequences and
-// positions, and counts the spans it saw.
+// positions, and counts the spans it saw. Its calls wait until gate is
+// closed.
 type spanBackend struct {
 	*cpu.Backend
+	gate   chan struct{}
 	mu     sync.Mutex
 	err    error
 	calls  int // calls with spans
@@ -24,6 +27,7 @@ type spanBackend struct {
 }
 
 func (b *spanBackend) AttendPaged(dst, q, k, v *compute.Tensor, pool *compute.KVCache, pg *compute.Pages, pos *compute.Tensor, a *compute.Attention) {
+	<-b.gate
 	b.check(pg, pos, q.Rows())
 	b.Backend.AttendPaged(dst, q, k, v, pool, pg, pos, a)
 }
@@ -72,7 +76,7 @@ func (b *spanBackend) check(pg *compute.Pages, pos *compute.Tensor, n int) {
 // its rows' sequences and positions (what CUDA's AttendPaged relies on to
 // attend prompt chunks with flash attention).
 func TestSchedSpans(t *testing.T) {
-	b := &spanBackend{Backend: cpu.New(0)}
+	b := &spanBackend{Backend: cpu.New(0), gate: make(chan struct{})}
 	m, err := Open(fixtures.Dir(t, "archs", "llama"), Options{Backend: b})
 	if err != nil {
 		t.Fatal(err)
@@ -80,9 +84,12 @@ func TestSchedSpans(t *testing.T) {
 	defer m.Close()
 	vocab := m.Net.Config().VocabSize
 	s := newSched(t, m, SchedulerOptions{Parallel: 4, Context: 128, BlockSize: 4, Chunk: 7, BatchTokens: 16})
+	open := sync.OnceFunc(func() { close(b.gate) })
+	defer open() // a failed test still lets the scheduler's step end
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i, n := range []int{3, 30, 45, 17} {
+	prompts := []int{3, 30, 45, 17}
+	errs := make(chan error, len(prompts))
+	for i, n := range prompts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -92,6 +99,17 @@ func TestSchedSpans(t *testing.T) {
 			}
 		}()
 	}
+	// The first step waits until every request is in: the shortest prompt
+	// then decodes while the others still run chunks, however the
+	// goroutines were scheduled.
+	deadline := time.Now().Add(30 * time.Second)
+	for st := s.Stats(); st.Running+st.Waiting < len(prompts); st = s.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d running and %d waiting after 30s, want %d", st.Running, st.Waiting, len(prompts))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	open()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
