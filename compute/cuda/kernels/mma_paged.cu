@@ -75,26 +75,27 @@ __device__ void attend_ptc_t(const float* q, const u16* ck, const u16* cv, const
     // tile's keys lie in one block: one table entry and one division a
     // tile, not one a key.
     bool whole = bs % PT_KEYS == 0 && lo % PT_KEYS == 0;
+    // A lane copies chunk c of rows r0, r0 + RP, … of a tile.
+    const int RP = 32 / CH;
+    const int c = lane % CH, r0 = lane / CH;
     auto load = [&](int stage, int tile) {
         int j0 = lo + tile * PT_KEYS;
         u32 kd = smem_addr(ws + stage * 2 * TILE), vd = kd + TILE;
-        int tblk = whole ? sm_tb[j0 / bs - b0] : 0;
-        i64 tbase = ((i64)tblk * bs + (whole ? j0 % bs : 0)) * kc;
-        for (int e = lane; e < PT_KEYS * CH; e += 32) {
-            int r = e / CH, c = e % CH;
-            int j = j0 + r;
-            i64 off = 0;
-            int blk = -1;
-            if (j <= hi) {
-                if (whole) {
-                    blk = tblk;
-                    off = tbase + (i64)r * kc;
-                } else {
-                    blk = sm_tb[j / bs - b0];
-                    off = ((i64)blk * bs + j % bs) * kc;
-                }
+        if (whole) {
+            int tblk = sm_tb[j0 / bs - b0];
+            i64 off = ((i64)tblk * bs + j0 % bs + r0) * kc + c * 8;
+#pragma unroll
+            for (int r = r0; r < PT_KEYS; r += RP, off += (i64)RP * kc) {
+                bool ok = tblk >= 0 && j0 + r <= hi;
+                cp_async16(kd + fa_swz<HD>(r, c), kb + (ok ? off : 0), ok ? 16 : 0);
+                cp_async16(vd + fa_swz<HD>(r, c), vb + (ok ? off : 0), ok ? 16 : 0);
             }
-            off = blk >= 0 ? off + c * 8 : 0;
+            return;
+        }
+        for (int r = r0; r < PT_KEYS; r += RP) {
+            int j = j0 + r;
+            int blk = j <= hi ? sm_tb[j / bs - b0] : -1;
+            i64 off = blk >= 0 ? ((i64)blk * bs + j % bs) * kc + c * 8 : 0;
             cp_async16(kd + fa_swz<HD>(r, c), kb + off, blk >= 0 ? 16 : 0);
             cp_async16(vd + fa_swz<HD>(r, c), vb + off, blk >= 0 ? 16 : 0);
         }
@@ -183,12 +184,16 @@ __device__ void attend_ptc_t(const float* q, const u16* ck, const u16* cv, const
                 s[n][e] = pr;
                 lrow[e >> 1] += pr;
             }
+        // Once the rows' maxima settle, most tiles leave them: the
+        // accumulators are then scaled by 1, which the warp skips.
+        if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-        for (int j = 0; j < HD / 8; j++) {
-            o[j][0] *= corr[0];
-            o[j][1] *= corr[0];
-            o[j][2] *= corr[1];
-            o[j][3] *= corr[1];
+            for (int j = 0; j < HD / 8; j++) {
+                o[j][0] *= corr[0];
+                o[j][1] *= corr[0];
+                o[j][2] *= corr[1];
+                o[j][3] *= corr[1];
+            }
         }
         // O += P·V over the tile's 16 keys.
         u32 a[4] = {pack_f16(s[0][0], s[0][1]), pack_f16(s[0][2], s[0][3]), pack_f16(s[1][0], s[1][1]),

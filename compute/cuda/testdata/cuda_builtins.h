@@ -27,6 +27,7 @@ float __shfl_sync(unsigned, float, int, int w = 32);
 int __shfl_sync(unsigned, int, int, int w = 32);
 unsigned __match_any_sync(unsigned, int);
 unsigned __ballot_sync(unsigned, int);
+int __any_sync(unsigned, int);
 void __syncthreads();
 void __syncwarp(unsigned m = 0xffffffff);
 void __threadfence();
